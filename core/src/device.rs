@@ -1,0 +1,157 @@
+//! GPUs: how much memory PyTorch can use on each, and what lives outside its tensor counters.
+//!
+//! `torch.cuda.max_memory_allocated()` counts tensors (and, since PyTorch allocates it through
+//! the caching allocator, the cuBLAS workspace). The process's line in `nvidia-smi` adds the
+//! allocator's reserve (segments it keeps cached) and the CUDA context. A run fits when that
+//! process total stays under what `cudaMemGetInfo` calls the total, less what other programs
+//! (a desktop, a browser) already hold.
+
+use crate::sim::Target;
+use serde::{Deserialize, Serialize};
+
+const MIB: u64 = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// How a figure was obtained: measured on that device, or estimated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Measured,
+    Estimate,
+}
+
+/// A GPU as vramfit models it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Short key used in flags and links, e.g. `rtx-4070`.
+    pub id: String,
+    pub name: String,
+    /// The "Total" nvidia-smi prints, in bytes (a "12 GB" RTX 4070 shows 12282 MiB).
+    pub memory_bytes: u64,
+    /// What `torch.cuda.mem_get_info()` reports as total: the most a process can ever hold.
+    pub usable_bytes: u64,
+    pub usable_source: Source,
+    /// Compute capability (major, minor): bf16 needs 8.0 (Ampere) or newer.
+    pub compute_capability: (u32, u32),
+    /// CUDA context and library code resident per process (in nvidia-smi, not in torch's counters).
+    pub context_bytes: u64,
+    pub context_source: Source,
+}
+
+impl Gpu {
+    pub fn supports_bf16(&self) -> bool {
+        self.compute_capability.0 >= 8
+    }
+
+    /// cuBLAS workspace per (handle, stream), as PyTorch sizes it by default: 4096 KiB x 2 +
+    /// 16 KiB x 8 before Hopper, 4096 KiB x 8 + 16 KiB x 8 on sm90 (`CUBLAS_WORKSPACE_CONFIG`).
+    pub fn cublas_workspace_bytes(&self) -> u64 {
+        if self.compute_capability.0 >= 9 {
+            8 * 4096 * 1024 + 8 * 16 * 1024
+        } else {
+            2 * 4096 * 1024 + 8 * 16 * 1024
+        }
+    }
+
+    /// The kernels and allocator the simulation should assume on this card.
+    pub fn target(&self) -> Target {
+        Target { granularity: 512, cublas_workspace_bytes: self.cublas_workspace_bytes(), cuda_kernels: true }
+    }
+
+    /// A card of a given size with no known quirks (capacity and context estimated).
+    pub fn custom(gib: f64) -> Gpu {
+        let gib = if gib.is_finite() { gib.clamp(0.25, 4096.0) } else { 12.0 };
+        let memory_bytes = (gib * GIB) as u64;
+        Gpu {
+            id: format!("custom-{}", trim_float(gib)),
+            name: format!("Custom {} GiB card", trim_float(gib)),
+            memory_bytes,
+            // Same share the driver keeps back on an RTX 4070 (11.69 of 11.99 GiB).
+            usable_bytes: (memory_bytes as f64 * 0.975) as u64,
+            usable_source: Source::Estimate,
+            compute_capability: (8, 6),
+            context_bytes: DEFAULT_CONTEXT,
+            context_source: Source::Estimate,
+        }
+    }
+
+    /// Finds a preset by id (case-insensitive, spaces and underscores as dashes) or parses
+    /// `custom-<GiB>` / a bare number of GiB.
+    pub fn find(query: &str) -> Option<Gpu> {
+        let q = query.trim().to_ascii_lowercase().replace([' ', '_'], "-");
+        if let Some(p) = presets().into_iter().find(|g| g.id == q || g.name.to_ascii_lowercase() == q) {
+            return Some(p);
+        }
+        let num = q.strip_prefix("custom-").unwrap_or(&q).trim_end_matches("gib").trim_end_matches("gb");
+        num.parse::<f64>().ok().filter(|g| g.is_finite() && *g >= 0.25 && *g <= 4096.0).map(Gpu::custom)
+    }
+}
+
+fn trim_float(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// CUDA context + kernels of a PyTorch process with lazy module loading: about 0.5 GiB on
+/// recent drivers (reports range 250-700 MiB). An estimate until measured per card.
+const DEFAULT_CONTEXT: u64 = 500 * MIB;
+
+/// The default card: a 12 GB RTX 4070, the card in the OOM reports this tool was built for.
+pub fn default_gpu() -> Gpu {
+    presets().into_iter().find(|g| g.id == "rtx-4070").expect("preset exists")
+}
+
+/// The presets. `memory_bytes` is the nvidia-smi total; `usable_bytes` the total PyTorch
+/// reports in its out-of-memory messages (cudaMemGetInfo), from public reports where cited.
+pub fn presets() -> Vec<Gpu> {
+    let gpu = |id: &str, name: &str, mem_mib: u64, usable_gib: f64, usable_source, cc| Gpu {
+        id: id.to_string(),
+        name: name.to_string(),
+        memory_bytes: mem_mib * MIB,
+        usable_bytes: (usable_gib * GIB) as u64,
+        usable_source,
+        compute_capability: cc,
+        context_bytes: DEFAULT_CONTEXT,
+        context_source: Source::Estimate,
+    };
+    use Source::*;
+    vec![
+        gpu("rtx-3060", "NVIDIA GeForce RTX 3060 12GB", 12288, 11.76, Estimate, (8, 6)),
+        // "GPU 0 has a total capacity of 11.69 GiB" in a reported nanoGPT OOM (12282 MiB card).
+        gpu("rtx-4070", "NVIDIA GeForce RTX 4070 12GB", 12282, 11.69, Measured, (8, 9)),
+        gpu("rtx-4080", "NVIDIA GeForce RTX 4080 16GB", 16376, 15.70, Estimate, (8, 9)),
+        gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24576, 23.69, Estimate, (8, 6)),
+        gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24564, 23.64, Estimate, (8, 9)),
+        gpu("t4", "NVIDIA Tesla T4 16GB", 15360, 14.75, Estimate, (7, 5)),
+        gpu("v100-16gb", "NVIDIA Tesla V100 16GB", 16160, 15.77, Estimate, (7, 0)),
+        gpu("a100-40gb", "NVIDIA A100 40GB", 40960, 39.39, Estimate, (8, 0)),
+        gpu("a100-80gb", "NVIDIA A100 80GB", 81920, 79.15, Estimate, (8, 0)),
+        gpu("h100-80gb", "NVIDIA H100 80GB HBM3", 81559, 79.10, Estimate, (9, 0)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_findable_and_sane() {
+        for g in presets() {
+            assert_eq!(Gpu::find(&g.id).as_ref(), Some(&g));
+            assert!(g.usable_bytes < g.memory_bytes, "{}", g.id);
+        }
+        assert_eq!(default_gpu().id, "rtx-4070");
+        assert!(!Gpu::find("t4").unwrap().supports_bf16());
+        assert!(Gpu::find("RTX 3060").unwrap().supports_bf16());
+    }
+
+    #[test]
+    fn custom_sizes_parse() {
+        let g = Gpu::find("custom-10").unwrap();
+        assert_eq!(g.memory_bytes, 10 << 30);
+        assert_eq!(Gpu::find("6gb").unwrap().memory_bytes, 6 << 30);
+        assert!(Gpu::find("nonsense").is_none());
+        assert!(Gpu::find("custom-nan").is_none());
+        assert!(Gpu::find("-4").is_none());
+    }
+}

@@ -1,0 +1,32 @@
+//! # vramfit-core: where a nanoGPT training run's GPU memory goes
+//!
+//! A guided tour, in the order the pieces depend on each other:
+//!
+//! 1. [`config`] — the run's settings under nanoGPT's names, and their validation.
+//! 2. [`params`] — the parameter table and exact counts (what nanoGPT prints).
+//! 3. [`sim`] — an event-level simulation of PyTorch eager running nanoGPT's `train.py`:
+//!    every tensor allocated and freed, in order, for a training iteration and an
+//!    `estimate_loss` batch. Peaks, the op and phase at each peak, a breakdown by
+//!    category and a timeline come out of it.
+//! 4. [`device`] — GPU presets and what sits outside PyTorch's tensor counters: the CUDA
+//!    context, cuBLAS workspaces and the caching allocator's reserve.
+//! 5. [`plan`] — the answer every face shows: peaks, fit per card, the largest
+//!    micro-batch that fits, and ranked fixes.
+//! 6. [`link`] and [`nanogpt`] — the page's shareable-link codec and a reader for nanoGPT
+//!    `config/*.py` files, so the page, `vramfit plan` and `vramfit train` read the same inputs.
+//!
+//! Nothing here does I/O, and no input panics: it compiles to wasm32 for the page.
+
+pub mod config;
+pub mod device;
+pub mod link;
+pub mod nanogpt;
+pub mod params;
+pub mod plan;
+pub mod sim;
+
+pub use config::{Attention, Config, ConfigError, Dtype, Optimizer};
+pub use device::Gpu;
+pub use params::ParamCounts;
+pub use plan::{plan, Plan};
+pub use sim::{Breakdown, Category, Peak, Phase, Simulation};

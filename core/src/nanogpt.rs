@@ -1,0 +1,1 @@
+//! nanoGPT config files

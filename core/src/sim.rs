@@ -1,0 +1,1542 @@
+//! The event-level simulation: nanoGPT's `train.py` under PyTorch eager, tensor by tensor.
+//!
+//! Every tensor the loop creates is an [`Mem::alloc`] with its size, its category and the op
+//! that made it; every point where PyTorch drops the last reference is an [`Mem::free`]. The
+//! order follows what PyTorch actually does:
+//!
+//! * forward: each op's output is allocated; what autograd saves for backward stays, the rest
+//!   is freed as soon as no Python name or saved tensor holds it;
+//! * autocast keeps a cache of low-precision weight copies until the `with ctx:` block ends,
+//!   and the copies saved for backward then live until their layer's backward;
+//! * backward runs node by node in reverse creation order: each node allocates its outputs
+//!   while its inputs and saved tensors still live, then drops them;
+//! * the Python names `logits`, `loss`, `X`, `Y` keep tensors alive across steps exactly as in
+//!   train.py (the previous micro-step's logits live through the next forward, the training
+//!   logits through `estimate_loss`, the previous eval batch's logits through the next one).
+//!
+//! Sizes are rounded up to the CUDA caching allocator's 512-byte blocks, so the live total is
+//! what `torch.cuda.memory_allocated()` reports and the peak what `max_memory_allocated()`
+//! reports. The simulation only ever adds and subtracts: it is cheap enough to run thousands of
+//! times per second for fit solving.
+
+use crate::config::{Attention, Config, Dtype, Optimizer};
+use crate::params::param_tensors;
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------------------------
+// Categories, phases, peaks
+// ---------------------------------------------------------------------------------------------
+
+/// What a byte of GPU memory is for. Every allocation has exactly one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameters,
+    Gradients,
+    OptimizerState,
+    SavedActivations,
+    LogitsAndLoss,
+    CastWeights,
+    Temporaries,
+    Batch,
+    Workspace,
+}
+
+pub const CATEGORY_COUNT: usize = 9;
+
+impl Category {
+    pub const ALL: [Category; CATEGORY_COUNT] = [
+        Category::Parameters,
+        Category::Gradients,
+        Category::OptimizerState,
+        Category::SavedActivations,
+        Category::LogitsAndLoss,
+        Category::CastWeights,
+        Category::Temporaries,
+        Category::Batch,
+        Category::Workspace,
+    ];
+    /// The key used in JSON and links.
+    pub fn key(self) -> &'static str {
+        match self {
+            Category::Parameters => "parameters",
+            Category::Gradients => "gradients",
+            Category::OptimizerState => "optimizer_state",
+            Category::SavedActivations => "saved_activations",
+            Category::LogitsAndLoss => "logits_and_loss",
+            Category::CastWeights => "cast_weights",
+            Category::Temporaries => "temporaries",
+            Category::Batch => "batch",
+            Category::Workspace => "workspace",
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Parameters => "Parameters",
+            Category::Gradients => "Gradients",
+            Category::OptimizerState => "Optimizer state",
+            Category::SavedActivations => "Saved activations",
+            Category::LogitsAndLoss => "Logits and loss",
+            Category::CastWeights => "Cast weights",
+            Category::Temporaries => "Temporaries",
+            Category::Batch => "Token batches",
+            Category::Workspace => "cuBLAS workspace",
+        }
+    }
+    /// One plain sentence: what it is, why it lives that long, what makes it grow.
+    pub fn explanation(self) -> &'static str {
+        match self {
+            Category::Parameters => "The fp32 weights themselves (4 bytes each), resident for the whole run; they grow with n_layer*n_embd^2 and vocab_size*n_embd.",
+            Category::Gradients => "One fp32 gradient per weight; they appear during the first micro-step's backward and stay until zero_grad after the optimizer step, so gradient accumulation keeps them all resident.",
+            Category::OptimizerState => "AdamW's two fp32 moments per weight (8 bytes each), created at the first optimizer step and kept forever; SGD without momentum has none.",
+            Category::SavedActivations => "Tensors each layer keeps from the forward for its backward; they grow with batch_size*block_size*n_embd*n_layer and are freed layer by layer as backward runs.",
+            Category::LogitsAndLoss => "The batch_size*block_size*vocab_size logits and cross-entropy's fp32 copies of them; the Python name `logits` keeps the last ones alive into the next forward and through estimate_loss, so small models with a big vocabulary are dominated by this term.",
+            Category::CastWeights => "Autocast's bf16/fp16 copies of the matmul weights, cached until the forward's `with ctx:` block ends and kept for backward until each layer's gradient is computed.",
+            Category::Temporaries => "Short-lived intermediates of the op running at the peak (upcasts, gradient buffers in flight); they vanish when the op finishes.",
+            Category::Batch => "The int64 token ids X and Y of the current and the prefetched batch.",
+            Category::Workspace => "cuBLAS scratch memory allocated on the first matmul of the forward and of the backward thread and kept for the process's lifetime.",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Bytes per category, with named fields so the JSON is stable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breakdown {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub saved_activations: u64,
+    pub logits_and_loss: u64,
+    pub cast_weights: u64,
+    pub temporaries: u64,
+    pub batch: u64,
+    pub workspace: u64,
+}
+
+impl Breakdown {
+    fn from_array(a: &[u64; CATEGORY_COUNT]) -> Breakdown {
+        Breakdown {
+            parameters: a[0],
+            gradients: a[1],
+            optimizer_state: a[2],
+            saved_activations: a[3],
+            logits_and_loss: a[4],
+            cast_weights: a[5],
+            temporaries: a[6],
+            batch: a[7],
+            workspace: a[8],
+        }
+    }
+    pub fn get(&self, c: Category) -> u64 {
+        match c {
+            Category::Parameters => self.parameters,
+            Category::Gradients => self.gradients,
+            Category::OptimizerState => self.optimizer_state,
+            Category::SavedActivations => self.saved_activations,
+            Category::LogitsAndLoss => self.logits_and_loss,
+            Category::CastWeights => self.cast_weights,
+            Category::Temporaries => self.temporaries,
+            Category::Batch => self.batch,
+            Category::Workspace => self.workspace,
+        }
+    }
+    pub fn total(&self) -> u64 {
+        Category::ALL.iter().map(|&c| self.get(c)).sum()
+    }
+}
+
+/// Where in the loop an event happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Init,
+    Forward,
+    Loss,
+    Backward,
+    ClipGrad,
+    OptimizerStep,
+    ZeroGrad,
+    EvalForward,
+    EvalLoss,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Init => "init",
+            Phase::Forward => "forward",
+            Phase::Loss => "loss",
+            Phase::Backward => "backward",
+            Phase::ClipGrad => "clip_grad_norm_",
+            Phase::OptimizerStep => "optimizer.step",
+            Phase::ZeroGrad => "zero_grad",
+            Phase::EvalForward => "estimate_loss forward",
+            Phase::EvalLoss => "estimate_loss cross_entropy",
+        }
+    }
+}
+
+/// The highest live total inside one window of the loop, and what it was made of.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peak {
+    /// Predicted `torch.cuda.max_memory_allocated()` for the window, in bytes.
+    pub bytes: u64,
+    pub phase: Option<Phase>,
+    /// The op that allocated the byte that set the peak, e.g. `transformer.h.11.attn backward`.
+    pub op: String,
+    /// 1-based micro-step within the iteration (0 outside micro-steps).
+    pub micro_step: u32,
+    pub breakdown: Breakdown,
+}
+
+/// The peaks of the windows nanoGPT users care about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Simulation {
+    /// A steady-state training iteration: after the first, with optimizer state.
+    pub train: Peak,
+    /// An `estimate_loss` after the first optimizer step (training logits alive, grads None).
+    pub eval: Peak,
+    /// The first training iteration, where AdamW creates its state.
+    pub first_iter: Peak,
+    /// The `estimate_loss` at iteration 0, before any step.
+    pub eval_at_start: Peak,
+}
+
+/// One point of the live-memory curve: after each event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    pub phase: Phase,
+    pub op: String,
+    pub micro_step: u32,
+    pub live_bytes: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The target: which kernels and which allocator
+// ---------------------------------------------------------------------------------------------
+
+/// What runs the loop: the numbers that are not properties of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// Allocation granularity of the tensor counter (the caching allocator rounds to 512 B).
+    pub granularity: u64,
+    /// Bytes of the cuBLAS workspace PyTorch allocates per (handle, stream): one for the
+    /// forward (main thread), one more for the autograd engine's device thread.
+    pub cublas_workspace_bytes: u64,
+    /// CUDA kernels (true) or PyTorch's CPU kernels (false, for CPU-traced references).
+    pub cuda_kernels: bool,
+}
+
+impl Target {
+    /// PyTorch's CPU kernels as traced by the reference harness: no cuBLAS, same rounding.
+    pub fn cpu_trace() -> Target {
+        Target { granularity: 512, cublas_workspace_bytes: 0, cuda_kernels: false }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The memory tracker
+// ---------------------------------------------------------------------------------------------
+
+/// A handle to a simulated tensor. `Id::NONE` stands for "no tensor" (e.g. no bias) and is
+/// ignored by `free`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Id(u32);
+
+impl Id {
+    const NONE: Id = Id(u32::MAX);
+}
+
+#[derive(Clone, Copy)]
+struct At {
+    phase: Phase,
+    module: &'static str,
+    layer: u32,
+    what: &'static str,
+    micro_step: u32,
+}
+
+const NO_LAYER: u32 = u32::MAX;
+
+impl At {
+    fn describe(&self) -> String {
+        let module = if self.layer == NO_LAYER {
+            self.module.to_string()
+        } else {
+            self.module.replace("{i}", &self.layer.to_string())
+        };
+        if self.what.is_empty() {
+            module
+        } else {
+            format!("{module} {}", self.what)
+        }
+    }
+}
+
+struct Mem<'t> {
+    slots: Vec<(u64, Category)>,
+    live: [u64; CATEGORY_COUNT],
+    total: u64,
+    granularity: u64,
+    at: At,
+    window_peak: u64,
+    window_live: [u64; CATEGORY_COUNT],
+    window_at: At,
+    timeline: Option<&'t mut Vec<TimelinePoint>>,
+}
+
+impl<'t> Mem<'t> {
+    fn new(granularity: u64, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
+        let at = At { phase: Phase::Init, module: "model", layer: NO_LAYER, what: "", micro_step: 0 };
+        Mem {
+            slots: Vec::with_capacity(512),
+            live: [0; CATEGORY_COUNT],
+            total: 0,
+            granularity: granularity.max(1),
+            at,
+            window_peak: 0,
+            window_live: [0; CATEGORY_COUNT],
+            window_at: at,
+            timeline,
+        }
+    }
+
+    fn round(&self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.granularity) * self.granularity
+    }
+
+    /// Where the next events happen.
+    fn at(&mut self, phase: Phase, module: &'static str, layer: u32, what: &'static str) {
+        self.at.phase = phase;
+        self.at.module = module;
+        self.at.layer = layer;
+        self.at.what = what;
+    }
+
+    fn alloc(&mut self, bytes: u64, cat: Category) -> Id {
+        if bytes == 0 {
+            return Id::NONE;
+        }
+        let bytes = self.round(bytes);
+        let id = Id(self.slots.len() as u32);
+        self.slots.push((bytes, cat));
+        self.live[cat.index()] += bytes;
+        self.total += bytes;
+        if self.total > self.window_peak {
+            self.window_peak = self.total;
+            self.window_live = self.live;
+            self.window_at = self.at;
+        }
+        self.record();
+        id
+    }
+
+    fn free(&mut self, id: Id) {
+        if id == Id::NONE {
+            return;
+        }
+        let slot = &mut self.slots[id.0 as usize];
+        let (bytes, cat) = *slot;
+        slot.0 = 0;
+        self.live[cat.index()] -= bytes;
+        self.total -= bytes;
+        if bytes > 0 {
+            self.record();
+        }
+    }
+
+    /// A tensor changes role without being copied (a gradient buffer becomes `param.grad`).
+    fn recategorize(&mut self, id: Id, cat: Category) {
+        if id == Id::NONE {
+            return;
+        }
+        let slot = &mut self.slots[id.0 as usize];
+        self.live[slot.1.index()] -= slot.0;
+        self.live[cat.index()] += slot.0;
+        slot.1 = cat;
+    }
+
+    fn record(&mut self) {
+        if let Some(tl) = self.timeline.as_deref_mut() {
+            tl.push(TimelinePoint {
+                phase: self.at.phase,
+                op: self.at.describe(),
+                micro_step: self.at.micro_step,
+                live_bytes: self.total,
+            });
+        }
+    }
+
+    fn begin_window(&mut self) {
+        self.window_peak = self.total;
+        self.window_live = self.live;
+        self.window_at = self.at;
+    }
+
+    fn end_window(&self) -> Peak {
+        Peak {
+            bytes: self.window_peak,
+            phase: Some(self.window_at.phase),
+            op: self.window_at.describe(),
+            micro_step: self.window_at.micro_step,
+            breakdown: Breakdown::from_array(&self.window_live),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes
+// ---------------------------------------------------------------------------------------------
+
+/// The dimensions every size formula below uses, as u64 (validated: no product overflows).
+#[derive(Clone, Copy)]
+struct Dims {
+    b: u64,
+    t: u64,
+    c: u64,
+    h: u64,
+    v: u64,
+    l: u64,
+    /// Bytes per element of autocast's low-precision outputs (4 in pure fp32).
+    cb: u64,
+    autocast: bool,
+    bias: bool,
+    dropout: bool,
+    manual: bool,
+    fp16: bool,
+}
+
+impl Dims {
+    fn btc(&self) -> u64 {
+        self.b * self.t * self.c
+    }
+    fn bt(&self) -> u64 {
+        self.b * self.t
+    }
+    /// Elements of the logits: B*T*V.
+    fn n(&self) -> u64 {
+        self.b * self.t * self.v
+    }
+    /// Elements of one layer's attention matrix: B*H*T*T.
+    fn bhtt(&self) -> u64 {
+        self.b * self.h * self.t * self.t
+    }
+}
+
+/// Names of the matmul weights that autocast casts, per layer.
+#[derive(Clone, Copy)]
+enum Linear {
+    Attn,
+    AttnProj,
+    Fc,
+    MlpProj,
+}
+
+impl Linear {
+    fn module(self) -> &'static str {
+        match self {
+            Linear::Attn => "transformer.h.{i}.attn.c_attn",
+            Linear::AttnProj => "transformer.h.{i}.attn.c_proj",
+            Linear::Fc => "transformer.h.{i}.mlp.c_fc",
+            Linear::MlpProj => "transformer.h.{i}.mlp.c_proj",
+        }
+    }
+    /// (out_features, in_features) in units of n_embd.
+    fn shape(self) -> (u64, u64) {
+        match self {
+            Linear::Attn => (3, 1),
+            Linear::AttnProj => (1, 1),
+            Linear::Fc => (4, 1),
+            Linear::MlpProj => (1, 4),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop
+// ---------------------------------------------------------------------------------------------
+
+/// Tensors one block keeps for its backward (or, with activation checkpointing, only `x_in`).
+#[derive(Clone, Copy)]
+struct BlockSaved {
+    /// Block input (fp32 residual stream): saved by ln_1.
+    x_in: Id,
+    /// LayerNorm mean and rstd, (B,T) fp32 each: saved by ln_1.
+    ln1_stats: [Id; 2],
+    /// ln_1's output as c_attn sees it: the autocast copy (or the fp32 output itself).
+    ln1_for_matmul: Id,
+    /// Autocast's copies of each linear's weight and bias, cached then saved by the matmul.
+    w_cast: [Id; 4],
+    b_cast: [Id; 4],
+    /// c_attn's output (B,T,3C): q, k, v are views of it, saved by attention.
+    qkv: Id,
+    /// Flash/efficient attention: its output (also c_proj's input) and logsumexp.
+    attn_out: Id,
+    attn_lse: Id,
+    /// Manual attention: contiguous q and k^T copies, the mask, softmax output, its cast,
+    /// contiguous v copy, dropout mask, and the re-laid-out output fed to c_proj.
+    q_copy: Id,
+    kt_copy: Id,
+    mask: Id,
+    softmax_out: Id,
+    att_drop_mask: Id,
+    att_for_matmul: Id,
+    v_copy: Id,
+    y_contig: Id,
+    /// Dropout masks after attention and after the MLP.
+    resid_mask: [Id; 2],
+    /// Post-attention residual (fp32): saved by ln_2.
+    x_mid: Id,
+    ln2_stats: [Id; 2],
+    ln2_for_matmul: Id,
+    /// c_fc output (GELU's input) and GELU's output (c_proj's input).
+    fc_out: Id,
+    gelu_out: Id,
+}
+
+impl BlockSaved {
+    fn empty() -> Self {
+        BlockSaved {
+            x_in: Id::NONE,
+            ln1_stats: [Id::NONE; 2],
+            ln1_for_matmul: Id::NONE,
+            w_cast: [Id::NONE; 4],
+            b_cast: [Id::NONE; 4],
+            qkv: Id::NONE,
+            attn_out: Id::NONE,
+            attn_lse: Id::NONE,
+            q_copy: Id::NONE,
+            kt_copy: Id::NONE,
+            mask: Id::NONE,
+            softmax_out: Id::NONE,
+            att_drop_mask: Id::NONE,
+            att_for_matmul: Id::NONE,
+            v_copy: Id::NONE,
+            y_contig: Id::NONE,
+            resid_mask: [Id::NONE; 2],
+            x_mid: Id::NONE,
+            ln2_stats: [Id::NONE; 2],
+            ln2_for_matmul: Id::NONE,
+            fc_out: Id::NONE,
+            gelu_out: Id::NONE,
+        }
+    }
+}
+
+/// What the forward of one micro-step leaves for its backward, besides the blocks.
+struct HeadSaved {
+    /// GPT.forward's return values, for the caller to bind.
+    logits: Id,
+    loss: Id,
+    pos: Id,
+    emb_drop_mask: Id,
+    lnf_in: Id,
+    lnf_stats: [Id; 2],
+    lnf_for_matmul: Id,
+    wte_cast: Id,
+    log_probs: Id,
+    nll_total_weight: Id,
+}
+
+/// Whether the forward builds a graph (training) or runs under `torch.no_grad()` (eval).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Train,
+    Eval,
+}
+
+/// How a block runs its forward.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockMode {
+    /// Training: autograd saves what backward needs.
+    Train,
+    /// `torch.no_grad()` (estimate_loss): nothing is saved.
+    NoGrad,
+    /// Training under activation checkpointing: nothing is saved but the block input.
+    Checkpointed,
+}
+
+struct Run<'c, 't> {
+    cfg: &'c Config,
+    target: Target,
+    mem: Mem<'t>,
+    /// One entry per parameter group that receives its gradient at once (a layer's linear
+    /// weight, a LayerNorm's weight): rounded bytes, as PyTorch allocates each separately.
+    grads: Vec<Id>,
+    /// Whether `param.grad` buffers exist (micro-steps 2..GA): backward then adds in place.
+    grads_resident: bool,
+    opt_state: Vec<Id>,
+    /// cuBLAS workspaces: created by the first matmul of each thread and never freed.
+    workspace_fwd: bool,
+    workspace_bwd: bool,
+    /// Python names that outlive a step.
+    logits: Id,
+    loss: Id,
+    x_batch: Id,
+    y_batch: Id,
+    blocks: Vec<BlockSaved>,
+    /// Weight copies held only by autocast's cache: freed when `with ctx:` ends.
+    ctx_cache: Vec<Id>,
+}
+
+impl<'c, 't> Run<'c, 't> {
+    fn new(cfg: &'c Config, target: Target, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
+        Run {
+            cfg,
+            target,
+            mem: Mem::new(target.granularity, timeline),
+            grads: Vec::new(),
+            grads_resident: false,
+            opt_state: Vec::new(),
+            workspace_fwd: false,
+            workspace_bwd: false,
+            logits: Id::NONE,
+            loss: Id::NONE,
+            x_batch: Id::NONE,
+            y_batch: Id::NONE,
+            blocks: vec![BlockSaved::empty(); cfg.n_layer as usize],
+            ctx_cache: Vec::with_capacity(8 * cfg.n_layer as usize + 1),
+        }
+    }
+
+    fn dims(&self, mode: Mode) -> Dims {
+        let cfg = self.cfg;
+        let (b, t) = match mode {
+            Mode::Train => (cfg.batch_size as u64, cfg.block_size as u64),
+            Mode::Eval => (cfg.eval_batch() as u64, cfg.eval_block() as u64),
+        };
+        Dims {
+            b,
+            t,
+            c: cfg.n_embd as u64,
+            h: cfg.n_head as u64,
+            v: cfg.vocab_size as u64,
+            l: cfg.n_layer as u64,
+            cb: cfg.dtype.compute_bytes(),
+            autocast: cfg.dtype.is_autocast(),
+            bias: cfg.bias,
+            dropout: cfg.dropout > 0.0 && mode == Mode::Train,
+            manual: cfg.attention == Attention::Manual,
+            fp16: cfg.dtype == Dtype::Float16,
+        }
+    }
+
+    // --- state that outlives iterations ----------------------------------------------------
+
+    /// `model.to(device)`: every parameter tensor, plus the manual path's causal-mask buffers.
+    fn init(&mut self) {
+        self.mem.at(Phase::Init, "model", NO_LAYER, "to(device)");
+        for p in param_tensors(self.cfg) {
+            for _ in 0..p.count {
+                self.mem.alloc(p.elements() * 4, Category::Parameters);
+            }
+        }
+        if self.cfg.attention == Attention::Manual {
+            // register_buffer("bias", tril(ones(block, block)).view(1,1,block,block)): fp32.
+            let t = self.cfg.block_size as u64;
+            for _ in 0..self.cfg.n_layer {
+                self.mem.alloc(t * t * 4, Category::Parameters);
+            }
+        }
+        // The first get_batch('train') before the loop.
+        self.new_training_batch();
+    }
+
+    /// `X, Y = get_batch('train')`: two new (B,T) int64 tensors; the old ones die when the
+    /// names move on, unless backward still holds them (X by the embedding, Y by the loss).
+    fn new_training_batch(&mut self) -> (Id, Id) {
+        let d = self.dims(Mode::Train);
+        let x = self.mem.alloc(d.bt() * 8, Category::Batch);
+        let y = self.mem.alloc(d.bt() * 8, Category::Batch);
+        let old = (self.x_batch, self.y_batch);
+        self.x_batch = x;
+        self.y_batch = y;
+        old
+    }
+
+    fn ensure_workspace(&mut self, backward: bool) {
+        let ws = self.target.cublas_workspace_bytes;
+        if backward && !self.workspace_bwd {
+            self.workspace_bwd = true;
+            self.mem.alloc(ws, Category::Workspace);
+        }
+        if !backward && !self.workspace_fwd {
+            self.workspace_fwd = true;
+            self.mem.alloc(ws, Category::Workspace);
+        }
+    }
+
+    // --- forward ---------------------------------------------------------------------------
+
+    /// nanoGPT's LayerNorm forward: a fp32 output, and the (B,T) fp32 mean and rstd that
+    /// backward needs (dropped at once without a graph).
+    fn layer_norm(&mut self, d: &Dims, graph: bool) -> (Id, [Id; 2]) {
+        let out = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+        if !graph {
+            let m = self.mem.alloc(d.bt() * 4, Category::Temporaries);
+            let r = self.mem.alloc(d.bt() * 4, Category::Temporaries);
+            self.mem.free(m);
+            self.mem.free(r);
+            return (out, [Id::NONE; 2]);
+        }
+        let stats = [
+            self.mem.alloc(d.bt() * 4, Category::SavedActivations),
+            self.mem.alloc(d.bt() * 4, Category::SavedActivations),
+        ];
+        (out, stats)
+    }
+
+    /// The input a matmul reads from a fp32 LayerNorm output: under autocast a low-precision
+    /// copy (saved for backward), in fp32 the output itself (then saved as is). The caller
+    /// frees the fp32 output when its Python name dies.
+    fn matmul_input(&mut self, d: &Dims, fp32: Id, graph: bool) -> Id {
+        if d.autocast {
+            let cat = if graph { Category::SavedActivations } else { Category::Temporaries };
+            self.mem.alloc(d.bt() * d.c * d.cb, cat)
+        } else {
+            if graph {
+                self.mem.recategorize(fp32, Category::SavedActivations);
+            }
+            fp32
+        }
+    }
+
+    /// Autocast's cached low-precision copy of a linear's weight and bias (nothing in fp32).
+    /// With a graph the matmul saves them until its backward; without one only the cache
+    /// holds them, until `with ctx:` ends.
+    fn cast_weights(&mut self, d: &Dims, lin: Linear, graph: bool) -> (Id, Id) {
+        if !d.autocast {
+            return (Id::NONE, Id::NONE);
+        }
+        let (o, i) = lin.shape();
+        let w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::CastWeights);
+        let b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::CastWeights) } else { Id::NONE };
+        if !graph {
+            self.ctx_cache.push(w);
+            if b != Id::NONE {
+                self.ctx_cache.push(b);
+            }
+        }
+        (w, b)
+    }
+
+    /// A dropout (p > 0, training): a new output and a 1-byte mask kept for backward (CUDA's
+    /// fused kernel). CPU's kernel keeps an fp32 scaled noise tensor instead.
+    fn dropout(&mut self, d: &Dims, input: Id, elems: u64, elem_bytes: u64, cat: Category, graph: bool) -> (Id, Id) {
+        if !d.dropout {
+            return (input, Id::NONE);
+        }
+        let mask_bytes = if self.target.cuda_kernels { elems } else { elems * elem_bytes };
+        let out = self.mem.alloc(elems * elem_bytes, cat);
+        let mask = self.mem.alloc(mask_bytes, Category::SavedActivations);
+        self.mem.free(input);
+        if !graph {
+            self.mem.free(mask);
+            return (out, Id::NONE);
+        }
+        (out, mask)
+    }
+
+
+    // --- a block, forward --------------------------------------------------------------------
+    //
+    // Python names matter as much as autograd here: an argument lives until the callee returns
+    // (`self.attn(self.ln_1(x))` keeps ln_1's fp32 output alive through all of attention, and
+    // `self.mlp(self.ln_2(x))` keeps ln_2's through the MLP), and CausalSelfAttention's locals
+    // q, k, v (views of c_attn's output) live until it returns.
+
+    /// One transformer block, forward. `x_in` is the block input (fp32, B,T,C); returns the
+    /// block output. In training, `self.blocks[i]` receives what backward needs.
+    fn block_forward(&mut self, i: usize, x_in: Id, mode: BlockMode) -> Id {
+        let d = self.dims(if mode == BlockMode::NoGrad { Mode::Eval } else { Mode::Train });
+        let layer = i as u32;
+        let graph = mode == BlockMode::Train;
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let phase = match mode {
+            BlockMode::NoGrad => Phase::EvalForward,
+            BlockMode::Train | BlockMode::Checkpointed => Phase::Forward,
+        };
+        let mut s = BlockSaved::empty();
+        s.x_in = x_in;
+
+        // ---- x + attn(ln_1(x)) ----
+        self.mem.at(phase, "transformer.h.{i}.ln_1", layer, "");
+        let (ln1, st1) = self.layer_norm(&d, graph);
+        s.ln1_stats = st1;
+        self.mem.at(phase, "transformer.h.{i}.attn.c_attn", layer, "");
+        // The fp32 output stays alive (it is attn's argument) even when only its cast is saved.
+        let ln1_mm = self.matmul_input(&d, ln1, graph);
+        s.ln1_for_matmul = ln1_mm;
+        (s.w_cast[0], s.b_cast[0]) = self.cast_weights(&d, Linear::Attn, graph);
+        self.ensure_workspace(false);
+        s.qkv = self.mem.alloc(3 * d.btc() * d.cb, saved);
+        if !graph && ln1_mm != ln1 {
+            self.mem.free(ln1_mm);
+        }
+
+        self.mem.at(phase, "transformer.h.{i}.attn", layer, "");
+        let y = if d.manual { self.manual_attention(&d, &mut s, graph) } else { self.sdpa(&d, &mut s, graph) };
+
+        self.mem.at(phase, "transformer.h.{i}.attn.c_proj", layer, "");
+        (s.w_cast[1], s.b_cast[1]) = self.cast_weights(&d, Linear::AttnProj, graph);
+        let proj = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
+        let (proj, m0) = self.dropout(&d, proj, d.btc(), d.cb, Category::Temporaries, graph);
+        s.resid_mask[0] = m0;
+        // attn.forward returns: its locals die (y unless saved; q, k, v; att).
+        if !graph {
+            self.mem.free(y);
+            self.mem.free(s.qkv);
+            self.mem.free(s.softmax_out);
+            self.mem.free(s.att_for_matmul);
+        }
+        // ... and so does its argument, ln_1's fp32 output, unless a matmul saved it (fp32).
+        if !(graph && ln1_mm == ln1) {
+            self.mem.free(ln1);
+        }
+        // fp32 + low precision promotes to fp32: a new residual tensor.
+        self.mem.at(phase, "transformer.h.{i}", layer, "residual add");
+        let x_mid = self.mem.alloc(d.btc() * 4, saved);
+        self.mem.free(proj);
+        s.x_mid = x_mid;
+
+        // ---- x + mlp(ln_2(x)) ----
+        self.mem.at(phase, "transformer.h.{i}.ln_2", layer, "");
+        let (ln2, st2) = self.layer_norm(&d, graph);
+        s.ln2_stats = st2;
+        self.mem.at(phase, "transformer.h.{i}.mlp.c_fc", layer, "");
+        let ln2_mm = self.matmul_input(&d, ln2, graph);
+        s.ln2_for_matmul = ln2_mm;
+        (s.w_cast[2], s.b_cast[2]) = self.cast_weights(&d, Linear::Fc, graph);
+        s.fc_out = self.mem.alloc(4 * d.btc() * d.cb, saved);
+        if !graph && ln2_mm != ln2 {
+            self.mem.free(ln2_mm);
+        }
+        self.mem.at(phase, "transformer.h.{i}.mlp.gelu", layer, "");
+        s.gelu_out = self.mem.alloc(4 * d.btc() * d.cb, saved);
+        if !graph {
+            self.mem.free(s.fc_out);
+        }
+        self.mem.at(phase, "transformer.h.{i}.mlp.c_proj", layer, "");
+        (s.w_cast[3], s.b_cast[3]) = self.cast_weights(&d, Linear::MlpProj, graph);
+        let mlp = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
+        if !graph {
+            self.mem.free(s.gelu_out);
+        }
+        let (mlp, m1) = self.dropout(&d, mlp, d.btc(), d.cb, Category::Temporaries, graph);
+        s.resid_mask[1] = m1;
+        if !(graph && ln2_mm == ln2) {
+            self.mem.free(ln2);
+        }
+        self.mem.at(phase, "transformer.h.{i}", layer, "residual add");
+        let out_cat = if mode == BlockMode::NoGrad { Category::Temporaries } else { Category::SavedActivations };
+        let x_out = self.mem.alloc(d.btc() * 4, out_cat);
+        self.mem.free(mlp);
+        if !graph {
+            // Block.forward's local x (x_mid) dies now; the caller's x (the block input) when
+            // GPT.forward rebinds it, unless a checkpoint keeps it for the recompute.
+            self.mem.free(x_mid);
+            if mode == BlockMode::NoGrad {
+                self.mem.free(x_in);
+            }
+            let mut kept = BlockSaved::empty();
+            kept.x_in = x_in;
+            self.blocks[i] = kept;
+        } else {
+            self.blocks[i] = s;
+        }
+        x_out
+    }
+
+    /// `F.scaled_dot_product_attention(..., is_causal=True)`: flash (bf16/fp16) or memory-
+    /// efficient (fp32) kernels; both keep their output and a fp32 logsumexp for backward.
+    /// Returns the (B,T,C) tensor c_proj reads: the output itself (its transpose back to
+    /// (B,T,H,hs) is already contiguous).
+    fn sdpa(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        s.attn_out = self.mem.alloc(d.btc() * d.cb, saved);
+        // Flash keeps logsumexp as (B,H,T); the memory-efficient kernel pads T to 32 and only
+        // computes it when a gradient is needed.
+        let lse = if d.autocast || !self.target.cuda_kernels {
+            self.mem.alloc(4 * d.b * d.h * d.t, saved)
+        } else if graph {
+            self.mem.alloc(4 * d.b * d.h * d.t.div_ceil(32) * 32, saved)
+        } else {
+            Id::NONE
+        };
+        if graph {
+            s.attn_lse = lse;
+        } else {
+            self.mem.free(lse);
+        }
+        s.attn_out
+    }
+
+    /// The explicit attention: scores, mask, softmax (fp32 under autocast), dropout, `@ v`.
+    /// Returns the contiguous (B,T,C) tensor c_proj reads.
+    fn manual_attention(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let tmp = Category::Temporaries;
+        // q @ k^T: matmul folds (B,H) into one batch dim and must copy the strided views.
+        s.q_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        s.kt_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        let scores = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        if !graph {
+            self.mem.free(s.q_copy);
+            self.mem.free(s.kt_copy);
+        }
+        // * (1/sqrt(hs)): a new tensor; the product dies.
+        let scaled = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        self.mem.free(scores);
+        // masked_fill(bias[:,:,:T,:T] == 0, -inf): the bool mask is saved for backward.
+        s.mask = self.mem.alloc(d.t * d.t, saved);
+        let masked = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        self.mem.free(scaled);
+        if !graph {
+            self.mem.free(s.mask);
+        }
+        // softmax: autocast runs it in fp32. CUDA reads fp16 directly (half_to_float); bf16
+        // (and any CPU input) is first copied to fp32.
+        let upcast = if self.upcasts_before_fp32_softmax(d) { self.mem.alloc(d.bhtt() * 4, tmp) } else { Id::NONE };
+        let soft_bytes = if d.autocast { 4 } else { d.cb };
+        s.softmax_out = self.mem.alloc(d.bhtt() * soft_bytes, saved);
+        self.mem.free(upcast);
+        self.mem.free(masked);
+        // attn_dropout: a new tensor and its mask; softmax's output stays (saved by softmax).
+        let att = if d.dropout {
+            let out = self.mem.alloc(d.bhtt() * soft_bytes, tmp);
+            let mask_bytes = if self.target.cuda_kernels { d.bhtt() } else { d.bhtt() * soft_bytes };
+            s.att_drop_mask = self.mem.alloc(mask_bytes, saved);
+            out
+        } else {
+            s.softmax_out
+        };
+        // att @ v: autocast casts att back to low precision; v's strided view is copied.
+        if d.autocast {
+            s.att_for_matmul = self.mem.alloc(d.bhtt() * d.cb, saved);
+            if att != s.softmax_out {
+                self.mem.free(att);
+            }
+        } else if att != s.softmax_out {
+            // fp32 with dropout: the dropout output itself is bmm's saved input.
+            self.mem.recategorize(att, saved);
+            s.att_for_matmul = att;
+        }
+        if !graph {
+            // `att` (the local) lives until attn returns; its cast only while the op runs.
+            if d.autocast {
+                self.mem.free(s.att_for_matmul);
+                s.att_for_matmul = Id::NONE;
+            }
+            if att != s.softmax_out {
+                self.mem.free(s.softmax_out);
+                s.softmax_out = att;
+            }
+        }
+        s.v_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        let y = self.mem.alloc(d.btc() * d.cb, tmp);
+        if !graph {
+            self.mem.free(s.v_copy);
+        }
+        // y.transpose(1, 2).contiguous(): a real copy here, which c_proj keeps.
+        s.y_contig = self.mem.alloc(d.btc() * d.cb, saved);
+        self.mem.free(y);
+        s.y_contig
+    }
+
+    fn upcasts_before_fp32_softmax(&self, d: &Dims) -> bool {
+        d.autocast && !(d.fp16 && self.target.cuda_kernels)
+    }
+
+    // --- GPT.forward -------------------------------------------------------------------------
+
+    /// GPT.forward with targets, inside `with ctx:`, then `loss = loss / GA` in training.
+    /// Afterwards `self.logits`/`self.loss` hold the new tensors (the old ones died at the
+    /// assignment, as in Python).
+    fn forward(&mut self, mode: Mode) -> HeadSaved {
+        let d = self.dims(mode);
+        let graph = mode == Mode::Train;
+        let phase = if graph { Phase::Forward } else { Phase::EvalForward };
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+
+        self.mem.at(phase, "transformer.wte+wpe", NO_LAYER, "");
+        // pos = arange(t) (kept by wpe's backward); tok_emb and pos_emb are locals of
+        // GPT.forward and live until it returns.
+        let pos = self.mem.alloc(d.t * 8, Category::Batch);
+        let tok_emb = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+        let pos_emb = self.mem.alloc(d.t * d.c * 4, Category::Temporaries);
+        let x0 = self.mem.alloc(d.btc() * 4, saved);
+        let (mut x, emb_mask) = self.dropout(&d, x0, d.btc(), 4, saved, graph);
+
+        let block_mode = match (graph, self.cfg.activation_checkpointing) {
+            (false, _) => BlockMode::NoGrad,
+            (true, false) => BlockMode::Train,
+            (true, true) => BlockMode::Checkpointed,
+        };
+        for i in 0..self.cfg.n_layer as usize {
+            x = self.block_forward(i, x, block_mode);
+        }
+
+        self.mem.at(phase, "transformer.ln_f", NO_LAYER, "");
+        let (lnf, lnf_stats) = self.layer_norm(&d, graph);
+        if !graph {
+            self.mem.free(x);
+        }
+        self.mem.at(phase, "lm_head", NO_LAYER, "");
+        let lnf_mm = self.matmul_input(&d, lnf, graph);
+        let wte_cast = if d.autocast {
+            let cat = Category::CastWeights;
+            let id = self.mem.alloc(d.v * d.c * d.cb, cat);
+            if !graph {
+                self.ctx_cache.push(id);
+            }
+            id
+        } else {
+            Id::NONE
+        };
+        self.ensure_workspace(false);
+        let logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+        if !graph && lnf_mm != lnf {
+            self.mem.free(lnf_mm);
+        }
+
+        // F.cross_entropy = log_softmax (fp32 under autocast) + nll_loss.
+        let loss_phase = if graph { Phase::Loss } else { Phase::EvalLoss };
+        self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "log_softmax");
+        let upcast = if self.upcasts_before_fp32_softmax(&d) {
+            self.mem.alloc(d.n() * 4, Category::LogitsAndLoss)
+        } else {
+            Id::NONE
+        };
+        let log_probs = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
+        self.mem.free(upcast);
+        self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "nll_loss");
+        let loss = self.mem.alloc(4, Category::LogitsAndLoss);
+        let total_weight = self.mem.alloc(4, Category::LogitsAndLoss);
+        if !graph {
+            self.mem.free(log_probs);
+            self.mem.free(total_weight);
+        }
+
+        // GPT.forward returns: its locals die (tok_emb, pos_emb, ln_f's fp32 output unless a
+        // matmul saved it, pos unless wpe's backward keeps it).
+        self.mem.free(tok_emb);
+        self.mem.free(pos_emb);
+        if !(graph && lnf_mm == lnf) {
+            self.mem.free(lnf);
+        }
+        if !graph {
+            self.mem.free(pos);
+        }
+        // `with ctx:` ends: autocast's cache lets go of its weight copies.
+        while let Some(id) = self.ctx_cache.pop() {
+            self.mem.free(id);
+        }
+
+        HeadSaved {
+            logits,
+            loss,
+            pos,
+            emb_drop_mask: emb_mask,
+            lnf_in: x,
+            lnf_stats,
+            lnf_for_matmul: lnf_mm,
+            wte_cast,
+            log_probs,
+            nll_total_weight: total_weight,
+        }
+    }
+
+    // --- backward ------------------------------------------------------------------------------
+    //
+    // The autograd engine runs nodes in reverse creation order. A node allocates its outputs
+    // while its incoming gradient and its saved tensors are alive, then both are dropped.
+    // Gradients flowing into a tensor with two consumers (the residual stream) are added in
+    // place into the first one to arrive. Weight gradients come out of the matmul in the
+    // compute dtype and are cast to fp32 by the weight cast's own backward node.
+
+    /// A parameter's gradient has been computed: it becomes `param.grad` (first micro-step)
+    /// or is added in place into the existing one and dropped (later micro-steps).
+    fn grad_arrives(&mut self, id: Id, resident: bool) {
+        if id == Id::NONE {
+            return;
+        }
+        if resident {
+            self.mem.free(id);
+        } else {
+            self.mem.recategorize(id, Category::Gradients);
+            self.grads.push(id);
+        }
+    }
+
+    /// Backward of a linear layer `y = x @ W^T (+ b)` whose incoming gradient is `g_out`
+    /// (compute dtype, `out_cols` columns). Returns the gradient of its input (compute dtype).
+    #[allow(clippy::too_many_arguments)]
+    fn linear_backward(&mut self, d: &Dims, lin: Linear, layer: u32, g_out: Id, saved_input: Id, w_cast: Id, b_cast: Id, in_cols: u64) -> Id {
+        let (o, i) = lin.shape();
+        self.mem.at(Phase::Backward, lin.module(), layer, "backward");
+        self.ensure_workspace(true);
+        let g_in = self.mem.alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
+        let g_w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
+        let g_b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::Temporaries) } else { Id::NONE };
+        self.mem.free(g_out);
+        self.mem.free(saved_input);
+        self.mem.free(w_cast);
+        self.mem.free(b_cast);
+        self.weight_grads_to_fp32(d, g_w, g_b, o * i * d.c * d.c, o * d.c);
+        g_in
+    }
+
+    /// The weight cast's backward (autocast only) turns the low-precision weight gradient into
+    /// fp32; then AccumulateGrad takes it.
+    fn weight_grads_to_fp32(&mut self, d: &Dims, g_w: Id, g_b: Id, w_elems: u64, b_elems: u64) {
+        let resident = self.grads_resident;
+        for (g, elems) in [(g_b, b_elems), (g_w, w_elems)] {
+            if g == Id::NONE {
+                continue;
+            }
+            if d.autocast {
+                let g32 = self.mem.alloc(elems * 4, Category::Temporaries);
+                self.mem.free(g);
+                self.grad_arrives(g32, resident);
+            } else {
+                self.grad_arrives(g, resident);
+            }
+        }
+    }
+
+    /// A LayerNorm's backward, from the gradient of its output as the matmul produced it.
+    /// Returns the fp32 gradient of its input.
+    fn layer_norm_backward(&mut self, d: &Dims, module: &'static str, layer: u32, g_mm: Id, input: Id, stats: [Id; 2]) -> Id {
+        self.mem.at(Phase::Backward, module, layer, "backward");
+        // Autocast's cast of the LayerNorm output: its backward casts the gradient to fp32.
+        let g = if d.autocast {
+            let g32 = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+            self.mem.free(g_mm);
+            g32
+        } else {
+            g_mm
+        };
+        let g_in = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+        let g_w = self.mem.alloc(d.c * 4, Category::Temporaries);
+        let g_b = if d.bias { self.mem.alloc(d.c * 4, Category::Temporaries) } else { Id::NONE };
+        self.mem.free(g);
+        self.mem.free(input);
+        self.mem.free(stats[0]);
+        self.mem.free(stats[1]);
+        let resident = self.grads_resident;
+        self.grad_arrives(g_w, resident);
+        self.grad_arrives(g_b, resident);
+        g_in
+    }
+
+    /// The gradient a residual add hands its low-precision branch: the engine casts the fp32
+    /// gradient to the branch's dtype (a new tensor) or, in fp32, passes the same tensor.
+    fn branch_grad(&mut self, d: &Dims, g: Id) -> Id {
+        if d.autocast {
+            self.mem.alloc(d.btc() * d.cb, Category::Temporaries)
+        } else {
+            g
+        }
+    }
+
+    /// Frees a branch gradient unless it is the residual gradient itself.
+    fn free_branch(&mut self, g_branch: Id, g: Id) {
+        if g_branch != g {
+            self.mem.free(g_branch);
+        }
+    }
+
+    fn dropout_backward(&mut self, d: &Dims, g: Id, keep: Id, mask: Id, elem_bytes: u64) -> Id {
+        if mask == Id::NONE {
+            return g;
+        }
+        let out = self.mem.alloc(d.btc() * elem_bytes, Category::Temporaries);
+        if g != keep {
+            self.mem.free(g);
+        }
+        self.mem.free(mask);
+        out
+    }
+
+    /// One block's backward. `g` is the fp32 gradient of the block output; it becomes the
+    /// gradient of the block input (in place) and is returned.
+    fn block_backward(&mut self, i: usize, g: Id) -> Id {
+        let d = self.dims(Mode::Train);
+        let layer = i as u32;
+        if self.cfg.activation_checkpointing {
+            // Recompute the block from its kept input, this time saving for backward; the
+            // recomputed output itself is discarded.
+            self.mem.at(Phase::Backward, "transformer.h.{i}", layer, "recompute");
+            let x_in = self.blocks[i].x_in;
+            let out = self.block_forward(i, x_in, BlockMode::Train);
+            self.mem.free(out);
+        }
+        let s = self.blocks[i];
+
+        // x_out = x_mid + mlp(ln_2(x_mid))
+        self.mem.at(Phase::Backward, "transformer.h.{i}.mlp", layer, "backward");
+        let g_mlp = self.branch_grad(&d, g);
+        let g_mlp2 = self.dropout_backward(&d, g_mlp, g, s.resid_mask[1], d.cb);
+        if g_mlp2 != g_mlp {
+            self.free_branch(g_mlp, g);
+        }
+        let g_mlp = g_mlp2;
+        let g_gelu = self.linear_backward(&d, Linear::MlpProj, layer, Id::NONE, s.gelu_out, s.w_cast[3], s.b_cast[3], 4 * d.c);
+        self.free_branch(g_mlp, g);
+        self.mem.at(Phase::Backward, "transformer.h.{i}.mlp.gelu", layer, "backward");
+        let g_fc = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
+        self.mem.free(g_gelu);
+        self.mem.free(s.fc_out);
+        let g_ln2 = self.linear_backward(&d, Linear::Fc, layer, g_fc, s.ln2_for_matmul, s.w_cast[2], s.b_cast[2], d.c);
+        let g_mid = self.layer_norm_backward(&d, "transformer.h.{i}.ln_2", layer, g_ln2, s.x_mid, s.ln2_stats);
+        // Accumulated in place into the residual gradient.
+        self.mem.free(g_mid);
+
+        // x_mid = x_in + attn(ln_1(x_in))
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "backward");
+        let g_att = self.branch_grad(&d, g);
+        let g_att2 = self.dropout_backward(&d, g_att, g, s.resid_mask[0], d.cb);
+        if g_att2 != g_att {
+            self.free_branch(g_att, g);
+        }
+        let g_att = g_att2;
+        let proj_input = if d.manual { s.y_contig } else { Id::NONE };
+        let g_y = self.linear_backward(&d, Linear::AttnProj, layer, Id::NONE, proj_input, s.w_cast[1], s.b_cast[1], d.c);
+        self.free_branch(g_att, g);
+        let g_qkv = if d.manual { self.manual_attention_backward(&d, &s, layer, g_y) } else { self.sdpa_backward(&d, &s, layer, g_y) };
+        let g_ln1 = self.linear_backward(&d, Linear::Attn, layer, g_qkv, s.ln1_for_matmul, s.w_cast[0], s.b_cast[0], d.c);
+        let g_in = self.layer_norm_backward(&d, "transformer.h.{i}.ln_1", layer, g_ln1, s.x_in, s.ln1_stats);
+        self.mem.free(g_in);
+        g
+    }
+
+    /// Flash (or memory-efficient) attention backward: dq, dk, dv plus the kernel's fp32
+    /// scratch, then SplitBackward concatenates them into the gradient of c_attn's output.
+    fn sdpa_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.sdpa", layer, "backward");
+        let grads = [
+            self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
+            self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
+            self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
+        ];
+        if self.target.cuda_kernels && d.autocast {
+            // flash-attn 2: dq_accum (B, T rounded to 128, H, hs rounded to 32) and softmax_d
+            // (B, H, T rounded to 128), both fp32, freed when the kernel returns.
+            let t128 = d.t.div_ceil(128) * 128;
+            let hs = d.c / d.h;
+            let hs32 = hs.div_ceil(32) * 32;
+            let acc = self.mem.alloc(4 * d.b * t128 * d.h * hs32, Category::Temporaries);
+            let sd = self.mem.alloc(4 * d.b * d.h * t128, Category::Temporaries);
+            self.mem.free(acc);
+            self.mem.free(sd);
+        } else if self.target.cuda_kernels {
+            // memory-efficient kernel: delta (B, H, T) fp32.
+            let delta = self.mem.alloc(4 * d.b * d.h * d.t, Category::Temporaries);
+            self.mem.free(delta);
+        }
+        self.mem.free(g_y);
+        self.mem.free(s.qkv);
+        self.mem.free(s.attn_out);
+        self.mem.free(s.attn_lse);
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
+        let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, Category::Temporaries);
+        for g in grads {
+            self.mem.free(g);
+        }
+        g_qkv
+    }
+
+    /// The explicit attention's backward, node by node.
+    fn manual_attention_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "att @ v backward");
+        let tmp = Category::Temporaries;
+        // y.transpose(1,2).contiguous() backward passes the gradient through as a strided
+        // view; bmm's folding reshape needs it contiguous: a copy.
+        let g_y_c = self.mem.alloc(d.btc() * d.cb, tmp);
+        self.mem.free(g_y);
+        // bmm(att, v): gradients of att (B,H,T,T) and v.
+        let g_att = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        let g_v = self.mem.alloc(d.btc() * d.cb, tmp);
+        self.mem.free(g_y_c);
+        self.mem.free(s.att_for_matmul);
+        self.mem.free(s.v_copy);
+        // v's gradient, un-transposed into (B,T,C): another copy (the view cannot fold).
+        let g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
+        self.mem.free(g_v);
+        // att cast back to fp32 (autocast), dropout, softmax backward.
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "softmax backward");
+        let soft_bytes = if d.autocast { 4 } else { d.cb };
+        let mut g = g_att;
+        if d.autocast {
+            let g32 = self.mem.alloc(d.bhtt() * 4, tmp);
+            self.mem.free(g);
+            g = g32;
+        }
+        if s.att_drop_mask != Id::NONE {
+            let gd = self.mem.alloc(d.bhtt() * soft_bytes, tmp);
+            self.mem.free(g);
+            self.mem.free(s.att_drop_mask);
+            g = gd;
+        }
+        let half_to_float = d.fp16 && self.target.cuda_kernels;
+        let g_in_bytes = if half_to_float { 2 } else { soft_bytes };
+        let g_soft = self.mem.alloc(d.bhtt() * g_in_bytes, tmp);
+        self.mem.free(g);
+        self.mem.free(s.softmax_out);
+        let mut g = g_soft;
+        if self.upcasts_before_fp32_softmax(d) {
+            let gl = self.mem.alloc(d.bhtt() * d.cb, tmp);
+            self.mem.free(g);
+            g = gl;
+        }
+        // masked_fill backward, then the scale.
+        let gm = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        self.mem.free(g);
+        self.mem.free(s.mask);
+        let gs = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        self.mem.free(gm);
+        // bmm(q, k^T): gradients of the q and k^T copies, then each back through its view.
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "q @ k^T backward");
+        let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
+        let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
+        self.mem.free(gs);
+        self.mem.free(s.q_copy);
+        self.mem.free(s.kt_copy);
+        let g_q2 = self.mem.alloc(d.btc() * d.cb, tmp);
+        self.mem.free(g_q);
+        let g_k2 = self.mem.alloc(d.btc() * d.cb, tmp);
+        self.mem.free(g_kt);
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
+        let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
+        self.mem.free(g_q2);
+        self.mem.free(g_k2);
+        self.mem.free(g_v2);
+        self.mem.free(s.qkv);
+        g_qkv
+    }
+
+    /// `scaler.scale(loss).backward()` for one micro-step. `old_x`/`old_y` are the batch this
+    /// forward read, which the graph keeps after `X, Y = get_batch()` rebinds the names.
+    fn backward(&mut self, h: HeadSaved, old_x: Id, old_y: Id, root: Id) {
+        let d = self.dims(Mode::Train);
+        let resident = self.grads_resident;
+        self.mem.at(Phase::Backward, "loss", NO_LAYER, "backward");
+        // The root's gradient (ones), and the quotient's backward.
+        let g_root = self.mem.alloc(4, Category::LogitsAndLoss);
+        let g_loss = self.mem.alloc(4, Category::LogitsAndLoss);
+        self.mem.free(g_root);
+
+        // nll_loss backward: a fp32 (B*T, V) gradient, zeros except at the targets.
+        self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "nll_loss backward");
+        let g_lp = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
+        self.mem.free(g_loss);
+        self.mem.free(old_y);
+        self.mem.free(h.nll_total_weight);
+        self.mem.free(root);
+        // log_softmax backward: the gradient of its input, fp32 (fp16 with CUDA's half_to_float).
+        self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "log_softmax backward");
+        let half_to_float = d.fp16 && self.target.cuda_kernels;
+        let g_in = self.mem.alloc(d.n() * if half_to_float { 2 } else { 4 }, Category::LogitsAndLoss);
+        self.mem.free(g_lp);
+        self.mem.free(h.log_probs);
+        let g_logits = if self.upcasts_before_fp32_softmax(&d) {
+            let gl = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+            self.mem.free(g_in);
+            gl
+        } else {
+            g_in
+        };
+
+        // lm_head: the tied wte weight's gradient (V, C) and the gradient of ln_f's output.
+        self.mem.at(Phase::Backward, "lm_head", NO_LAYER, "backward");
+        self.ensure_workspace(true);
+        let g_x = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
+        let g_w = self.mem.alloc(d.v * d.c * d.cb, Category::Temporaries);
+        self.mem.free(g_logits);
+        self.mem.free(h.lnf_for_matmul);
+        self.mem.free(h.wte_cast);
+        // From here wte has a .grad: the embedding's gradient is added into it.
+        self.weight_grads_to_fp32(&d, g_w, Id::NONE, d.v * d.c, 0);
+        let lnf_in = if d.autocast { h.lnf_in } else { h.lnf_in };
+        let mut g = self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, lnf_in, h.lnf_stats);
+
+        for i in (0..self.cfg.n_layer as usize).rev() {
+            g = self.block_backward(i, g);
+        }
+
+        // drop(tok_emb + pos_emb), then the two embeddings.
+        self.mem.at(Phase::Backward, "transformer.wte+wpe", NO_LAYER, "backward");
+        if h.emb_drop_mask != Id::NONE {
+            let g2 = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+            self.mem.free(g);
+            self.mem.free(h.emb_drop_mask);
+            g = g2;
+        }
+        // pos_emb was broadcast over the batch: its gradient is summed to (T, C).
+        let g_pos = self.mem.alloc(d.t * d.c * 4, Category::Temporaries);
+        // wpe: a dense (block_size, C) gradient.
+        let g_wpe = self.mem.alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
+        self.mem.free(g_pos);
+        self.mem.free(h.pos);
+        self.grad_arrives(g_wpe, resident);
+        // wte: a dense (V, C) gradient (plus the kernel's sorted index copies), added into the
+        // gradient lm_head already gave it.
+        let sort = if self.target.cuda_kernels { self.mem.alloc(2 * d.bt() * 8, Category::Temporaries) } else { Id::NONE };
+        let g_wte = self.mem.alloc(d.v * d.c * 4, Category::Temporaries);
+        self.mem.free(sort);
+        self.mem.free(g);
+        self.mem.free(old_x);
+        self.mem.free(g_wte);
+    }
+
+    // --- the loop ------------------------------------------------------------------------------
+
+    /// One training iteration: GA micro-steps, clip, optimizer step, zero_grad.
+    /// Micro-steps 3..GA repeat micro-step 2 exactly (gradients resident, the previous
+    /// logits alive), so at most two are simulated.
+    fn iteration(&mut self) {
+        let ga = self.cfg.gradient_accumulation_steps;
+        for micro in 1..=ga.min(2) {
+            self.mem.at.micro_step = micro;
+            let h = self.forward(Mode::Train);
+            // `logits, loss = model(X, Y)`: the tensors previously under those names die now.
+            let (old_logits, old_loss) = (self.logits, self.loss);
+            self.logits = h.logits;
+            self.loss = h.loss;
+            self.mem.free(old_logits);
+            self.mem.free(old_loss);
+            // loss = loss / gradient_accumulation_steps.
+            self.mem.at(Phase::Loss, "loss / gradient_accumulation_steps", NO_LAYER, "");
+            let scaled = self.mem.alloc(4, Category::LogitsAndLoss);
+            let raw = self.loss;
+            self.loss = scaled;
+            // X, Y = get_batch('train'): the graph still holds the batch it read.
+            self.mem.at(Phase::Loss, "get_batch", NO_LAYER, "");
+            let (old_x, old_y) = self.new_training_batch();
+            // scaler.scale(loss): a new scalar under fp16 (GradScaler), the loss itself otherwise.
+            let root = if self.cfg.dtype == Dtype::Float16 { self.mem.alloc(4, Category::LogitsAndLoss) } else { Id::NONE };
+            self.backward(h, old_x, old_y, root);
+            // The graph is gone: the undivided loss dies with it.
+            self.mem.free(raw);
+            self.grads_resident = true;
+        }
+        self.mem.at.micro_step = 0;
+
+        // clip_grad_norm_: one norm per gradient, stacked, reduced; the scaling is in place.
+        self.mem.at(Phase::ClipGrad, "clip_grad_norm_", NO_LAYER, "");
+        let n = self.grads.len() as u64;
+        let mut norms = Vec::new();
+        if self.cfg.dtype == Dtype::Float16 {
+            // scaler.unscale_: found_inf and the inverse scale.
+            norms.push(self.mem.alloc(4, Category::Temporaries));
+            norms.push(self.mem.alloc(4, Category::Temporaries));
+        }
+        for _ in 0..n {
+            norms.push(self.mem.alloc(4, Category::Temporaries));
+        }
+        norms.push(self.mem.alloc(n * 4, Category::Temporaries));
+        for _ in 0..3 {
+            norms.push(self.mem.alloc(4, Category::Temporaries));
+        }
+        for id in norms {
+            self.mem.free(id);
+        }
+
+        // optimizer.step(): fused AdamW creates step, exp_avg, exp_avg_sq per parameter the
+        // first time, then updates in place. Plain SGD keeps nothing.
+        self.mem.at(Phase::OptimizerStep, "optimizer.step", NO_LAYER, "");
+        if self.cfg.optimizer == Optimizer::Adamw && self.opt_state.is_empty() {
+            for p in param_tensors(self.cfg) {
+                for _ in 0..p.count {
+                    let step = self.mem.alloc(4, Category::OptimizerState);
+                    let m = self.mem.alloc(p.elements() * 4, Category::OptimizerState);
+                    let v = self.mem.alloc(p.elements() * 4, Category::OptimizerState);
+                    self.opt_state.extend([step, m, v]);
+                }
+            }
+        }
+
+        // zero_grad(set_to_none=True).
+        self.mem.at(Phase::ZeroGrad, "zero_grad", NO_LAYER, "");
+        while let Some(id) = self.grads.pop() {
+            self.mem.free(id);
+        }
+        self.grads_resident = false;
+    }
+
+    /// `estimate_loss()`: two splits, `eval_iters` batches each, under no_grad. The second
+    /// batch onwards repeat exactly (the previous batch's logits alive), so at most two
+    /// batches per split are simulated.
+    fn estimate_loss(&mut self) {
+        let d = self.dims(Mode::Eval);
+        let (mut x, mut y, mut logits, mut loss) = (Id::NONE, Id::NONE, Id::NONE, Id::NONE);
+        for _split in 0..2 {
+            for _k in 0..self.cfg.eval_iters.min(2) {
+                self.mem.at(Phase::EvalForward, "get_batch", NO_LAYER, "");
+                let nx = self.mem.alloc(d.bt() * 8, Category::Batch);
+                let ny = self.mem.alloc(d.bt() * 8, Category::Batch);
+                self.mem.free(x);
+                self.mem.free(y);
+                (x, y) = (nx, ny);
+                let h = self.forward(Mode::Eval);
+                self.mem.free(logits);
+                self.mem.free(loss);
+                (logits, loss) = (h.logits, h.loss);
+            }
+        }
+        // estimate_loss returns: its locals die.
+        for id in [x, y, logits, loss] {
+            self.mem.free(id);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public entry points
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the loop in train.py's order and returns the peak of each window:
+/// `estimate_loss` at iteration 0, the first iteration, `estimate_loss` after it, and a
+/// steady-state iteration. The config must be valid (see [`Config::validate`]).
+pub fn simulate(cfg: &Config, target: &Target) -> Simulation {
+    let mut run = Run::new(cfg, *target, None);
+    simulate_run(&mut run)
+}
+
+fn simulate_run(run: &mut Run) -> Simulation {
+    run.init();
+    run.mem.begin_window();
+    run.estimate_loss();
+    let eval_at_start = run.mem.end_window();
+    run.mem.begin_window();
+    run.iteration();
+    let first_iter = run.mem.end_window();
+    run.mem.begin_window();
+    run.estimate_loss();
+    let eval = run.mem.end_window();
+    run.mem.begin_window();
+    run.iteration();
+    let train = run.mem.end_window();
+    Simulation { train, eval, first_iter, eval_at_start }
+}
+
+/// The live-memory curve of one steady-state training iteration followed by one
+/// `estimate_loss`, one point per allocation or free (for charts).
+pub fn timeline(cfg: &Config, target: &Target) -> Vec<TimelinePoint> {
+    let mut points = Vec::new();
+    {
+        let mut run = Run::new(cfg, *target, None);
+        run.init();
+        run.estimate_loss();
+        run.iteration();
+        run.estimate_loss();
+        // Attach the recorder for the steady iteration and the eval after it.
+        run.mem.timeline = Some(&mut points);
+        run.iteration();
+        run.estimate_loss();
+    }
+    points
+}
