@@ -1,1 +1,920 @@
-//! link codec
+//! The shareable-link codec: the page keeps its whole state in the URL query, and
+//! `vramfit plan --link` / `vramfit train --link` read the same string.
+//!
+//! # Format (version 1)
+//!
+//! `v=1&L=12&H=12&C=768&T=1024&V=50304&B=12&GA=40&EI=200&d=bf16&a=flash&bias=0&drop=0&cmp=1&ckpt=0&opt=adamw&xs=0&gpu=rtx-4070&other=0`
+//!
+//! | key     | field                         | values                                   |
+//! |---------|-------------------------------|------------------------------------------|
+//! | `v`     | link format version           | `1`                                      |
+//! | `L`     | `n_layer`                     | integer                                  |
+//! | `H`     | `n_head`                      | integer                                  |
+//! | `C`     | `n_embd`                      | integer                                  |
+//! | `T`     | `block_size`                  | integer                                  |
+//! | `V`     | `vocab_size`                  | integer                                  |
+//! | `B`     | `batch_size`                  | integer                                  |
+//! | `GA`    | `gradient_accumulation_steps` | integer                                  |
+//! | `EB`    | `eval_batch_size`             | integer; absent = same as `B`            |
+//! | `ET`    | `eval_block_size`             | integer; absent = same as `T`            |
+//! | `EI`    | `eval_iters`                  | integer                                  |
+//! | `d`     | `dtype`                       | `f32`, `f16`, `bf16`                     |
+//! | `a`     | `attention`                   | `flash`, `manual`                        |
+//! | `bias`  | `bias`                        | `0`, `1`                                 |
+//! | `drop`  | `dropout`                     | decimal in [0, 1)                        |
+//! | `cmp`   | `compile`                     | `0`, `1`                                 |
+//! | `ckpt`  | `activation_checkpointing`    | `0`, `1`                                 |
+//! | `opt`   | `optimizer`                   | `adamw`, `sgd`                           |
+//! | `xs`    | `expandable_segments`         | `0`, `1`                                 |
+//! | `gpu`   | GPU id                        | a preset id (`rtx-4070`) or `custom-<GiB>` |
+//! | `other` | MiB other programs hold       | integer                                  |
+//!
+//! [`encode`] always writes every key in this order (omitting `EB` / `ET` only when they are
+//! unset): a link then means the same thing even if vramfit's defaults change later, and two
+//! equal states always give byte-identical links. That costs about 150 characters.
+//!
+//! [`decode`] is lenient, for the page: it accepts a full URL, a query with or without `?`, or
+//! nothing; nanoGPT's long names (`n_layer=12`) work as keys too; keys are case-sensitive. Whatever
+//! it cannot use falls back to the default with one notice saying what was ignored and why.
+//! [`decode_strict`] turns any notice into an error, for the command line.
+
+use crate::config::{self, Attention, Config, ConfigError, Dtype, Optimizer};
+use crate::device::{self, Gpu};
+use serde::{Deserialize, Serialize};
+
+/// The link format version [`encode`] writes and [`decode`] reads.
+pub const LINK_VERSION: u32 = 1;
+
+/// The most MiB of "other programs' usage" a link may carry: as large as the largest card
+/// [`Gpu::custom`] models (4096 GiB), so `other_usage_mib * 2^20` never overflows.
+pub const MAX_OTHER_USAGE_MIB: u64 = 4096 * 1024;
+
+/// Longest value quoted back in a notice; longer ones are cut with `…`.
+const MAX_SHOWN_CHARS: usize = 40;
+
+/// Everything the page's URL carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LinkState {
+    pub config: Config,
+    /// GPU id as [`Gpu::find`] returns it (`rtx-4070`, `custom-10`).
+    pub gpu: String,
+    /// MiB other programs already hold on the card.
+    pub other_usage_mib: u64,
+}
+
+impl Default for LinkState {
+    /// nanoGPT's defaults on the default card, with nothing else on it.
+    fn default() -> Self {
+        LinkState {
+            config: Config::default(),
+            gpu: device::default_gpu().id,
+            other_usage_mib: 0,
+        }
+    }
+}
+
+/// What [`decode`] made of a link: a state that is always valid, and what it had to ignore.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decoded {
+    pub state: LinkState,
+    /// One line per ignored key or value, e.g. `ignored C=abc (n_embd): not a number`.
+    pub notices: Vec<String>,
+}
+
+/// Every setting a link can carry, in the order [`encode`] writes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Version,
+    NLayer,
+    NHead,
+    NEmbd,
+    BlockSize,
+    VocabSize,
+    BatchSize,
+    GradAccum,
+    EvalBatch,
+    EvalBlock,
+    EvalIters,
+    Dtype,
+    Attention,
+    Bias,
+    Dropout,
+    Compile,
+    Checkpointing,
+    Optimizer,
+    Expandable,
+    Gpu,
+    OtherUsage,
+}
+
+/// (field, short key, long name). Long names are nanoGPT's where it has one.
+const FIELDS: [(Field, &str, &str); 21] = [
+    (Field::Version, "v", "version"),
+    (Field::NLayer, "L", "n_layer"),
+    (Field::NHead, "H", "n_head"),
+    (Field::NEmbd, "C", "n_embd"),
+    (Field::BlockSize, "T", "block_size"),
+    (Field::VocabSize, "V", "vocab_size"),
+    (Field::BatchSize, "B", "batch_size"),
+    (Field::GradAccum, "GA", "gradient_accumulation_steps"),
+    (Field::EvalBatch, "EB", "eval_batch_size"),
+    (Field::EvalBlock, "ET", "eval_block_size"),
+    (Field::EvalIters, "EI", "eval_iters"),
+    (Field::Dtype, "d", "dtype"),
+    (Field::Attention, "a", "attention"),
+    (Field::Bias, "bias", "bias"),
+    (Field::Dropout, "drop", "dropout"),
+    (Field::Compile, "cmp", "compile"),
+    (Field::Checkpointing, "ckpt", "activation_checkpointing"),
+    (Field::Optimizer, "opt", "optimizer"),
+    (Field::Expandable, "xs", "expandable_segments"),
+    (Field::Gpu, "gpu", "gpu"),
+    (Field::OtherUsage, "other", "other_usage_mib"),
+];
+
+impl Field {
+    fn index(self) -> usize {
+        self as usize
+    }
+    fn key(self) -> &'static str {
+        FIELDS[self.index()].1
+    }
+    fn long_name(self) -> &'static str {
+        FIELDS[self.index()].2
+    }
+    fn from_key(key: &str) -> Option<Field> {
+        FIELDS
+            .iter()
+            .find(|(_, short, long)| *short == key || *long == key)
+            .map(|(f, _, _)| *f)
+    }
+    /// The field a `ConfigError` names (only range errors carry a field name).
+    fn from_config_field(name: &str) -> Option<Field> {
+        FIELDS
+            .iter()
+            .find(|(f, _, long)| *long == name && *f != Field::Version)
+            .map(|(f, _, _)| *f)
+    }
+}
+
+/// The short spelling of a dtype in links.
+fn dtype_key(d: Dtype) -> &'static str {
+    match d {
+        Dtype::Float32 => "f32",
+        Dtype::Float16 => "f16",
+        Dtype::Bfloat16 => "bf16",
+    }
+}
+
+fn bool_key(b: bool) -> &'static str {
+    if b {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// The query string (without `?`) for a state: every key, in the fixed order of the table above.
+pub fn encode(state: &LinkState) -> String {
+    let c = &state.config;
+    let mut pairs: Vec<(Field, String)> = vec![
+        (Field::Version, LINK_VERSION.to_string()),
+        (Field::NLayer, c.n_layer.to_string()),
+        (Field::NHead, c.n_head.to_string()),
+        (Field::NEmbd, c.n_embd.to_string()),
+        (Field::BlockSize, c.block_size.to_string()),
+        (Field::VocabSize, c.vocab_size.to_string()),
+        (Field::BatchSize, c.batch_size.to_string()),
+        (Field::GradAccum, c.gradient_accumulation_steps.to_string()),
+    ];
+    if let Some(eb) = c.eval_batch_size {
+        pairs.push((Field::EvalBatch, eb.to_string()));
+    }
+    if let Some(et) = c.eval_block_size {
+        pairs.push((Field::EvalBlock, et.to_string()));
+    }
+    pairs.extend([
+        (Field::EvalIters, c.eval_iters.to_string()),
+        (Field::Dtype, dtype_key(c.dtype).to_string()),
+        (Field::Attention, c.attention.name().to_string()),
+        (Field::Bias, bool_key(c.bias).to_string()),
+        // `{}` on f64 prints the shortest decimal that parses back to the same value.
+        (Field::Dropout, format!("{}", c.dropout)),
+        (Field::Compile, bool_key(c.compile).to_string()),
+        (
+            Field::Checkpointing,
+            bool_key(c.activation_checkpointing).to_string(),
+        ),
+        (Field::Optimizer, c.optimizer.name().to_string()),
+        (
+            Field::Expandable,
+            bool_key(c.expandable_segments).to_string(),
+        ),
+        (Field::Gpu, state.gpu.clone()),
+        (Field::OtherUsage, state.other_usage_mib.to_string()),
+    ]);
+    let parts: Vec<String> = pairs
+        .iter()
+        .map(|(f, v)| format!("{}={}", f.key(), percent_encode(v)))
+        .collect();
+    parts.join("&")
+}
+
+/// Escapes everything outside RFC 3986's unreserved set, so any value survives a URL.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Undoes form encoding: `+` is a space, `%XX` a byte; a malformed `%` stays as it is, and
+/// bytes that are not UTF-8 become U+FFFD.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    // from_str_radix accepts a leading '+', which is not a hex digit here.
+                    Some(b) if !hex.is_some_and(|h| h.starts_with('+')) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A value as notices quote it: control characters escaped and long values cut, so a notice
+/// is always one short line whatever the link holds.
+fn shown(s: &str) -> String {
+    let mut out = String::new();
+    for (n, ch) in s.chars().enumerate() {
+        if n == MAX_SHOWN_CHARS {
+            out.push('…');
+            break;
+        }
+        if ch.is_control() {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// The query part of whatever was pasted: a full URL, `?a=1`, `a=1`, or nothing.
+fn query_part(input: &str) -> &str {
+    let s = input.trim();
+    let s = s.split('#').next().unwrap_or("");
+    match s.split_once('?') {
+        Some((_, query)) => query,
+        // A URL without a query carries no settings; anything else is the query itself.
+        None if s.contains("://") => "",
+        None => s,
+    }
+}
+
+/// One key as the link spelt it, for notices: `C=abc (n_embd)`.
+struct Given {
+    key: String,
+    value: String,
+}
+
+impl Given {
+    fn describe(&self, field: Field) -> String {
+        if self.key == field.long_name() {
+            format!("{}={}", shown(&self.key), shown(&self.value))
+        } else {
+            format!(
+                "{}={} ({})",
+                shown(&self.key),
+                shown(&self.value),
+                field.long_name()
+            )
+        }
+    }
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty value".into());
+    }
+    if !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("not a number".into());
+    }
+    t.parse::<u64>().map_err(|_| "too large".into())
+}
+
+/// A whole number within `[min, max]`, the range `Config::validate` accepts for the field.
+fn parse_in_range(s: &str, min: u32, max: u32) -> Result<u32, String> {
+    let n = parse_u64(s)?;
+    if n < min as u64 {
+        return Err(format!("must be at least {min}"));
+    }
+    if n > max as u64 {
+        return Err(format!("larger than vramfit models (at most {max})"));
+    }
+    Ok(n as u32)
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        "" => Err("empty value".into()),
+        _ => Err("expected 0 or 1".into()),
+    }
+}
+
+fn parse_dropout(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty value".into());
+    }
+    // Only plain decimals: Rust would also accept "inf" and "NaN", which are not dropouts.
+    if !t
+        .bytes()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
+    {
+        return Err("not a number".into());
+    }
+    let p: f64 = t.parse().map_err(|_| "not a number".to_string())?;
+    if !(p.is_finite() && (0.0..1.0).contains(&p)) {
+        return Err("must be in [0, 1)".into());
+    }
+    Ok(p)
+}
+
+/// Applies one key's value to the state, or says why it cannot.
+fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String> {
+    let c = &mut state.config;
+    match field {
+        Field::Version => {
+            let v = parse_u64(value)?;
+            if v != LINK_VERSION as u64 {
+                return Err(format!("this vramfit reads link version {LINK_VERSION}; the other keys were read as version {LINK_VERSION}"));
+            }
+        }
+        Field::NLayer => c.n_layer = parse_in_range(value, 1, config::MAX_LAYERS)?,
+        Field::NHead => c.n_head = parse_in_range(value, 1, config::MAX_HEADS)?,
+        Field::NEmbd => c.n_embd = parse_in_range(value, 1, config::MAX_EMBD)?,
+        Field::BlockSize => c.block_size = parse_in_range(value, 1, config::MAX_BLOCK)?,
+        Field::VocabSize => c.vocab_size = parse_in_range(value, 1, config::MAX_VOCAB)?,
+        Field::BatchSize => c.batch_size = parse_in_range(value, 1, config::MAX_BATCH)?,
+        Field::GradAccum => {
+            c.gradient_accumulation_steps = parse_in_range(value, 1, config::MAX_ACCUM)?
+        }
+        Field::EvalBatch => c.eval_batch_size = Some(parse_in_range(value, 1, config::MAX_BATCH)?),
+        Field::EvalBlock => c.eval_block_size = Some(parse_in_range(value, 1, config::MAX_BLOCK)?),
+        Field::EvalIters => c.eval_iters = parse_in_range(value, 1, config::MAX_EVAL_ITERS)?,
+        Field::Dtype => c.dtype = Dtype::parse(value).ok_or("expected f32, f16 or bf16")?,
+        Field::Attention => {
+            c.attention = Attention::parse(value).ok_or("expected flash or manual")?
+        }
+        Field::Optimizer => c.optimizer = Optimizer::parse(value).ok_or("expected adamw or sgd")?,
+        Field::Bias => c.bias = parse_bool(value)?,
+        Field::Compile => c.compile = parse_bool(value)?,
+        Field::Checkpointing => c.activation_checkpointing = parse_bool(value)?,
+        Field::Expandable => c.expandable_segments = parse_bool(value)?,
+        Field::Dropout => c.dropout = parse_dropout(value)?,
+        Field::Gpu => {
+            if value.trim().is_empty() {
+                return Err("empty value".into());
+            }
+            state.gpu = Gpu::find(value)
+                .ok_or("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)")?
+                .id;
+        }
+        Field::OtherUsage => {
+            let mib = parse_u64(value)?;
+            if mib > MAX_OTHER_USAGE_MIB {
+                return Err(format!(
+                    "larger than vramfit models (at most {MAX_OTHER_USAGE_MIB} MiB)"
+                ));
+            }
+            state.other_usage_mib = mib;
+        }
+    }
+    Ok(())
+}
+
+/// Sets one config field back to its value in `base`.
+fn revert(cfg: &mut Config, base: &Config, field: Field) {
+    match field {
+        Field::NLayer => cfg.n_layer = base.n_layer,
+        Field::NHead => cfg.n_head = base.n_head,
+        Field::NEmbd => cfg.n_embd = base.n_embd,
+        Field::BlockSize => cfg.block_size = base.block_size,
+        Field::VocabSize => cfg.vocab_size = base.vocab_size,
+        Field::BatchSize => cfg.batch_size = base.batch_size,
+        Field::GradAccum => cfg.gradient_accumulation_steps = base.gradient_accumulation_steps,
+        Field::EvalBatch => cfg.eval_batch_size = base.eval_batch_size,
+        Field::EvalBlock => cfg.eval_block_size = base.eval_block_size,
+        Field::EvalIters => cfg.eval_iters = base.eval_iters,
+        Field::Dtype => cfg.dtype = base.dtype,
+        Field::Attention => cfg.attention = base.attention,
+        Field::Bias => cfg.bias = base.bias,
+        Field::Dropout => cfg.dropout = base.dropout,
+        Field::Compile => cfg.compile = base.compile,
+        Field::Checkpointing => cfg.activation_checkpointing = base.activation_checkpointing,
+        Field::Optimizer => cfg.optimizer = base.optimizer,
+        Field::Expandable => cfg.expandable_segments = base.expandable_segments,
+        Field::Version | Field::Gpu | Field::OtherUsage => {}
+    }
+}
+
+/// How far a size field was pushed above the base: the field an overflow is blamed on.
+fn growth(cfg: &Config, base: &Config, field: Field) -> f64 {
+    let (now, was) = match field {
+        Field::NLayer => (cfg.n_layer, base.n_layer),
+        Field::NHead => (cfg.n_head, base.n_head),
+        Field::NEmbd => (cfg.n_embd, base.n_embd),
+        Field::BlockSize => (cfg.block_size, base.block_size),
+        Field::VocabSize => (cfg.vocab_size, base.vocab_size),
+        Field::BatchSize => (cfg.batch_size, base.batch_size),
+        Field::EvalBatch => (cfg.eval_batch(), base.eval_batch()),
+        _ => return 0.0,
+    };
+    now as f64 / was.max(1) as f64
+}
+
+/// Which of the link's fields to give up on for a config error: the field it names when it was
+/// in the link, else the other one involved, else (for sizes too large to count) the field
+/// pushed furthest above the base.
+fn blame(err: &ConfigError, cfg: &Config, base: &Config, given: &[bool]) -> Option<Field> {
+    let was_given = |f: Field| given[f.index()];
+    let first_given = |fields: &[Field]| fields.iter().copied().find(|&f| was_given(f));
+    match err {
+        ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => {
+            let f = Field::from_config_field(field)?;
+            // eval_batch_size falls back to batch_size when unset.
+            first_given(&[f, Field::BatchSize])
+        }
+        ConfigError::HeadsDoNotDivide { .. } => {
+            // Give up on the one whose base value divides (or is divided by) the other; failing
+            // that, on n_head, keeping the model's width.
+            let heads_ok = |f: Field| {
+                let mut c = cfg.clone();
+                revert(&mut c, base, f);
+                c.n_embd % c.n_head.max(1) == 0
+            };
+            let candidates = [Field::NHead, Field::NEmbd];
+            candidates
+                .iter()
+                .copied()
+                .find(|&f| was_given(f) && heads_ok(f))
+                .or_else(|| first_given(&candidates))
+        }
+        ConfigError::EvalBlockTooLong { .. } => first_given(&[Field::EvalBlock, Field::BlockSize]),
+        ConfigError::Dropout(_) => first_given(&[Field::Dropout]),
+        ConfigError::Overflow(_) => {
+            let sizes = [
+                Field::NLayer,
+                Field::NHead,
+                Field::NEmbd,
+                Field::BlockSize,
+                Field::VocabSize,
+                Field::BatchSize,
+                Field::EvalBatch,
+            ];
+            sizes
+                .iter()
+                .copied()
+                .filter(|&f| was_given(f) && growth(cfg, base, f) > 1.0)
+                .max_by(|&a, &b| growth(cfg, base, a).total_cmp(&growth(cfg, base, b)))
+        }
+    }
+}
+
+/// Reads a link leniently; see the module docs. The result's config always passes
+/// `Config::validate`.
+pub fn decode(input: &str) -> Decoded {
+    decode_over(&LinkState::default(), input)
+}
+
+/// Like [`decode`], but keys the link does not mention keep their value from `base` (and
+/// fallbacks go to `base`), so a partial link can refine a config read elsewhere.
+pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
+    let mut notices = Vec::new();
+    // Last occurrence of each field wins: collect first, so repeats can be reported.
+    let mut latest: Vec<Option<Given>> = FIELDS.iter().map(|_| None).collect();
+    for segment in query_part(input).split('&') {
+        if segment.is_empty() {
+            continue;
+        }
+        let (raw_key, raw_value) = match segment.split_once('=') {
+            Some(kv) => kv,
+            None => {
+                notices.push(format!(
+                    "ignored {}: not a key=value pair",
+                    shown(&percent_decode(segment))
+                ));
+                continue;
+            }
+        };
+        let given = Given {
+            key: percent_decode(raw_key),
+            value: percent_decode(raw_value),
+        };
+        match Field::from_key(&given.key) {
+            None => notices.push(format!(
+                "ignored {}={}: unknown key",
+                shown(&given.key),
+                shown(&given.value)
+            )),
+            Some(field) => {
+                if let Some(previous) = &latest[field.index()] {
+                    notices.push(format!(
+                        "ignored {}: {} is given again later",
+                        previous.describe(field),
+                        field.long_name()
+                    ));
+                }
+                latest[field.index()] = Some(given);
+            }
+        }
+    }
+
+    let mut state = base.clone();
+    let mut given = [false; FIELDS.len()];
+    for (field, _, _) in FIELDS {
+        let Some(g) = &latest[field.index()] else {
+            continue;
+        };
+        match apply(&mut state, field, &g.value) {
+            Ok(()) => given[field.index()] = field != Field::Version,
+            Err(why) => notices.push(format!("ignored {}: {why}", g.describe(field))),
+        }
+    }
+
+    // Each field is fine alone; give up on fields one at a time until the combination is valid.
+    while let Err(err) = state.config.validate() {
+        match blame(&err, &state.config, &base.config, &given) {
+            Some(field) => {
+                let g = latest[field.index()]
+                    .as_ref()
+                    .expect("a given field has its key and value");
+                notices.push(format!("ignored {}: {err}", g.describe(field)));
+                revert(&mut state.config, &base.config, field);
+                given[field.index()] = false;
+            }
+            None => {
+                // Only reachable when the base itself is invalid.
+                notices.push(format!(
+                    "ignored the whole configuration: {err}; using nanoGPT's defaults"
+                ));
+                state.config = Config::default();
+            }
+        }
+    }
+    Decoded { state, notices }
+}
+
+/// Reads a link for the command line: anything [`decode`] would ignore is an error, reported
+/// as one line.
+pub fn decode_strict(input: &str) -> Result<LinkState, String> {
+    decode_strict_over(&LinkState::default(), input)
+}
+
+/// [`decode_strict`] on top of `base` (see [`decode_over`]).
+pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, String> {
+    let decoded = decode_over(base, input);
+    if decoded.notices.is_empty() {
+        Ok(decoded.state)
+    } else {
+        Err(decoded.notices.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn state(config: Config) -> LinkState {
+        LinkState {
+            config,
+            ..LinkState::default()
+        }
+    }
+
+    #[test]
+    fn default_link_is_the_documented_one() {
+        assert_eq!(
+            encode(&LinkState::default()),
+            "v=1&L=12&H=12&C=768&T=1024&V=50304&B=12&GA=40&EI=200&d=bf16&a=flash&bias=0&drop=0&cmp=1&ckpt=0&opt=adamw&xs=0&gpu=rtx-4070&other=0"
+        );
+    }
+
+    #[test]
+    fn empty_and_bare_inputs_give_defaults_silently() {
+        for input in [
+            "",
+            "?",
+            "#x",
+            "  ",
+            "http://localhost:8080/",
+            "https://x.org/vramfit/#L=3",
+            "?&&",
+        ] {
+            let d = decode(input);
+            assert_eq!(d.state, LinkState::default(), "{input:?}");
+            assert!(d.notices.is_empty(), "{input:?}: {:?}", d.notices);
+        }
+    }
+
+    #[test]
+    fn full_urls_and_bare_queries_read_the_same() {
+        let s = LinkState {
+            config: Config {
+                n_layer: 6,
+                n_head: 6,
+                n_embd: 384,
+                eval_batch_size: Some(4),
+                dropout: 0.2,
+                ..Config::default()
+            },
+            gpu: "t4".into(),
+            other_usage_mib: 700,
+        };
+        let q = encode(&s);
+        for input in [
+            q.clone(),
+            format!("?{q}"),
+            format!("http://127.0.0.1:8080/app/?{q}#breakdown"),
+            format!(" {q}\n"),
+        ] {
+            let d = decode(&input);
+            assert_eq!(d.state, s);
+            assert!(d.notices.is_empty(), "{:?}", d.notices);
+        }
+    }
+
+    #[test]
+    fn bad_values_fall_back_one_notice_each() {
+        let d = decode(
+            "C=abc&L=0&H=99999&drop=1.5&d=float8&gpu=gtx-9999&other=-3&xyz=1&bias=maybe&EB=",
+        );
+        assert_eq!(d.state, LinkState::default());
+        assert_eq!(d.notices.len(), 10, "{:#?}", d.notices);
+        assert!(
+            d.notices
+                .contains(&"ignored C=abc (n_embd): not a number".to_string()),
+            "{:#?}",
+            d.notices
+        );
+        assert!(d
+            .notices
+            .iter()
+            .any(|n| n.starts_with("ignored L=0 (n_layer): must be at least 1")));
+        assert!(d
+            .notices
+            .iter()
+            .any(|n| n.starts_with("ignored xyz=1: unknown key")));
+        assert!(d
+            .notices
+            .iter()
+            .any(|n| n.starts_with("ignored EB= (eval_batch_size): empty value")));
+    }
+
+    #[test]
+    fn long_names_percent_encoding_and_plus_work() {
+        let d = decode("n_layer=%32&dtype=float16&gpu=RTX+3090&attention=%20manual");
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert_eq!(d.state.config.n_layer, 2);
+        assert_eq!(d.state.config.dtype, Dtype::Float16);
+        assert_eq!(d.state.config.attention, Attention::Manual);
+        assert_eq!(d.state.gpu, "rtx-3090");
+    }
+
+    #[test]
+    fn repeated_keys_last_wins_with_a_notice() {
+        let d = decode("L=4&n_layer=6&L=8");
+        assert_eq!(d.state.config.n_layer, 8);
+        assert_eq!(d.notices.len(), 2, "{:?}", d.notices);
+        assert!(d.notices[0].contains("L=4"));
+    }
+
+    #[test]
+    fn invalid_combinations_fall_back_field_by_field() {
+        // n_head does not divide n_embd: n_head (the one named first) goes back to 12, 768/12 ok.
+        let d = decode("C=768&H=7");
+        assert_eq!((d.state.config.n_embd, d.state.config.n_head), (768, 12));
+        assert_eq!(
+            d.notices,
+            vec!["ignored H=7 (n_head): n_embd (768) must be divisible by n_head (7)".to_string()]
+        );
+
+        // Only n_embd's fallback helps: n_head=12 stays.
+        let d = decode("C=770&H=12");
+        assert_eq!((d.state.config.n_embd, d.state.config.n_head), (768, 12));
+        assert_eq!(d.notices.len(), 1, "{:?}", d.notices);
+        assert!(
+            d.notices[0].starts_with("ignored C=770 (n_embd)"),
+            "{:?}",
+            d.notices
+        );
+
+        // Neither fallback works with the other's value: both fall back; unrelated keys stay.
+        let d = decode("C=100&H=7&L=3");
+        assert_eq!(
+            (
+                d.state.config.n_layer,
+                d.state.config.n_embd,
+                d.state.config.n_head
+            ),
+            (3, 768, 12)
+        );
+        assert_eq!(d.notices.len(), 2, "{:?}", d.notices);
+
+        // Eval context longer than the training context.
+        let d = decode("T=256&ET=512");
+        assert_eq!(
+            (d.state.config.block_size, d.state.config.eval_block_size),
+            (256, None)
+        );
+        assert_eq!(d.notices.len(), 1);
+
+        // Each size is in range but their product is not countable: the most extreme goes.
+        let d = decode("B=65536&T=1048576&V=4194304");
+        assert!(d.state.config.validate().is_ok());
+        assert!(!d.notices.is_empty());
+    }
+
+    #[test]
+    fn hostile_inputs_do_not_panic() {
+        for input in [
+            "%",
+            "%%",
+            "%zz=%",
+            "%E2%82=1",
+            "L=99999999999999999999999999",
+            "=&=&=",
+            "ü=ö&L=١٢",
+            "?#?#",
+            "drop=NaN&drop=inf&drop=1e-400",
+            "L=\u{0}\n",
+        ] {
+            let d = decode(input);
+            assert!(d.state.config.validate().is_ok(), "{input:?}");
+            assert!(d.notices.iter().all(|n| !n.contains('\n')), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn strict_decoding_rejects_any_notice_in_one_line() {
+        assert_eq!(
+            decode_strict("L=6&gpu=a100-80gb").unwrap().config.n_layer,
+            6
+        );
+        let err = decode_strict("L=x&v=9").unwrap_err();
+        assert!(!err.contains('\n'));
+        assert!(err.contains("L=x"), "{err}");
+        assert!(err.contains("version"), "{err}");
+    }
+
+    #[test]
+    fn decode_over_keeps_unmentioned_fields_of_the_base() {
+        let base = state(Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 384,
+            ..Config::default()
+        });
+        let d = decode_over(&base, "B=4&H=5");
+        assert_eq!(d.state.config.batch_size, 4);
+        assert_eq!(
+            (
+                d.state.config.n_layer,
+                d.state.config.n_head,
+                d.state.config.n_embd
+            ),
+            (6, 6, 384)
+        );
+        assert_eq!(d.notices.len(), 1);
+    }
+
+    /// A valid state: config fields within range and consistent, a canonical gpu id.
+    fn valid_state() -> impl Strategy<Value = LinkState> {
+        let gpu_ids: Vec<String> = device::presets().into_iter().map(|g| g.id).collect();
+        let sizes = (
+            1u32..=48,
+            1u32..=32,
+            1u32..=64,
+            1u32..=4096,
+            1u32..=200_000,
+            1u32..=512,
+            1u32..=1000,
+        );
+        let eval = (
+            proptest::option::of(1u32..=512),
+            proptest::option::of(0.0f64..=1.0),
+            1u32..=1000,
+        );
+        let enums = (
+            0usize..3,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        );
+        let dropout = prop_oneof![Just(0.0), 0.0f64..1.0];
+        let gpu = prop_oneof![
+            proptest::sample::select(gpu_ids),
+            (1u32..=40_000).prop_map(|q| Gpu::custom(q as f64 / 100.0).id)
+        ];
+        (sizes, eval, enums, dropout, gpu, 0u64..=MAX_OTHER_USAGE_MIB).prop_map(
+            |(
+                (l, h, head_size, t, v, b, ga),
+                (eb, et_frac, ei),
+                (d, att, bias, cmp, ckpt, sgd, xs),
+                dropout,
+                gpu,
+                other,
+            )| {
+                let config = Config {
+                    n_layer: l,
+                    n_head: h,
+                    n_embd: h * head_size,
+                    block_size: t,
+                    vocab_size: v,
+                    bias,
+                    dropout,
+                    batch_size: b,
+                    gradient_accumulation_steps: ga,
+                    eval_iters: ei,
+                    eval_batch_size: eb,
+                    eval_block_size: et_frac.map(|f| ((t as f64 * f) as u32).clamp(1, t)),
+                    dtype: Dtype::ALL[d],
+                    attention: if att {
+                        Attention::Flash
+                    } else {
+                        Attention::Manual
+                    },
+                    compile: cmp,
+                    activation_checkpointing: ckpt,
+                    optimizer: if sgd {
+                        Optimizer::Sgd
+                    } else {
+                        Optimizer::Adamw
+                    },
+                    expandable_segments: xs,
+                };
+                LinkState {
+                    config,
+                    gpu,
+                    other_usage_mib: other,
+                }
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_is_exact_and_silent(s in valid_state()) {
+            prop_assume!(s.config.validate().is_ok());
+            let d = decode(&encode(&s));
+            prop_assert!(d.notices.is_empty(), "{:?}", d.notices);
+            prop_assert_eq!(d.state, s);
+        }
+
+        #[test]
+        fn arbitrary_strings_never_panic_and_decode_valid(input in any::<String>()) {
+            let d = decode(&input);
+            prop_assert!(d.state.config.validate().is_ok());
+            prop_assert!(d.notices.iter().all(|n| !n.contains('\n')));
+        }
+
+        #[test]
+        fn link_shaped_garbage_never_panics(
+            pairs in proptest::collection::vec(("(v|L|H|C|T|V|B|GA|EB|ET|EI|d|a|bias|drop|cmp|ckpt|opt|xs|gpu|other|n_embd|zz)", "[0-9a-z.%+&=#?-]{0,12}"), 0..12)
+        ) {
+            let input: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let d = decode(&input.join("&"));
+            prop_assert!(d.state.config.validate().is_ok());
+            prop_assert!(decode_strict(&input.join("&")).is_ok() == d.notices.is_empty());
+        }
+    }
+}
