@@ -607,7 +607,7 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, St
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -815,7 +815,7 @@ mod tests {
     }
 
     /// A valid state: config fields within range and consistent, a canonical gpu id.
-    fn valid_state() -> impl Strategy<Value = LinkState> {
+    pub(crate) fn valid_state() -> impl Strategy<Value = LinkState> {
         let gpu_ids: Vec<String> = device::presets().into_iter().map(|g| g.id).collect();
         let sizes = (
             1u32..=48,

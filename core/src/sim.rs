@@ -537,7 +537,10 @@ struct HeadSaved {
     lnf_stats: [Id; 2],
     lnf_for_matmul: Id,
     wte_cast: Id,
+    /// log_softmax's output (compute dtype), saved by its backward.
     log_probs: Id,
+    /// Autocast's fp32 copy of it, saved by nll_loss (none in fp32).
+    nll_input: Id,
     nll_total_weight: Id,
 }
 
@@ -785,7 +788,12 @@ impl<'c, 't> Run<'c, 't> {
         let proj = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         let (proj, m0) = self.dropout(&d, proj, d.btc(), d.cb, Category::Temporaries, graph);
         s.resid_mask[0] = m0;
-        // attn.forward returns: its locals die (y unless saved; q, k, v; att).
+        // attn.forward returns: its locals die (y unless saved; q, k, v; att). The manual path
+        // saved copies of q, k and v, so c_attn's output goes now even in training.
+        if graph && d.manual {
+            self.mem.free(s.qkv);
+            s.qkv = Id::NONE;
+        }
         if !graph {
             self.mem.free(y);
             self.mem.free(s.qkv);
@@ -1002,20 +1010,20 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(lnf_mm);
         }
 
-        // F.cross_entropy = log_softmax (fp32 under autocast) + nll_loss.
+        // F.cross_entropy = log_softmax + nll_loss. cross_entropy passes the logits' own dtype to
+        // log_softmax explicitly, so autocast leaves it in the compute dtype; nll_loss is on
+        // autocast's fp32 list, so it copies the log-probabilities to fp32 and saves that copy.
+        // (Measured on an H100 with torch 2.11: 6 bytes per logit beyond the bf16 logits after
+        // the forward, 10 at the backward's peak; tests/reference/probes/cuda_facts.py.)
         let loss_phase = if graph { Phase::Loss } else { Phase::EvalLoss };
         self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "log_softmax");
-        let upcast = if self.upcasts_before_fp32_softmax(&d) {
-            self.mem.alloc(d.n() * 4, Category::LogitsAndLoss)
-        } else {
-            Id::NONE
-        };
-        let log_probs = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
-        self.mem.free(upcast);
+        let log_probs = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
         self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "nll_loss");
+        let nll_input = if d.autocast { self.mem.alloc(d.n() * 4, Category::LogitsAndLoss) } else { Id::NONE };
         let loss = self.mem.alloc(4, Category::LogitsAndLoss);
         let total_weight = self.mem.alloc(4, Category::LogitsAndLoss);
         if !graph {
+            self.mem.free(nll_input);
             self.mem.free(log_probs);
             self.mem.free(total_weight);
         }
@@ -1045,6 +1053,7 @@ impl<'c, 't> Run<'c, 't> {
             lnf_for_matmul: lnf_mm,
             wte_cast,
             log_probs,
+            nll_input,
             nll_total_weight: total_weight,
         }
     }
@@ -1329,26 +1338,26 @@ impl<'c, 't> Run<'c, 't> {
         let g_loss = self.mem.alloc(4, Category::LogitsAndLoss);
         self.mem.free(g_root);
 
-        // nll_loss backward: a fp32 (B*T, V) gradient, zeros except at the targets.
+        // nll_loss backward: a fp32 (B*T, V) gradient, zeros except at the targets; then the
+        // fp32 copy's backward casts it to the compute dtype, and log_softmax's backward.
         self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "nll_loss backward");
-        let g_lp = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
+        let g_nll = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
         self.mem.free(g_loss);
         self.mem.free(old_y);
         self.mem.free(h.nll_total_weight);
+        self.mem.free(h.nll_input);
         self.mem.free(root);
-        // log_softmax backward: the gradient of its input, fp32 (fp16 with CUDA's half_to_float).
+        let g_lp = if d.autocast {
+            let g = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+            self.mem.free(g_nll);
+            g
+        } else {
+            g_nll
+        };
         self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "log_softmax backward");
-        let half_to_float = d.fp16 && self.target.cuda_kernels;
-        let g_in = self.mem.alloc(d.n() * if half_to_float { 2 } else { 4 }, Category::LogitsAndLoss);
+        let g_logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
         self.mem.free(g_lp);
         self.mem.free(h.log_probs);
-        let g_logits = if self.upcasts_before_fp32_softmax(&d) {
-            let gl = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
-            self.mem.free(g_in);
-            gl
-        } else {
-            g_in
-        };
 
         // lm_head: the tied wte weight's gradient (V, C) and the gradient of ln_f's output.
         self.mem.at(Phase::Backward, "lm_head", NO_LAYER, "backward");

@@ -1,0 +1,35 @@
+//! Prints the simulated peaks of a config given as `key=value` pairs in nanoGPT's names,
+//! e.g. `cargo run -p vramfit-core --example simulate -- n_layer=2 batch_size=4 dtype=float32`.
+//! Add `target=cpu` for the CPU-trace target and `timeline=1` to print every event.
+use vramfit_core::sim::{simulate, timeline, Target};
+use vramfit_core::{Config, Gpu};
+
+fn main() {
+    let mut json = serde_json::to_value(Config::default()).unwrap();
+    let mut target = Gpu::find("h100-80gb").unwrap().target();
+    let mut show_timeline = false;
+    for arg in std::env::args().skip(1) {
+        let (k, v) = arg.split_once('=').expect("key=value");
+        match k {
+            "target" if v == "cpu" => target = Target::cpu_trace(),
+            "timeline" => show_timeline = v == "1",
+            _ => {
+                let val: serde_json::Value = serde_json::from_str(v).unwrap_or(serde_json::Value::String(v.into()));
+                json[k] = val;
+            }
+        }
+    }
+    let cfg: Config = serde_json::from_value(json).expect("config");
+    cfg.validate().expect("valid config");
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let sim = simulate(&cfg, &target);
+    for (name, p) in [("eval_at_start", &sim.eval_at_start), ("first_iter", &sim.first_iter), ("eval", &sim.eval), ("train", &sim.train)] {
+        println!("{name:>14}: {:>12} B = {:>10.2} MiB  at {:?} {} (micro {})", p.bytes, mib(p.bytes), p.phase, p.op, p.micro_step);
+        println!("{:>16}{}", "", serde_json::to_string(&p.breakdown).unwrap());
+    }
+    if show_timeline {
+        for p in timeline(&cfg, &target) {
+            println!("{:>12} {:?} {} {}", p.live_bytes, p.phase, p.op, p.micro_step);
+        }
+    }
+}

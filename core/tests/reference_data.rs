@@ -1,0 +1,129 @@
+//! Loading the reference measurements (tests/reference/data/*.json) and comparing `core`'s
+//! predictions with them. Shared by the reference test and the accuracy benchmark.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use vramfit_core::sim::{simulate, Target};
+use vramfit_core::{Attention, Config, Dtype, Gpu, Optimizer};
+
+/// One measured row and what core predicts for it.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    pub file: String,
+    pub id: String,
+    pub labels: Vec<String>,
+    pub window: &'static str,
+    pub measured: u64,
+    pub predicted: u64,
+}
+
+impl Comparison {
+    pub fn rel_error(&self) -> f64 {
+        (self.predicted as f64 - self.measured as f64) / self.measured as f64
+    }
+    /// Rows whose trace is known to differ from CUDA are reported, not held to the target.
+    pub fn labelled(&self) -> bool {
+        !self.labels.is_empty()
+    }
+}
+
+pub fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/data")
+}
+
+/// Every `*.json` data file, sorted by name.
+pub fn data_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir())
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+fn config_from_row(c: &Value) -> Option<Config> {
+    let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|x| x as u32);
+    let b = |k: &str| c.get(k).and_then(Value::as_bool);
+    let s = |k: &str| c.get(k).and_then(Value::as_str);
+    let cfg = Config {
+        n_layer: u("n_layer")?,
+        n_head: u("n_head")?,
+        n_embd: u("n_embd")?,
+        block_size: u("block_size")?,
+        vocab_size: u("vocab_size")?,
+        bias: b("bias")?,
+        dropout: c.get("dropout").and_then(Value::as_f64)?,
+        batch_size: u("batch_size")?,
+        gradient_accumulation_steps: u("gradient_accumulation_steps")?,
+        eval_iters: u("eval_iters").unwrap_or(2),
+        eval_batch_size: u("eval_batch_size"),
+        eval_block_size: u("eval_block_size"),
+        dtype: Dtype::parse(s("dtype")?)?,
+        attention: Attention::parse(s("attention")?)?,
+        compile: b("compile").unwrap_or(false),
+        activation_checkpointing: b("activation_checkpointing").unwrap_or(false),
+        optimizer: Optimizer::parse(s("optimizer").unwrap_or("adamw"))?,
+        expandable_segments: b("expandable_segments").unwrap_or(false),
+    };
+    cfg.validate().ok()?;
+    Some(cfg)
+}
+
+/// The simulation target a data file was measured on.
+fn target_for(provenance: &Value) -> Option<Target> {
+    let method = provenance.get("method").and_then(Value::as_str).unwrap_or("");
+    if method.starts_with("cpu") {
+        return Some(Target::cpu_trace());
+    }
+    let device = provenance.get("device_name").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    if device.contains("h100") {
+        return Gpu::find("h100-80gb").map(|g| g.target());
+    }
+    None
+}
+
+/// All comparisons in all data files (rows that failed to measure are skipped).
+pub fn comparisons() -> Vec<Comparison> {
+    let mut out = Vec::new();
+    for path in data_files() {
+        let text = std::fs::read_to_string(&path).expect("readable data file");
+        let doc: Value = serde_json::from_str(&text).expect("data file is JSON");
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let Some(target) = target_for(&doc["provenance"]) else { continue };
+        let rows = doc["rows"].as_array().cloned().unwrap_or_default();
+        for row in rows {
+            if row.get("status").and_then(Value::as_str) != Some("ok") {
+                continue;
+            }
+            let Some(cfg) = config_from_row(&row["config"]) else { continue };
+            let labels: Vec<String> =
+                row.get("labels").and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+            let sim = simulate(&cfg, &target);
+            let id = row["id"].as_str().unwrap_or("?").to_string();
+            for (window, key, predicted) in [
+                ("train", "train_peak_allocated_bytes", sim.train.bytes),
+                ("eval", "eval_peak_allocated_bytes", sim.eval.bytes),
+                ("first_iter", "first_iter_peak_allocated_bytes", sim.first_iter.bytes),
+                ("eval_at_start", "eval0_peak_allocated_bytes", sim.eval_at_start.bytes),
+            ] {
+                if let Some(measured) = row.get(key).and_then(Value::as_u64) {
+                    out.push(Comparison { file: file.clone(), id: id.clone(), labels: labels.clone(), window, measured, predicted });
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
