@@ -41,12 +41,15 @@ def round_up(n: int, q: int = ROUND) -> int:
 
 
 class _Rec:
-    __slots__ = ("nbytes", "rounded", "serial")
+    __slots__ = ("nbytes", "rounded", "serial", "op", "shape", "dtype")
 
-    def __init__(self, nbytes: int, serial: int):
+    def __init__(self, nbytes: int, serial: int, op: str = "", shape=None, dtype=None):
         self.nbytes = nbytes
         self.rounded = round_up(nbytes)
         self.serial = serial
+        self.op = op        # the op whose output created the storage
+        self.shape = shape  # shape/dtype of that first tensor (for traces)
+        self.dtype = dtype
 
 
 class LiveBytesTracker(TorchDispatchMode):
@@ -72,7 +75,6 @@ class LiveBytesTracker(TorchDispatchMode):
         self.peak_rounded = 0
         self.n_alloc = 0
         self.n_free = 0
-        self._current_op = "?"
         self.ops_seen = set()
         if only_fake:
             from torch._subclasses.fake_tensor import FakeTensor
@@ -91,14 +93,12 @@ class LiveBytesTracker(TorchDispatchMode):
                 "peak_raw": self.peak_raw, "peak_rounded": self.peak_rounded}
 
     # ---- bookkeeping -----------------------------------------------------------------------
-    def _emit(self, ev: str, rec: _Rec, op: str, t: Optional[torch.Tensor]) -> None:
+    def _emit(self, ev: str, rec: _Rec) -> None:
+        # alloc and free events both describe the storage's creating op and first tensor
         if self.on_event is None:
             return
         e = {"ev": ev, "bytes": rec.rounded, "raw": rec.nbytes, "live": self.live_rounded,
-             "op": op, "sid": rec.serial}
-        if t is not None:
-            e["shape"] = list(t.shape)
-            e["dtype"] = str(t.dtype).replace("torch.", "")
+             "op": rec.op, "sid": rec.serial, "shape": rec.shape, "dtype": rec.dtype}
         if self.context is not None:
             e.update(self.context())
         self.on_event(e)
@@ -107,11 +107,13 @@ class LiveBytesTracker(TorchDispatchMode):
         self.live_raw -= rec.nbytes
         self.live_rounded -= rec.rounded
         self.n_free += 1
-        self._emit("free", rec, self._current_op, None)
+        self._emit("free", rec)
 
     def _alloc(self, st: torch.UntypedStorage, t: torch.Tensor, op: str) -> None:
         self._serial += 1
-        rec = _Rec(st.nbytes(), self._serial)
+        rec = _Rec(st.nbytes(), self._serial, op,
+                   list(t.shape) if self.on_event is not None else None,
+                   str(t.dtype).replace("torch.", "") if self.on_event is not None else None)
         self._recs[st] = rec
         weakref.finalize(st, self._free, rec)
         self.live_raw += rec.nbytes
@@ -121,7 +123,7 @@ class LiveBytesTracker(TorchDispatchMode):
             self.peak_raw = self.live_raw
         if self.live_rounded > self.peak_rounded:
             self.peak_rounded = self.live_rounded
-        self._emit("alloc", rec, op, t)
+        self._emit("alloc", rec)
 
     def _resize(self, rec: _Rec, new_nbytes: int, t: torch.Tensor, op: str) -> None:
         # A storage that grew/shrank in place (resize_): count it as a free and a new allocation.
@@ -130,12 +132,13 @@ class LiveBytesTracker(TorchDispatchMode):
         rec.nbytes = new_nbytes
         rec.rounded = round_up(new_nbytes)
         rec.serial = old_serial
+        rec.op = op + " (resize)"
         self.live_raw += rec.nbytes
         self.live_rounded += rec.rounded
         self.n_free -= 1
         self.peak_raw = max(self.peak_raw, self.live_raw)
         self.peak_rounded = max(self.peak_rounded, self.live_rounded)
-        self._emit("alloc", rec, op + " (resize)", t)
+        self._emit("alloc", rec)
 
     def track(self, t: torch.Tensor, op: str = "adopt") -> None:
         """Count t's storage if it is new (or changed size)."""
@@ -162,7 +165,6 @@ class LiveBytesTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         op = str(func)  # e.g. 'aten.mm.default'
-        self._current_op = op
         self.ops_seen.add(op)
         tree_map_only(torch.Tensor, lambda t: self.track(t, op), out)
         return out
@@ -176,6 +178,8 @@ class JsonlWriter:
         self.i = 0
 
     def __call__(self, e: dict) -> None:
+        if self.f.closed:  # frees reported after the run has ended are not traced
+            return
         e = {"i": self.i, **e}
         self.i += 1
         self.f.write(json.dumps(e, separators=(",", ":")) + "\n")

@@ -7,12 +7,18 @@
    This shows that FakeTensorMode does not change any tensor's size or lifetime.
 2. hand calculation: live bytes at phase boundaries equal sums computed from the parameter shapes
    (parameters, gradients, AdamW state, batch, logits, loss), with the 512-byte rounding.
+3. cudalike emulation: the forward pass (training and no_grad) of the cpu-fake-cudalike method
+   allocates and frees exactly what the same forward does on *fake CUDA tensors* with CUDA's
+   autocast kernels switched on (the real AutocastCUDA dispatch rules run; only the kernels are
+   meta). Manual attention only: without a GPU, SDPA on fake CUDA tensors picks the math backend.
+   (The backward cannot run on fake CUDA tensors without a GPU.)
 
 Run:  .venv/bin/python validate.py   (exit status 0 when everything matches)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -108,10 +114,87 @@ def check_hand(over: dict) -> int:
     return bad
 
 
+@contextlib.contextmanager
+def _forced_cuda_autocast(dtype):
+    """torch.autocast('cuda') refuses to enable without a GPU; set the same TLS state directly."""
+    import torch
+    prev = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", dtype)
+    torch.autocast_increment_nesting()
+    try:
+        yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled("cuda", prev[0])
+        torch.set_autocast_dtype("cuda", prev[1])
+
+
+def _forward_events(device, dtype, dropout, training, cudalike_on):
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from cudalike import cuda_semantics
+    from gpt import GPT, GPTConfig
+    from memtrack import LiveBytesTracker
+
+    ev = []
+    with FakeTensorMode():
+        with torch.device(device):
+            m = GPT(GPTConfig(block_size=32, vocab_size=65, n_layer=2, n_head=2, n_embd=32,
+                              attention="manual", dropout=dropout, bias=True))
+        m.train(training)
+        X = torch.randint(65, (2, 32), device=device)
+        Y = torch.randint(65, (2, 32), device=device)
+        tr = LiveBytesTracker(only_fake=True, on_event=ev.append)
+        if dtype == torch.float32:
+            ac = contextlib.nullcontext()  # nanoGPT's ctx for float32 here
+        elif device == "cuda":
+            ac = _forced_cuda_autocast(dtype)
+        else:
+            ac = torch.autocast("cpu", dtype=dtype)
+        with tr, (cuda_semantics() if cudalike_on else contextlib.nullcontext()), ac:
+            with (contextlib.nullcontext() if training else torch.no_grad()):
+                logits, loss = m(X, Y)
+        del logits, loss
+    # canonical form: allocations in order; consecutive frees as a sorted multiset (the autocast
+    # cache is cleared in hash-map order, which does not affect any peak)
+    out, frees = [], []
+    for e in ev:
+        if e["ev"] == "free":
+            frees.append(e["bytes"])
+            continue
+        if frees:
+            out.append(("free", tuple(sorted(frees))))
+            frees = []
+        out.append(("alloc", e["op"], e["bytes"], tuple(e["shape"]), e["dtype"]))
+    if frees:
+        out.append(("free", tuple(sorted(frees))))
+    return out
+
+
+def check_cudalike_forward() -> int:
+    import torch
+    bad = 0
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for dropout in (0.0, 0.1):
+            for training in (True, False):
+                a = _forward_events("cuda", dtype, dropout, training, False)
+                b = _forward_events("cpu", dtype, dropout, training, True)
+                c = _forward_events("cpu", dtype, dropout, training, False)
+                ok = a == b
+                bad += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} cudalike fwd == fake-CUDA fwd  {str(dtype):15s} dropout={dropout} "
+                      f"{'train' if training else 'eval '}  ({len(a)} events; plain cpu-fake "
+                      f"{'same' if a == c else 'differs'})")
+    return bad
+
+
 def main():
     bad = check_fake_vs_real()
     for over in (dict(bias=True), dict(bias=False, dtype="bfloat16"), dict(attention="manual", dtype="float16")):
         bad += check_hand(over)
+    bad += check_cudalike_forward()
     print("ALL OK" if bad == 0 else f"{bad} FAILURES")
     return 1 if bad else 0
 

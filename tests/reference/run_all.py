@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Runs every config of configs.json with one method, each in a fresh subprocess, and writes one
+JSON file per method:  {"provenance": {...}, "rows": [...]}.
+
+  cpu-fake (default): parallel workers (-j), output data/cpu-fake.json
+  cuda              : strictly sequential (one GPU), output data/cuda-<gpu>.json unless --out;
+                      --snapshot-ids A,B,... adds one extra run per listed id with
+                      torch.cuda.memory history recorded, pickled to <outdir>/snap-<id>.pickle
+
+A config that fails gets a row with status "error" and the error text; the run goes on.
+Finishes by printing a compact table (MiB).
+
+Examples
+  .venv/bin/python run_all.py --method cpu-fake -j 2
+  python3 run_all.py --method cuda --out $OUT/cuda-h100.json --snapshot-ids a,b,c,d --skip-gpu-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1024 * 1024
+
+METHOD_DESCRIPTIONS = {
+    "cpu-fake": (
+        "nanoGPT train.py loop (measure.py) under torch._subclasses.fake_tensor.FakeTensorMode on "
+        "device 'cpu' (CPU kernels' dispatch and autocast rules, meta shapes, no math); every ATen "
+        "op output's untyped storage counted from birth to free (weakref) by a TorchDispatchMode "
+        "(memtrack.LiveBytesTracker). Excludes kernel-internal workspaces, library handles, context."),
+    "cpu-fake-cudalike": (
+        "as cpu-fake, plus an emulation of CUDA's dispatch decisions (cudalike.py): CUDA autocast "
+        "rules for cross_entropy_loss/log_softmax/softmax (incl. fp16 half_to_float), dropout via "
+        "native_dropout (bool mask), SDPA with dropout via the flash kernel (no mask). A prediction "
+        "of the CUDA tensor trace, validated against fake-CUDA forward passes (validate.py); "
+        "the cuda method is the ground truth"),
+    "cpu-real": "as cpu-fake but on real CPU tensors (validation only)",
+    "cuda": (
+        "nanoGPT train.py loop (measure.py) on a CUDA GPU, eager unless compile=true; "
+        "torch.cuda.reset_peak_memory_stats() at the start of every phase, "
+        "memory_stats() allocated/requested/reserved peaks, mem_get_info and nvidia-smi per-process "
+        "used memory after iteration 1, after the eval and after iteration 2; each config in a "
+        "fresh process"),
+}
+ROUNDING = {
+    "cpu-fake": "allocated = each storage rounded up to a multiple of 512 bytes (0 stays 0); raw = exact nbytes",
+    "cpu-fake-cudalike": "allocated = each storage rounded up to a multiple of 512 bytes (0 stays 0); raw = exact nbytes",
+    "cpu-real": "allocated = each storage rounded up to a multiple of 512 bytes (0 stays 0); raw = exact nbytes",
+    "cuda": ("allocated = CUDA caching allocator allocated_bytes (512-byte rounding; a large-pool block "
+             "is not split when the remainder is <= 1 MiB, so allocated can exceed the 512-rounded sum); "
+             "raw = requested_bytes"),
+}
+
+
+def load_configs(path):
+    with open(path) as f:
+        d = json.load(f)
+    return d["configs"] if isinstance(d, dict) else d
+
+
+def run_one(python, cfg, method, timeout, snapshot=None, extra=()):
+    """Runs measure.py for one config in a fresh subprocess; returns its row."""
+    with tempfile.TemporaryDirectory() as td:
+        out = os.path.join(td, "row.json")
+        cmd = [python, os.path.join(HERE, "measure.py"), "--method", method,
+               "--config-json", json.dumps(cfg), "--out", out, *extra]
+        if snapshot:
+            cmd += ["--snapshot", snapshot]
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            if os.path.exists(out):
+                with open(out) as f:
+                    row = json.load(f)
+            else:
+                row = {"id": cfg["id"], "config": cfg, "method": method, "status": "error",
+                       "error": f"subprocess exit {p.returncode}: {p.stderr.strip()[-2000:]}",
+                       "label": None, "labels": []}
+        except subprocess.TimeoutExpired:
+            row = {"id": cfg["id"], "config": cfg, "method": method, "status": "error",
+                   "error": f"timeout after {timeout}s", "label": None, "labels": []}
+        row["process_wall_s"] = round(time.time() - t0, 2)
+        return row
+
+
+def gpu_slug():
+    try:
+        import torch
+        name = torch.cuda.get_device_name(0)
+    except Exception:
+        return "unknown"
+    m = re.search(r"(H100|H200|A100|L40S?|A10G?|L4|T4|V100|RTX\s*\w+|GH200|B200)", name)
+    s = (m.group(1) if m else name).lower()
+    return re.sub(r"[^a-z0-9]+", "", s)
+
+
+def provenance(method, args, wall_s, n_rows):
+    import torch
+    prov = {
+        "method": method,
+        "method_description": METHOD_DESCRIPTIONS[method],
+        "rounding": ROUNDING[method],
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date_utc": subprocess.run(["date", "-u"], capture_output=True, text=True).stdout.strip(),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "configs_file": os.path.relpath(args.configs, HERE),
+        "n_rows": n_rows,
+        "total_wall_s": round(wall_s, 1),
+        "loop": ("init; eval0 = estimate_loss() before any step; iteration 1 (AdamW state created "
+                 "in its step); eval = estimate_loss() after the first step (previous training "
+                 "logits alive, grads None); iteration 2 = steady state (train_peak)"),
+        "hyperparameters": {"lr": 6e-4, "weight_decay": 0.1, "betas": [0.9, 0.95], "grad_clip": 1.0},
+    }
+    if method == "cuda":
+        try:
+            prov["device_name"] = torch.cuda.get_device_name(0)
+            prov["cuda_runtime"] = torch.version.cuda
+            prov["cudnn"] = torch.backends.cudnn.version()
+            prov["nvidia_smi_gpu"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20).stdout.strip()
+            b = torch.backends.cuda
+            prov["sdpa_defaults"] = {"flash": b.flash_sdp_enabled(), "mem_efficient": b.mem_efficient_sdp_enabled(),
+                                     "math": b.math_sdp_enabled(), "cudnn": b.cudnn_sdp_enabled()}
+        except Exception as e:
+            prov["device_error"] = repr(e)
+        prov["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    else:
+        prov["device_name"] = (f"cpu ({platform.machine()}), FakeTensorMode"
+                               if method.startswith("cpu-fake") else "cpu")
+        prov["optimizer_note"] = ("AdamW(fused=True) as on CUDA: torch._fused_adamw_ runs under "
+                                  "FakeTensorMode on 'cpu'; SGD(momentum=0) where optimizer='sgd'")
+        prov["autocast"] = "torch.autocast('cpu', dtype) for bfloat16/float16; nullcontext for float32"
+        sys.path.insert(0, HERE)
+        from measure import CPU_METHOD_CAVEATS, LABEL_REASONS
+        if method != "cpu-fake-cudalike":
+            prov["label_reasons"] = LABEL_REASONS
+        prov["caveats_all_rows"] = CPU_METHOD_CAVEATS
+    return prov
+
+
+def write_doc(path, doc):
+    """Pretty provenance, one row per line (readable diffs, compact file)."""
+    with open(path, "w") as f:
+        f.write('{\n"provenance": ' + json.dumps(doc["provenance"], indent=1) + ',\n"rows": [\n')
+        f.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in doc["rows"]))
+        f.write("\n]\n}\n")
+    with open(path) as f:
+        json.load(f)  # must stay valid JSON
+
+
+def fmt_mib(v):
+    return "" if v is None else f"{v / MiB:.1f}"
+
+
+def print_table(rows, method):
+    cols = [("train", "train_peak_allocated_bytes"), ("eval", "eval_peak_allocated_bytes"),
+            ("first_it", "first_iter_peak_allocated_bytes"), ("eval0", "eval0_peak_allocated_bytes")]
+    extra = method == "cuda"
+    head = f"{'id':44s} " + " ".join(f"{c:>9s}" for c, _ in cols)
+    if extra:
+        head += f" {'resv_max':>9s} {'smi_eval':>8s} {'smi_train':>9s}"
+    head += "  labels/status"
+    print(head)
+    for r in rows:
+        line = f"{r['id'][:44]:44s} " + " ".join(f"{fmt_mib(r.get(k)):>9s}" for _, k in cols)
+        if extra:
+            line += (f" {fmt_mib(r.get('max_reserved_bytes_overall')):>9s}"
+                     f" {str(r.get('nvidia_smi_after_eval_mib') or ''):>8s}"
+                     f" {str(r.get('nvidia_smi_after_train_mib') or ''):>9s}")
+        tail = ",".join(r.get("labels") or [])
+        if r.get("status") != "ok":
+            tail = f"{r.get('status')}: {str(r.get('error'))[:60]}"
+        print(line + "  " + tail)
+    print("(MiB; peaks of live tensor bytes per stage: train = iteration 2, eval = estimate_loss "
+          "after the first step, first_it = iteration 1, eval0 = estimate_loss before any step)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--method", choices=["cpu-fake", "cpu-fake-cudalike", "cpu-real", "cuda"], default="cpu-fake")
+    ap.add_argument("--configs", default=os.path.join(HERE, "configs.json"))
+    ap.add_argument("--out", help="output JSON (default data/<method>.json, cuda: data/cuda-<gpu>.json)")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                    help="parallel workers for cpu methods (cuda is always sequential)")
+    ap.add_argument("--ids", help="comma-separated subset of config ids")
+    ap.add_argument("--skip-gpu-only", action="store_true", help="skip configs tagged gpu_only (compile)")
+    ap.add_argument("--snapshot-ids", default="", help="cuda: ids to re-run with memory history recorded")
+    ap.add_argument("--timeout", type=int, default=600, help="per-config timeout, seconds")
+    ap.add_argument("--python", default=sys.executable, help="interpreter for the subprocesses")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args()
+
+    cfgs = load_configs(args.configs)
+    if args.ids:
+        want = args.ids.split(",")
+        cfgs = [c for c in cfgs if c["id"] in want]
+    if args.skip_gpu_only:
+        cfgs = [c for c in cfgs if not c.get("gpu_only")]
+    out = args.out
+    if not out:
+        name = f"cuda-{gpu_slug()}.json" if args.method == "cuda" else f"{args.method}.json"
+        out = os.path.join(HERE, "data", name)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+    t0 = time.time()
+    rows = [None] * len(cfgs)
+    if args.method == "cuda":
+        for i, c in enumerate(cfgs):
+            rows[i] = run_one(args.python, c, "cuda", args.timeout)
+            if not args.quiet:
+                r = rows[i]
+                print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
+                      f"train={fmt_mib(r.get('train_peak_allocated_bytes'))} "
+                      f"eval={fmt_mib(r.get('eval_peak_allocated_bytes'))} MiB"
+                      + (f" ERROR {r.get('error')}" if r["status"] == "error" else ""), flush=True)
+        for sid in [s for s in args.snapshot_ids.split(",") if s]:
+            c = next((c for c in cfgs if c["id"] == sid), None)
+            if c is None:
+                print(f"snapshot id {sid!r} not among the configs run", file=sys.stderr)
+                continue
+            snap = os.path.join(os.path.dirname(os.path.abspath(out)), f"snap-{sid}.pickle")
+            r = run_one(args.python, c, "cuda", args.timeout, snapshot=snap)
+            i = cfgs.index(c)
+            rows[i]["snapshot_run"] = {k: r.get(k) for k in (
+                "status", "error", "snapshot", "train_peak_allocated_bytes", "eval_peak_allocated_bytes",
+                "first_iter_peak_allocated_bytes")}
+            if not args.quiet:
+                print(f"[{time.time() - t0:6.1f}s] snapshot {sid}: {r['status']} -> {snap}", flush=True)
+    else:
+        with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+            futs = {ex.submit(run_one, args.python, c, args.method, args.timeout): i for i, c in enumerate(cfgs)}
+            for f in cf.as_completed(futs):
+                i = futs[f]
+                rows[i] = f.result()
+                if not args.quiet:
+                    r = rows[i]
+                    print(f"[{time.time() - t0:6.1f}s] {r['id']}: {r['status']} ({r.get('wall_s')}s)", flush=True)
+    wall = time.time() - t0
+    doc = {"provenance": provenance(args.method, args, wall, len(rows)), "rows": rows}
+    write_doc(out, doc)
+    print(f"wrote {out} ({len(rows)} rows, {wall:.0f}s)")
+    print_table(rows, args.method)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
