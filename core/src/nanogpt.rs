@@ -1,1 +1,1176 @@
-//! nanoGPT config files
+//! Reading and writing nanoGPT `config/train_*.py` files.
+//!
+//! nanoGPT's `configurator.py` simply `exec`s a config file inside `train.py`'s globals, so a
+//! config file is Python. vramfit reads the subset such files use: one assignment per line,
+//! `name = <expression>` with integers, floats (`6e-4`), strings (`'...'`, `"..."`), `True`,
+//! `False`, `None`, names assigned earlier (or train.py's settings), `+ - * / // % **` and
+//! parentheses. Anything else (imports, function calls, blocks) is skipped with a notice, unless
+//! it sets a setting vramfit models: that would silently change the prediction, so it is an error.
+
+use crate::config::{self, Attention, Config, ConfigError, Dtype, Optimizer};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use thiserror::Error;
+
+/// A Python value as the config file wrote it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl fmt::Display for Value {
+    /// Python's `repr`, so a value can be written back into a config file.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::None => f.write_str("None"),
+            Value::Bool(true) => f.write_str("True"),
+            Value::Bool(false) => f.write_str("False"),
+            Value::Int(n) => write!(f, "{n}"),
+            // `{:?}` keeps a `.0` on whole floats, as Python does, and round-trips exactly.
+            Value::Float(x) => write!(f, "{x:?}"),
+            Value::Str(s) => {
+                f.write_str("'")?;
+                for ch in s.chars() {
+                    match ch {
+                        '\'' => f.write_str("\\'")?,
+                        '\\' => f.write_str("\\\\")?,
+                        '\n' => f.write_str("\\n")?,
+                        '\t' => f.write_str("\\t")?,
+                        '\r' => f.write_str("\\r")?,
+                        c => write!(f, "{c}")?,
+                    }
+                }
+                f.write_str("'")
+            }
+        }
+    }
+}
+
+impl Value {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "a bool",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Str(_) => "a string",
+        }
+    }
+}
+
+/// What a config file set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigFile {
+    /// The base config with the file's modelled settings applied; passes `Config::validate`.
+    pub config: Config,
+    /// Training settings vramfit recognises but does not model (`learning_rate`, `max_iters`,
+    /// `out_dir`, ...), in file order, each once with its last value.
+    pub extra: Vec<(String, Value)>,
+    /// One line per skipped line, e.g. `line 4: skipped import (vramfit reads assignments only)`.
+    pub notices: Vec<String>,
+}
+
+impl ConfigFile {
+    /// The value of a recognised unmodelled setting, if the file set it.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.extra.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+}
+
+/// Why a config file cannot be used. Each message is one line naming the line at fault.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum ConfigFileError {
+    /// A modelled setting with a value of the wrong type, out of range, or not evaluable.
+    #[error("line {line}: {key}: {reason}")]
+    BadValue {
+        line: usize,
+        key: String,
+        reason: String,
+    },
+    /// The settings are fine one by one but not together (e.g. n_embd not divisible by n_head).
+    #[error("line {line}: {source}")]
+    Invalid { line: usize, source: ConfigError },
+    /// The combined config is invalid and no line of the file is to blame (the base was invalid).
+    #[error("{0}")]
+    InvalidBase(ConfigError),
+}
+
+/// train.py (and sample.py) settings vramfit recognises without modelling them.
+const KNOWN_EXTRAS: [&str; 29] = [
+    "out_dir",
+    "eval_interval",
+    "log_interval",
+    "eval_only",
+    "always_save_checkpoint",
+    "init_from",
+    "wandb_log",
+    "wandb_project",
+    "wandb_run_name",
+    "dataset",
+    "learning_rate",
+    "max_iters",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "decay_lr",
+    "warmup_iters",
+    "lr_decay_iters",
+    "min_lr",
+    "backend",
+    "device",
+    "seed",
+    "start",
+    "num_samples",
+    "max_new_tokens",
+    "temperature",
+    "top_k",
+    "meta_vocab_size",
+];
+
+/// The modelled settings, under nanoGPT's names (and vramfit's for the ones nanoGPT lacks).
+const MODELLED: [&str; 18] = [
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "vocab_size",
+    "bias",
+    "dropout",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "eval_iters",
+    "eval_batch_size",
+    "eval_block_size",
+    "dtype",
+    "attention",
+    "compile",
+    "activation_checkpointing",
+    "optimizer",
+    "expandable_segments",
+];
+
+/// A modelled setting's current value, so expressions can refer to it (`eval_iters = batch_size * 2`).
+fn config_value(cfg: &Config, name: &str) -> Option<Value> {
+    let int = |n: u32| Some(Value::Int(n as i64));
+    let opt = |n: Option<u32>| Some(n.map_or(Value::None, |n| Value::Int(n as i64)));
+    match name {
+        "n_layer" => int(cfg.n_layer),
+        "n_head" => int(cfg.n_head),
+        "n_embd" => int(cfg.n_embd),
+        "block_size" => int(cfg.block_size),
+        "vocab_size" => int(cfg.vocab_size),
+        "bias" => Some(Value::Bool(cfg.bias)),
+        "dropout" => Some(Value::Float(cfg.dropout)),
+        "batch_size" => int(cfg.batch_size),
+        "gradient_accumulation_steps" => int(cfg.gradient_accumulation_steps),
+        "eval_iters" => int(cfg.eval_iters),
+        "eval_batch_size" => opt(cfg.eval_batch_size),
+        "eval_block_size" => opt(cfg.eval_block_size),
+        "dtype" => Some(Value::Str(cfg.dtype.name().into())),
+        "attention" => Some(Value::Str(cfg.attention.name().into())),
+        "compile" => Some(Value::Bool(cfg.compile)),
+        "activation_checkpointing" => Some(Value::Bool(cfg.activation_checkpointing)),
+        "optimizer" => Some(Value::Str(cfg.optimizer.name().into())),
+        "expandable_segments" => Some(Value::Bool(cfg.expandable_segments)),
+        _ => None,
+    }
+}
+
+/// A whole number in `[min, max]`: the range `Config::validate` accepts for the setting.
+fn int_in(value: &Value, min: u32, max: u32) -> Result<u32, String> {
+    match value {
+        Value::Int(n) if *n < min as i64 => Err(format!("must be at least {min} (got {n})")),
+        Value::Int(n) if *n > max as i64 => {
+            Err(format!("{n} is larger than vramfit models (at most {max})"))
+        }
+        Value::Int(n) => Ok(*n as u32),
+        other => Err(format!(
+            "expected an integer, got {} ({other})",
+            other.type_name()
+        )),
+    }
+}
+
+fn optional_int_in(value: &Value, min: u32, max: u32) -> Result<Option<u32>, String> {
+    match value {
+        Value::None => Ok(None),
+        v => int_in(v, min, max).map(Some),
+    }
+}
+
+/// Python truthiness would take any value; only True/False (and 0/1) say clearly what was meant.
+fn boolean(value: &Value) -> Result<bool, String> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        Value::Int(0) => Ok(false),
+        Value::Int(1) => Ok(true),
+        other => Err(format!(
+            "expected True or False, got {} ({other})",
+            other.type_name()
+        )),
+    }
+}
+
+fn string<'a>(value: &'a Value, expected: &str) -> Result<&'a str, String> {
+    match value {
+        Value::Str(s) => Ok(s),
+        other => Err(format!(
+            "expected {expected}, got {} ({other})",
+            other.type_name()
+        )),
+    }
+}
+
+/// Sets a modelled setting, checking its type and its own range.
+fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), String> {
+    match name {
+        "n_layer" => cfg.n_layer = int_in(value, 1, config::MAX_LAYERS)?,
+        "n_head" => cfg.n_head = int_in(value, 1, config::MAX_HEADS)?,
+        "n_embd" => cfg.n_embd = int_in(value, 1, config::MAX_EMBD)?,
+        "block_size" => cfg.block_size = int_in(value, 1, config::MAX_BLOCK)?,
+        "vocab_size" => cfg.vocab_size = int_in(value, 1, config::MAX_VOCAB)?,
+        "batch_size" => cfg.batch_size = int_in(value, 1, config::MAX_BATCH)?,
+        "gradient_accumulation_steps" => {
+            cfg.gradient_accumulation_steps = int_in(value, 1, config::MAX_ACCUM)?
+        }
+        "eval_iters" => cfg.eval_iters = int_in(value, 1, config::MAX_EVAL_ITERS)?,
+        "eval_batch_size" => cfg.eval_batch_size = optional_int_in(value, 1, config::MAX_BATCH)?,
+        "eval_block_size" => cfg.eval_block_size = optional_int_in(value, 1, config::MAX_BLOCK)?,
+        "bias" => cfg.bias = boolean(value)?,
+        "compile" => cfg.compile = boolean(value)?,
+        "activation_checkpointing" => cfg.activation_checkpointing = boolean(value)?,
+        "expandable_segments" => cfg.expandable_segments = boolean(value)?,
+        "dropout" => {
+            let p = match value {
+                Value::Int(n) => *n as f64,
+                Value::Float(x) => *x,
+                other => {
+                    return Err(format!(
+                        "expected a number, got {} ({other})",
+                        other.type_name()
+                    ))
+                }
+            };
+            if !(p.is_finite() && (0.0..1.0).contains(&p)) {
+                return Err(format!("must be in [0, 1) (got {p})"));
+            }
+            cfg.dropout = p;
+        }
+        "dtype" => {
+            let s = string(value, "'float32', 'float16' or 'bfloat16'")?;
+            cfg.dtype = Dtype::parse(s).ok_or_else(|| {
+                format!("unknown dtype {value}: expected 'float32', 'float16' or 'bfloat16'")
+            })?;
+        }
+        "attention" => {
+            let s = string(value, "'flash' or 'manual'")?;
+            cfg.attention = Attention::parse(s).ok_or_else(|| {
+                format!("unknown attention {value}: expected 'flash' or 'manual'")
+            })?;
+        }
+        "optimizer" => {
+            let s = string(value, "'adamw' or 'sgd'")?;
+            cfg.optimizer = Optimizer::parse(s)
+                .ok_or_else(|| format!("unknown optimizer {value}: expected 'adamw' or 'sgd'"))?;
+        }
+        // Only names in MODELLED reach here; keep the two lists in step.
+        _ => return Err("not a modelled setting".into()),
+    }
+    Ok(())
+}
+
+/// Reads a nanoGPT config file on top of `base` (train.py's settings before the file runs).
+///
+/// Lines it cannot read produce notices; a modelled setting it cannot read, or a combination
+/// `Config::validate` rejects, is an error naming the line.
+pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, ConfigFileError> {
+    let mut cfg = base.clone();
+    let mut extra: Vec<(String, Value)> = Vec::new();
+    let mut notices = Vec::new();
+    // Names the file assigned, for later expressions (Python globals).
+    let mut env: Vec<(String, Value)> = Vec::new();
+    // The line that last set each modelled setting, to blame combination errors on.
+    let mut set_on: Vec<(&'static str, usize)> = Vec::new();
+
+    // Editors on Windows may start the file with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    for (index, raw_line) in text.lines().enumerate() {
+        let line = index + 1;
+        let code = strip_comment(raw_line);
+        if code.trim().is_empty() {
+            continue;
+        }
+        let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
+        if code.starts_with(char::is_whitespace) {
+            notices.push(skip("indented: vramfit reads top-level assignments only"));
+            continue;
+        }
+        let Some((name, expr)) = split_assignment(code) else {
+            let first_word = code.split_whitespace().next().unwrap_or("");
+            let why = if matches!(first_word, "import" | "from") {
+                "imports are not needed"
+            } else {
+                "not a simple assignment"
+            };
+            notices.push(skip(why));
+            continue;
+        };
+        let lookup = |n: &str| {
+            env.iter()
+                .rev()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+                .or_else(|| config_value(&cfg, n))
+        };
+        let value = evaluate(expr, &lookup);
+
+        if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
+            let bad = |reason: String| ConfigFileError::BadValue {
+                line,
+                key: name.to_string(),
+                reason,
+            };
+            let value =
+                value.map_err(|e| bad(format!("cannot read `{}`: {e}", excerpt(expr.trim()))))?;
+            set_modelled(&mut cfg, name, &value).map_err(bad)?;
+            set_on.retain(|(k, _)| *k != modelled);
+            set_on.push((modelled, line));
+            env.push((name.to_string(), value));
+            continue;
+        }
+        match value {
+            Ok(value) => {
+                if KNOWN_EXTRAS.contains(&name) {
+                    match extra.iter_mut().find(|(k, _)| k == name) {
+                        Some(slot) => slot.1 = value.clone(),
+                        None => extra.push((name.to_string(), value.clone())),
+                    }
+                } else {
+                    notices.push(format!(
+                        "line {line}: ignored {name}: not a nanoGPT setting vramfit knows"
+                    ));
+                }
+                env.push((name.to_string(), value));
+            }
+            Err(e) => notices.push(format!(
+                "line {line}: ignored {name}: cannot read `{}`: {e}",
+                excerpt(expr.trim())
+            )),
+        }
+    }
+
+    if let Err(err) = cfg.validate() {
+        let line_of = |names: &[&str]| {
+            set_on
+                .iter()
+                .filter(|(k, _)| names.contains(k))
+                .map(|&(_, l)| l)
+                .max()
+        };
+        let line = match &err {
+            ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => {
+                line_of(&[field.as_str(), "batch_size"])
+            }
+            ConfigError::HeadsDoNotDivide { .. } => line_of(&["n_embd", "n_head"]),
+            ConfigError::EvalBlockTooLong { .. } => line_of(&["eval_block_size", "block_size"]),
+            ConfigError::Dropout(_) => line_of(&["dropout"]),
+            ConfigError::Overflow(_) => line_of(&[
+                "n_layer",
+                "n_head",
+                "n_embd",
+                "block_size",
+                "vocab_size",
+                "batch_size",
+                "eval_batch_size",
+            ]),
+        };
+        return Err(match line {
+            Some(line) => ConfigFileError::Invalid { line, source: err },
+            None => ConfigFileError::InvalidBase(err),
+        });
+    }
+    Ok(ConfigFile {
+        config: cfg,
+        extra,
+        notices,
+    })
+}
+
+/// Longest piece of a line quoted in a message.
+const MAX_EXCERPT_CHARS: usize = 60;
+
+/// A piece of the file as messages quote it: one line, bounded length.
+fn excerpt(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(MAX_EXCERPT_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.chars().count() > MAX_EXCERPT_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+/// The line without its `# comment` (a `#` inside a string literal is kept).
+fn strip_comment(line: &str) -> &str {
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in line.char_indices() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '#' => return &line[..i],
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None => {}
+        }
+    }
+    line
+}
+
+/// `name = expr` → (name, expr); `==`, `+=` and anything not starting with a name → None.
+fn split_assignment(code: &str) -> Option<(&str, &str)> {
+    let name_end = code
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(code.len());
+    let name = &code[..name_end];
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let rest = code[name_end..].trim_start();
+    let expr = rest.strip_prefix('=')?;
+    if expr.starts_with('=') {
+        return None;
+    }
+    Some((name, expr))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expressions
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    Value(Value),
+    Name(String),
+    Op(&'static str),
+    Open,
+    Close,
+}
+
+fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit()
+            || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_')
+            {
+                // An exponent's sign belongs to the number: 6e-4.
+                if matches!(chars[i], 'e' | 'E') && matches!(chars.get(i + 1), Some('+' | '-')) {
+                    i += 1;
+                }
+                i += 1;
+            }
+            let literal: String = chars[start..i].iter().filter(|&&c| c != '_').collect();
+            tokens.push(Token::Value(number(&literal)?));
+        } else if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            if matches!(chars.get(i), Some('\'' | '"')) {
+                return Err(format!("string prefix {word}'...' is not supported"));
+            }
+            tokens.push(match word.as_str() {
+                "True" => Token::Value(Value::Bool(true)),
+                "False" => Token::Value(Value::Bool(false)),
+                "None" => Token::Value(Value::None),
+                _ => Token::Name(word),
+            });
+        } else if c == '\'' || c == '"' {
+            let (s, next) = string_literal(&chars, i)?;
+            tokens.push(Token::Value(Value::Str(s)));
+            i = next;
+        } else {
+            let two: String = chars[i..chars.len().min(i + 2)].iter().collect();
+            let (token, len) = match (two.as_str(), c) {
+                ("**", _) => (Token::Op("**"), 2),
+                ("//", _) => (Token::Op("//"), 2),
+                (_, '+') => (Token::Op("+"), 1),
+                (_, '-') => (Token::Op("-"), 1),
+                (_, '*') => (Token::Op("*"), 1),
+                (_, '/') => (Token::Op("/"), 1),
+                (_, '%') => (Token::Op("%"), 1),
+                (_, '(') => (Token::Open, 1),
+                (_, ')') => (Token::Close, 1),
+                (_, '.') => return Err("attribute access (`.`) is not supported".into()),
+                _ => return Err(format!("unsupported `{c}`")),
+            };
+            tokens.push(token);
+            i += len;
+        }
+    }
+    Ok(tokens)
+}
+
+/// An integer or float literal (underscores already removed).
+fn number(literal: &str) -> Result<Value, String> {
+    let is_float = literal.contains(['.', 'e', 'E']);
+    if !is_float {
+        if !literal.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("unsupported number {literal}"));
+        }
+        // Python forbids leading zeros on integers ("012"), except for zero itself.
+        if literal.len() > 1 && literal.starts_with('0') && literal.bytes().any(|b| b != b'0') {
+            return Err(format!("invalid number {literal}"));
+        }
+        return literal
+            .parse::<i64>()
+            .map(Value::Int)
+            .map_err(|_| format!("{literal} is too large"));
+    }
+    if !literal
+        .bytes()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+    {
+        return Err(format!("invalid number {literal}"));
+    }
+    match literal.parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(Value::Float(x)),
+        Ok(_) => Err(format!("{literal} is too large")),
+        Err(_) => Err(format!("invalid number {literal}")),
+    }
+}
+
+/// A '...' or "..." literal starting at `chars[start]`; returns it and the index after it.
+fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), String> {
+    let quote = chars[start];
+    if chars.get(start + 1) == Some(&quote) && chars.get(start + 2) == Some(&quote) {
+        return Err("triple-quoted strings are not supported".into());
+    }
+    let mut out = String::new();
+    let mut i = start + 1;
+    while i < chars.len() {
+        match chars[i] {
+            c if c == quote => return Ok((out, i + 1)),
+            '\\' => {
+                let escaped = chars.get(i + 1).copied().ok_or("unterminated string")?;
+                match escaped {
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    'r' => out.push('\r'),
+                    '\\' | '\'' | '"' => out.push(escaped),
+                    // Python keeps unknown escapes as written.
+                    other => {
+                        out.push('\\');
+                        out.push(other);
+                    }
+                }
+                i += 2;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Err("unterminated string".into())
+}
+
+/// Evaluates one expression; `lookup` resolves names.
+fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value, String> {
+    let tokens = tokenize(expr)?;
+    if tokens.is_empty() {
+        return Err("no value".into());
+    }
+    let mut parser = Parser {
+        tokens: &tokens,
+        pos: 0,
+        lookup,
+        depth: 0,
+    };
+    let value = parser.sum()?;
+    match parser.tokens.get(parser.pos) {
+        None => Ok(value),
+        Some(Token::Open) => Err("function calls are not supported".into()),
+        Some(t) => Err(format!("unexpected {}", describe(t))),
+    }
+}
+
+fn describe(t: &Token) -> String {
+    match t {
+        Token::Value(v) => format!("{v}"),
+        Token::Name(n) => n.clone(),
+        Token::Op(op) => format!("`{op}`"),
+        Token::Open => "`(`".into(),
+        Token::Close => "`)`".into(),
+    }
+}
+
+/// Deepest nesting of parentheses and unary signs: keeps recursion bounded on hostile input.
+const MAX_DEPTH: usize = 64;
+
+/// Recursive descent over Python's precedence: sum < product < unary sign < power < atom.
+struct Parser<'a> {
+    tokens: &'a [Token],
+    pos: usize,
+    lookup: &'a dyn Fn(&str) -> Option<Value>,
+    depth: usize,
+}
+
+impl Parser<'_> {
+    fn peek_op(&self) -> Option<&'static str> {
+        match self.tokens.get(self.pos) {
+            Some(Token::Op(op)) => Some(op),
+            _ => None,
+        }
+    }
+
+    fn sum(&mut self) -> Result<Value, String> {
+        let mut acc = self.product()?;
+        while let Some(op @ ("+" | "-")) = self.peek_op() {
+            self.pos += 1;
+            let rhs = self.product()?;
+            acc = binary(op, acc, rhs)?;
+        }
+        Ok(acc)
+    }
+
+    fn product(&mut self) -> Result<Value, String> {
+        let mut acc = self.unary()?;
+        while let Some(op @ ("*" | "/" | "//" | "%")) = self.peek_op() {
+            self.pos += 1;
+            let rhs = self.unary()?;
+            acc = binary(op, acc, rhs)?;
+        }
+        Ok(acc)
+    }
+
+    fn unary(&mut self) -> Result<Value, String> {
+        match self.peek_op() {
+            Some(op @ ("+" | "-")) => {
+                self.pos += 1;
+                let v = self.nested(|p| p.unary())?;
+                match (op, v) {
+                    ("+", v @ (Value::Int(_) | Value::Float(_))) => Ok(v),
+                    ("-", Value::Int(n)) => n
+                        .checked_neg()
+                        .map(Value::Int)
+                        .ok_or_else(|| "integer overflow".into()),
+                    ("-", Value::Float(x)) => Ok(Value::Float(-x)),
+                    (_, v) => Err(format!("bad operand for unary {op}: {}", v.type_name())),
+                }
+            }
+            _ => self.power(),
+        }
+    }
+
+    fn power(&mut self) -> Result<Value, String> {
+        let base = self.atom()?;
+        if self.peek_op() == Some("**") {
+            self.pos += 1;
+            // Right-associative and binds tighter than a unary minus on its left: -2**2 == -4.
+            let exponent = self.nested(|p| p.unary())?;
+            return binary("**", base, exponent);
+        }
+        Ok(base)
+    }
+
+    fn atom(&mut self) -> Result<Value, String> {
+        let token = self.tokens.get(self.pos).ok_or("expression ends early")?;
+        self.pos += 1;
+        match token {
+            Token::Value(v) => Ok(v.clone()),
+            Token::Name(n) => {
+                if self.tokens.get(self.pos) == Some(&Token::Open) {
+                    return Err(format!("function calls are not supported ({n}(...))"));
+                }
+                (self.lookup)(n).ok_or_else(|| format!("unknown name {n}"))
+            }
+            Token::Open => {
+                let v = self.nested(|p| p.sum())?;
+                match self.tokens.get(self.pos) {
+                    Some(Token::Close) => {
+                        self.pos += 1;
+                        Ok(v)
+                    }
+                    None => Err("unclosed parenthesis".into()),
+                    Some(t) => Err(format!(
+                        "unexpected {} (tuples are not supported)",
+                        describe(t)
+                    )),
+                }
+            }
+            t => Err(format!("unexpected {}", describe(t))),
+        }
+    }
+
+    fn nested(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<Value, String>,
+    ) -> Result<Value, String> {
+        if self.depth >= MAX_DEPTH {
+            return Err("expression nested too deeply".into());
+        }
+        self.depth += 1;
+        let v = f(self);
+        self.depth -= 1;
+        v
+    }
+}
+
+/// A number as a float, for mixed arithmetic.
+fn as_float(v: &Value) -> Option<f64> {
+    match v {
+        Value::Int(n) => Some(*n as f64),
+        Value::Float(x) => Some(*x),
+        _ => None,
+    }
+}
+
+/// Python's binary operators on the values config files use.
+fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
+    let overflow = || "integer overflow".to_string();
+    match (&a, &b) {
+        (Value::Int(x), Value::Int(y)) => {
+            let (x, y) = (*x, *y);
+            let zero = || "division by zero".to_string();
+            let v = match op {
+                "+" => x.checked_add(y).ok_or_else(overflow)?,
+                "-" => x.checked_sub(y).ok_or_else(overflow)?,
+                "*" => x.checked_mul(y).ok_or_else(overflow)?,
+                "//" => {
+                    if y == 0 {
+                        return Err(zero());
+                    }
+                    // Python floors; Rust truncates towards zero.
+                    let q = x.checked_div(y).ok_or_else(overflow)?;
+                    if (x % y != 0) && ((x < 0) != (y < 0)) {
+                        q - 1
+                    } else {
+                        q
+                    }
+                }
+                "%" => {
+                    if y == 0 {
+                        return Err(zero());
+                    }
+                    let r = x.checked_rem(y).ok_or_else(overflow)?;
+                    if r != 0 && ((r < 0) != (y < 0)) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }
+                "/" => {
+                    if y == 0 {
+                        return Err(zero());
+                    }
+                    return Ok(Value::Float(x as f64 / y as f64));
+                }
+                "**" => {
+                    if y < 0 {
+                        return finite((x as f64).powf(y as f64));
+                    }
+                    let e = u32::try_from(y).map_err(|_| overflow())?;
+                    x.checked_pow(e).ok_or_else(overflow)?
+                }
+                _ => return Err(format!("unsupported operator {op}")),
+            };
+            Ok(Value::Int(v))
+        }
+        (Value::Str(x), Value::Str(y)) if op == "+" => Ok(Value::Str(format!("{x}{y}"))),
+        _ => match (as_float(&a), as_float(&b)) {
+            (Some(x), Some(y)) => {
+                let v = match op {
+                    "+" => x + y,
+                    "-" => x - y,
+                    "*" => x * y,
+                    "/" | "//" | "%" if y == 0.0 => return Err("division by zero".into()),
+                    "/" => x / y,
+                    "//" => (x / y).floor(),
+                    "%" => x - y * (x / y).floor(),
+                    "**" => x.powf(y),
+                    _ => return Err(format!("unsupported operator {op}")),
+                };
+                finite(v)
+            }
+            _ => Err(format!(
+                "unsupported operand types for {op}: {} and {}",
+                a.type_name(),
+                b.type_name()
+            )),
+        },
+    }
+}
+
+fn finite(x: f64) -> Result<Value, String> {
+    if x.is_finite() {
+        Ok(Value::Float(x))
+    } else {
+        Err("number too large".into())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------------
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+fn py_optional(n: Option<u32>) -> String {
+    n.map_or("None".to_string(), |n| n.to_string())
+}
+
+/// A nanoGPT config file (the page's export) that [`parse_config_file`] reads back to `cfg`.
+///
+/// Settings stock train.py does not have are written too, in a section of their own: train.py
+/// `exec`s the file into its globals, so they are harmless there.
+pub fn to_config_file(cfg: &Config) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "# nanoGPT config written by vramfit {}.\n",
+        env!("CARGO_PKG_VERSION")
+    ));
+    out.push_str("# Use it as: python train.py config/<this file>.py\n");
+    // Counting parameters of an invalid config could overflow; the figures are only a comment.
+    if cfg.validate().is_ok() {
+        let params = crate::params::count(cfg);
+        out.push_str(&format!(
+            "# number of parameters: {}; tokens per iteration: {}\n",
+            params.printed_millions(),
+            cfg.tokens_per_iter()
+        ));
+    }
+    let lines: [(&str, String); 11] = [
+        ("n_layer", cfg.n_layer.to_string()),
+        ("n_head", cfg.n_head.to_string()),
+        ("n_embd", cfg.n_embd.to_string()),
+        ("block_size", cfg.block_size.to_string()),
+        ("bias", py_bool(cfg.bias).into()),
+        ("dropout", format!("{:?}", cfg.dropout)),
+        ("batch_size", cfg.batch_size.to_string()),
+        (
+            "gradient_accumulation_steps",
+            cfg.gradient_accumulation_steps.to_string(),
+        ),
+        ("eval_iters", cfg.eval_iters.to_string()),
+        ("dtype", Value::Str(cfg.dtype.name().into()).to_string()),
+        ("compile", py_bool(cfg.compile).into()),
+    ];
+    out.push_str("\n# model and training settings train.py reads\n");
+    for (key, value) in lines {
+        out.push_str(&format!("{key} = {value}\n"));
+    }
+    out.push_str("\n# vramfit's settings: stock train.py does not read these\n");
+    out.push_str(&format!(
+        "vocab_size = {}  # train.py takes it from the dataset's meta.pkl (50304 without one)\n",
+        cfg.vocab_size
+    ));
+    out.push_str(&format!(
+        "eval_batch_size = {}  # None: batch_size\n",
+        py_optional(cfg.eval_batch_size)
+    ));
+    out.push_str(&format!(
+        "eval_block_size = {}  # None: block_size\n",
+        py_optional(cfg.eval_block_size)
+    ));
+    out.push_str(&format!(
+        "attention = {}  # 'flash' when PyTorch >= 2.0\n",
+        Value::Str(cfg.attention.name().into())
+    ));
+    out.push_str(&format!(
+        "activation_checkpointing = {}\n",
+        py_bool(cfg.activation_checkpointing)
+    ));
+    out.push_str(&format!(
+        "optimizer = {}\n",
+        Value::Str(cfg.optimizer.name().into())
+    ));
+    out.push_str(&format!(
+        "expandable_segments = {}  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n",
+        py_bool(cfg.expandable_segments)
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SHAKESPEARE_CHAR: &str = r#"# train a miniature character-level shakespeare model
+# good for debugging and playing on macbooks and such
+
+out_dir = 'out-shakespeare-char'
+eval_interval = 250 # keep frequent because we'll overfit
+eval_iters = 200
+log_interval = 10 # don't print too too often
+
+# we expect to overfit on this small dataset, so only save when val improves
+always_save_checkpoint = False
+
+wandb_log = False # override via command line if you like
+wandb_project = 'shakespeare-char'
+wandb_run_name = 'mini-gpt'
+
+dataset = 'shakespeare_char'
+gradient_accumulation_steps = 1
+batch_size = 64
+block_size = 256 # context of up to 256 previous characters
+
+# baby GPT model :)
+n_layer = 6
+n_head = 6
+n_embd = 384
+dropout = 0.2
+
+learning_rate = 1e-3 # with baby networks can afford to go a bit higher
+max_iters = 5000
+lr_decay_iters = 5000 # make equal to max_iters usually
+min_lr = 1e-4 # learning_rate / 10 usually
+beta2 = 0.99 # make a bit bigger because number of tokens per iter is small
+
+warmup_iters = 100 # not super necessary potentially
+
+# on macbook also add
+# device = 'cpu'  # run on cpu only
+# compile = False # do not torch compile the model
+"#;
+
+    const GPT2: &str = r#"# config for training GPT-2 (124M) down to very nice loss of ~2.85 on 1 node of 8X A100 40GB
+# launch as the following (e.g. in a screen session) and wait ~5 days:
+# $ torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py
+
+wandb_log = True
+wandb_project = 'owt'
+wandb_run_name='gpt2-124M'
+
+# these make the total batch size be ~0.5M
+# 12 batch size * 1024 block size * 5 gradaccum * 8 GPUs = 491,520
+batch_size = 12
+block_size = 1024
+gradient_accumulation_steps = 5 * 8
+
+# this makes total number of tokens be 300B
+max_iters = 600000
+lr_decay_iters = 600000
+
+# eval stuff
+eval_interval = 1000
+eval_iters = 200
+log_interval = 10
+
+# weight decay
+weight_decay = 1e-1
+"#;
+
+    fn parse(text: &str) -> Result<ConfigFile, ConfigFileError> {
+        parse_config_file(text, &Config::default())
+    }
+
+    #[test]
+    fn reads_shakespeare_char() {
+        let f = parse(SHAKESPEARE_CHAR).unwrap();
+        let c = &f.config;
+        assert_eq!(
+            (c.n_layer, c.n_head, c.n_embd, c.block_size),
+            (6, 6, 384, 256)
+        );
+        assert_eq!(
+            (c.batch_size, c.gradient_accumulation_steps, c.eval_iters),
+            (64, 1, 200)
+        );
+        assert_eq!(c.dropout, 0.2);
+        assert!(f.notices.is_empty(), "{:?}", f.notices);
+        assert_eq!(f.get("learning_rate"), Some(&Value::Float(1e-3)));
+        assert_eq!(f.get("max_iters"), Some(&Value::Int(5000)));
+        assert_eq!(
+            f.get("out_dir"),
+            Some(&Value::Str("out-shakespeare-char".into()))
+        );
+        assert_eq!(f.get("always_save_checkpoint"), Some(&Value::Bool(false)));
+        assert_eq!(f.extra.first().map(|(k, _)| k.as_str()), Some("out_dir"));
+    }
+
+    #[test]
+    fn reads_train_gpt2_with_arithmetic() {
+        let f = parse(GPT2).unwrap();
+        assert_eq!(f.config.gradient_accumulation_steps, 40);
+        assert_eq!(f.config, Config::default());
+        assert_eq!(f.get("weight_decay"), Some(&Value::Float(0.1)));
+        assert_eq!(
+            f.get("wandb_run_name"),
+            Some(&Value::Str("gpt2-124M".into()))
+        );
+    }
+
+    #[test]
+    fn unsupported_lines_are_notices() {
+        let text = "import time\nout_dir = 'out'\nwandb_run_name = 'mini-gpt' + str(time.time())\nfoo = 3\nif x:\n    n_layer = 2\nn_layer = foo + 1\n";
+        let f = parse(text).unwrap();
+        assert_eq!(f.config.n_layer, 4);
+        assert_eq!(f.notices.len(), 5, "{:#?}", f.notices);
+        assert!(f.notices[0].starts_with("line 1: skipped `import time`"));
+        assert!(
+            f.notices[1].starts_with("line 3: ignored wandb_run_name: cannot read"),
+            "{}",
+            f.notices[1]
+        );
+        assert!(f.notices[2].starts_with("line 4: ignored foo"));
+        assert_eq!(f.get("out_dir"), Some(&Value::Str("out".into())));
+        assert_eq!(f.get("wandb_run_name"), None);
+    }
+
+    #[test]
+    fn vramfit_keys_and_expressions() {
+        let text = "eval_batch_size = 4\neval_block_size = block_size // 2\nattention = \"manual\"\nactivation_checkpointing = True\noptimizer = 'sgd'\nexpandable_segments = 1\nn_embd = (64 + 0) * 12\ndropout = 1e-1\nbias = False\ncompile = False\ndtype = 'float16'\neval_iters = 2 ** 4 - -4 % 3";
+        let c = parse(text).unwrap().config;
+        assert_eq!((c.eval_batch_size, c.eval_block_size), (Some(4), Some(512)));
+        assert_eq!(c.attention, Attention::Manual);
+        assert!(c.activation_checkpointing && c.expandable_segments && !c.compile && !c.bias);
+        assert_eq!(c.optimizer, Optimizer::Sgd);
+        assert_eq!((c.n_embd, c.dropout, c.dtype), (768, 0.1, Dtype::Float16));
+        // Python: 2**4 - (-4 % 3) = 16 - 2.
+        assert_eq!(c.eval_iters, 14);
+    }
+
+    #[test]
+    fn bad_modelled_values_are_errors_with_line_numbers() {
+        let cases = [
+            ("n_layer = 'x'", 1, "n_layer"),
+            ("\n\ndtype = 'float8'", 3, "dtype"),
+            ("batch_size = 0", 1, "batch_size"),
+            ("batch_size = 12.0", 1, "batch_size"),
+            ("n_layer = some_name", 1, "n_layer"),
+            ("dropout = 1.0", 1, "dropout"),
+            ("compile = 'yes'", 1, "compile"),
+            ("n_layer = 2 ** 99", 1, "n_layer"),
+            ("attention = 'fast'", 1, "attention"),
+            ("eval_block_size = None\nn_layer = len('abc')", 2, "n_layer"),
+        ];
+        for (text, line, key) in cases {
+            let err = parse(text).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.starts_with(&format!("line {line}: {key}: ")),
+                "{text:?} -> {msg}"
+            );
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+        let err = parse("n_embd = 768\n# comment\nn_head = 7\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 3: n_embd (768) must be divisible by n_head (7)"
+        );
+        let err = parse("block_size = 128\neval_block_size = 256").unwrap_err();
+        assert!(err.to_string().starts_with("line 2: "), "{err}");
+    }
+
+    #[test]
+    fn comments_strings_and_escapes() {
+        let f =
+            parse("out_dir = 'a#b' # comment\nwandb_project = \"it's\"\ndataset='x\\'y'").unwrap();
+        assert_eq!(f.get("out_dir"), Some(&Value::Str("a#b".into())));
+        assert_eq!(f.get("wandb_project"), Some(&Value::Str("it's".into())));
+        assert_eq!(f.get("dataset"), Some(&Value::Str("x'y".into())));
+    }
+
+    #[test]
+    fn repeated_assignment_last_wins() {
+        let f = parse("max_iters = 1\nn_layer = 3\nmax_iters = 2\nn_layer = 5").unwrap();
+        assert_eq!(f.config.n_layer, 5);
+        assert_eq!(f.extra, vec![("max_iters".to_string(), Value::Int(2))]);
+    }
+
+    #[test]
+    fn python_integer_division_floors() {
+        let v = |e: &str| evaluate(e, &|_| None);
+        assert_eq!(v("-7 // 2"), Ok(Value::Int(-4)));
+        assert_eq!(v("7 % -3"), Ok(Value::Int(-2)));
+        assert_eq!(v("-2 ** 2"), Ok(Value::Int(-4)));
+        assert_eq!(v("2 ** 3 ** 2"), Ok(Value::Int(512)));
+        assert_eq!(v("1 / 4"), Ok(Value::Float(0.25)));
+        assert!(v("1 // 0").is_err());
+        assert!(v("(1, 2)").is_err());
+        assert!(v(&"(".repeat(10_000)).is_err());
+        assert!(v(&"-".repeat(10_000)).is_err());
+    }
+
+    #[test]
+    fn export_round_trips() {
+        let cfg = Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 384,
+            vocab_size: 65,
+            dropout: 0.2,
+            eval_batch_size: Some(8),
+            attention: Attention::Manual,
+            optimizer: Optimizer::Sgd,
+            ..Config::default()
+        };
+        let text = to_config_file(&cfg);
+        assert!(text.starts_with("# nanoGPT config written by vramfit"));
+        let f = parse(&text).unwrap();
+        assert_eq!(f.config, cfg);
+        assert!(
+            f.notices.is_empty() && f.extra.is_empty(),
+            "{:?} {:?}",
+            f.notices,
+            f.extra
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn export_round_trips_for_valid_configs(s in crate::link::tests::valid_state()) {
+            prop_assume!(s.config.validate().is_ok());
+            let f = parse_config_file(&to_config_file(&s.config), &Config::default()).unwrap();
+            prop_assert_eq!(f.config, s.config);
+            prop_assert!(f.notices.is_empty());
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            if let Ok(f) = parse(&text) {
+                prop_assert!(f.config.validate().is_ok());
+            }
+        }
+
+        #[test]
+        fn python_shaped_text_never_panics(lines in proptest::collection::vec("[a-z_]{1,8} ?= ?[-+*/%() 0-9.e'\"a-z#]{0,16}", 0..8)) {
+            let text = lines.join("\n");
+            if let Ok(f) = parse(&text) {
+                prop_assert!(f.config.validate().is_ok());
+            }
+        }
+    }
+}
