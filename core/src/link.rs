@@ -372,7 +372,9 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
         Field::Version => {
             let v = parse_u64(value)?;
             if v != LINK_VERSION as u64 {
-                return Err(format!("this vramfit reads link version {LINK_VERSION}; the other keys were read as version {LINK_VERSION}"));
+                return Err(format!(
+                    "unknown link version (this vramfit reads version {LINK_VERSION})"
+                ));
             }
         }
         Field::NLayer => c.n_layer = parse_in_range(value, 1, config::MAX_LAYERS)?,
@@ -602,7 +604,13 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, St
     if decoded.notices.is_empty() {
         Ok(decoded.state)
     } else {
-        Err(decoded.notices.join("; "))
+        // In an error, "ignored" would be misleading: nothing is used.
+        let problems: Vec<&str> = decoded
+            .notices
+            .iter()
+            .map(|n| n.strip_prefix("ignored ").unwrap_or(n))
+            .collect();
+        Err(problems.join("; "))
     }
 }
 

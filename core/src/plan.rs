@@ -132,8 +132,16 @@ pub fn simulate_on(cfg: &Config, gpu: &Gpu) -> Simulation {
 
 /// The worst window's nvidia-smi bytes and its name.
 fn needed(sim: &Simulation, cfg: &Config, gpu: &Gpu) -> (u64, &'static str) {
-    let windows = [("train", &sim.train), ("eval", &sim.eval), ("first_iter", &sim.first_iter), ("eval_at_start", &sim.eval_at_start)];
-    let (name, peak) = windows.iter().max_by_key(|(_, p)| p.bytes).expect("four windows");
+    let windows = [
+        ("train", &sim.train),
+        ("eval", &sim.eval),
+        ("first_iter", &sim.first_iter),
+        ("eval_at_start", &sim.eval_at_start),
+    ];
+    let (name, peak) = windows
+        .iter()
+        .max_by_key(|(_, p)| p.bytes)
+        .expect("four windows");
     (window(peak, cfg, gpu).nvidia_smi_bytes, name)
 }
 
@@ -161,7 +169,11 @@ pub fn fits(cfg: &Config, gpu: &Gpu, other_usage: u64) -> bool {
 /// The largest micro-batch (everything else unchanged) whose every window fits, or `None`
 /// if even batch 1 does not. Peaks grow with the batch, so a binary search suffices.
 pub fn largest_micro_batch(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Option<u32> {
-    let with = |b: u32| Config { batch_size: b, eval_batch_size: cfg.eval_batch_size.map(|e| e.min(b.max(e))), ..cfg.clone() };
+    let with = |b: u32| Config {
+        batch_size: b,
+        eval_batch_size: cfg.eval_batch_size.map(|e| e.min(b.max(e))),
+        ..cfg.clone()
+    };
     let ok = |b: u32| {
         let c = with(b);
         c.validate().is_ok() && {
@@ -207,11 +219,19 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let cards = gpus
         .iter()
         .map(|g| {
-            let s = if g.cublas_workspace_bytes() == primary.cublas_workspace_bytes() { sim.clone() } else { simulate_on(cfg, g) };
+            let s = if g.cublas_workspace_bytes() == primary.cublas_workspace_bytes() {
+                sim.clone()
+            } else {
+                simulate_on(cfg, g)
+            };
             card_fit(&s, cfg, g, req.other_usage_bytes)
         })
         .collect();
-    let fixes = if req.with_fixes { crate::plan::fixes(cfg, primary, req.other_usage_bytes) } else { Vec::new() };
+    let fixes = if req.with_fixes {
+        crate::plan::fixes(cfg, primary, req.other_usage_bytes)
+    } else {
+        Vec::new()
+    };
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         config: cfg.clone(),

@@ -233,7 +233,11 @@ pub struct Target {
 impl Target {
     /// PyTorch's CPU kernels as traced by the reference harness: no cuBLAS, same rounding.
     pub fn cpu_trace() -> Target {
-        Target { granularity: 512, cublas_workspace_bytes: 0, cuda_kernels: false }
+        Target {
+            granularity: 512,
+            cublas_workspace_bytes: 0,
+            cuda_kernels: false,
+        }
     }
 }
 
@@ -263,7 +267,7 @@ const NO_LAYER: u32 = u32::MAX;
 
 impl At {
     fn describe(&self) -> String {
-        let module = if self.layer == NO_LAYER {
+        let module = if self.layer == NO_LAYER || !self.module.contains("{i}") {
             self.module.to_string()
         } else {
             self.module.replace("{i}", &self.layer.to_string())
@@ -290,12 +294,18 @@ struct Mem<'t> {
 
 impl<'t> Mem<'t> {
     fn new(granularity: u64, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
-        let at = At { phase: Phase::Init, module: "model", layer: NO_LAYER, what: "", micro_step: 0 };
+        let at = At {
+            phase: Phase::Init,
+            module: "model",
+            layer: NO_LAYER,
+            what: "",
+            micro_step: 0,
+        };
         Mem {
             slots: Vec::with_capacity(512),
             live: [0; CATEGORY_COUNT],
             total: 0,
-            granularity: granularity.max(1),
+            granularity: granularity.max(1).next_power_of_two(),
             at,
             window_peak: 0,
             window_live: [0; CATEGORY_COUNT],
@@ -305,7 +315,8 @@ impl<'t> Mem<'t> {
     }
 
     fn round(&self, bytes: u64) -> u64 {
-        bytes.div_ceil(self.granularity) * self.granularity
+        // The granularity is a power of two (512 B on CUDA).
+        (bytes + self.granularity - 1) & !(self.granularity - 1)
     }
 
     /// Where the next events happen.
@@ -331,6 +342,15 @@ impl<'t> Mem<'t> {
             self.window_at = self.at;
         }
         self.record();
+        id
+    }
+
+    /// A bulk allocation of an exact byte count (already a sum of rounded sizes).
+    fn alloc_exact(&mut self, bytes: u64, cat: Category) -> Id {
+        let g = self.granularity;
+        self.granularity = 1;
+        let id = self.alloc(bytes, cat);
+        self.granularity = g;
         id
     }
 
@@ -583,6 +603,14 @@ struct Run<'c, 't> {
     blocks: Vec<BlockSaved>,
     /// Weight copies held only by autocast's cache: freed when `with ctx:` ends.
     ctx_cache: Vec<Id>,
+    /// Whether middle blocks are applied as net effects (see "layer folding").
+    fold: bool,
+    /// Parameter tensors, and their bytes as the allocator counts them (each rounded).
+    param_tensors: u64,
+    param_bytes: u64,
+    /// The bulk allocations standing for the folded blocks' saved tensors, and their input.
+    folded: [Id; CATEGORY_COUNT],
+    folded_input: Id,
 }
 
 impl<'c, 't> Run<'c, 't> {
@@ -590,6 +618,16 @@ impl<'c, 't> Run<'c, 't> {
         Run {
             cfg,
             target,
+            fold: true,
+            param_tensors: param_tensors(cfg).iter().map(|p| p.count).sum(),
+            param_bytes: param_tensors(cfg)
+                .iter()
+                .map(|p| {
+                    p.count
+                        * (p.elements() * 4).div_ceil(target.granularity.max(1))
+                        * target.granularity.max(1)
+                })
+                .sum(),
             mem: Mem::new(target.granularity, timeline),
             grads: Vec::new(),
             grads_resident: false,
@@ -602,6 +640,8 @@ impl<'c, 't> Run<'c, 't> {
             y_batch: Id::NONE,
             blocks: vec![BlockSaved::empty(); cfg.n_layer as usize],
             ctx_cache: Vec::with_capacity(8 * cfg.n_layer as usize + 1),
+            folded: [Id::NONE; CATEGORY_COUNT],
+            folded_input: Id::NONE,
         }
     }
 
@@ -632,11 +672,8 @@ impl<'c, 't> Run<'c, 't> {
     /// `model.to(device)`: every parameter tensor, plus the manual path's causal-mask buffers.
     fn init(&mut self) {
         self.mem.at(Phase::Init, "model", NO_LAYER, "to(device)");
-        for p in param_tensors(self.cfg) {
-            for _ in 0..p.count {
-                self.mem.alloc(p.elements() * 4, Category::Parameters);
-            }
-        }
+        // One allocation per parameter tensor; as a sum of rounded sizes (no window sees init).
+        self.mem.alloc_exact(self.param_bytes, Category::Parameters);
         if self.cfg.attention == Attention::Manual {
             // register_buffer("bias", tril(ones(block, block)).view(1,1,block,block)): fp32.
             let t = self.cfg.block_size as u64;
@@ -697,7 +734,11 @@ impl<'c, 't> Run<'c, 't> {
     /// frees the fp32 output when its Python name dies.
     fn matmul_input(&mut self, d: &Dims, fp32: Id, graph: bool) -> Id {
         if d.autocast {
-            let cat = if graph { Category::SavedActivations } else { Category::Temporaries };
+            let cat = if graph {
+                Category::SavedActivations
+            } else {
+                Category::Temporaries
+            };
             self.mem.alloc(d.bt() * d.c * d.cb, cat)
         } else {
             if graph {
@@ -715,8 +756,14 @@ impl<'c, 't> Run<'c, 't> {
             return (Id::NONE, Id::NONE);
         }
         let (o, i) = lin.shape();
-        let w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::CastWeights);
-        let b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::CastWeights) } else { Id::NONE };
+        let w = self
+            .mem
+            .alloc(o * i * d.c * d.c * d.cb, Category::CastWeights);
+        let b = if d.bias {
+            self.mem.alloc(o * d.c * d.cb, Category::CastWeights)
+        } else {
+            Id::NONE
+        };
         if !graph {
             self.ctx_cache.push(w);
             if b != Id::NONE {
@@ -728,11 +775,23 @@ impl<'c, 't> Run<'c, 't> {
 
     /// A dropout (p > 0, training): a new output and a 1-byte mask kept for backward (CUDA's
     /// fused kernel). CPU's kernel keeps an fp32 scaled noise tensor instead.
-    fn dropout(&mut self, d: &Dims, input: Id, elems: u64, elem_bytes: u64, cat: Category, graph: bool) -> (Id, Id) {
+    fn dropout(
+        &mut self,
+        d: &Dims,
+        input: Id,
+        elems: u64,
+        elem_bytes: u64,
+        cat: Category,
+        graph: bool,
+    ) -> (Id, Id) {
         if !d.dropout {
             return (input, Id::NONE);
         }
-        let mask_bytes = if self.target.cuda_kernels { elems } else { elems * elem_bytes };
+        let mask_bytes = if self.target.cuda_kernels {
+            elems
+        } else {
+            elems * elem_bytes
+        };
         let out = self.mem.alloc(elems * elem_bytes, cat);
         let mask = self.mem.alloc(mask_bytes, Category::SavedActivations);
         self.mem.free(input);
@@ -743,6 +802,93 @@ impl<'c, 't> Run<'c, 't> {
         (out, mask)
     }
 
+    // --- layer folding ---------------------------------------------------------------------
+    //
+    // Blocks are identical: the events of block i are those of block 0 shifted by what the
+    // blocks before it left behind. So the live total inside any block is an affine function of
+    // its index, and its maximum is reached in the first or the last block run. When no
+    // timeline is recorded, the blocks in between are applied as their net effect (same bytes
+    // per category, one bulk allocation each) instead of event by event. Peaks are unchanged.
+
+    /// Whether block `i` is applied as a net effect rather than simulated event by event.
+    fn folds(&self, i: usize) -> bool {
+        self.fold && i > 0 && i + 1 < self.cfg.n_layer as usize
+    }
+
+    /// Forward of the middle blocks 1..L-1 as `count` times block 0's net effect: the last
+    /// one's output is a real tensor (block L-1's input, freed by its backward); the rest is one
+    /// bulk allocation per category, kept for the backward (or, for weight copies held only by
+    /// autocast's cache, released when `with ctx:` ends). The range's input (block 0's output)
+    /// is kept for the range's backward.
+    fn folded_blocks_forward(
+        &mut self,
+        x_in: Id,
+        mode: BlockMode,
+        per_layer: &[i64; CATEGORY_COUNT],
+        count: usize,
+    ) -> Id {
+        let d = self.dims(if mode == BlockMode::NoGrad {
+            Mode::Eval
+        } else {
+            Mode::Train
+        });
+        let out_cat = if mode == BlockMode::NoGrad {
+            Category::Temporaries
+        } else {
+            Category::SavedActivations
+        };
+        let x_bytes = self.mem.round(d.btc() * 4);
+        let mut bulk = [Id::NONE; CATEGORY_COUNT];
+        for c in Category::ALL {
+            let mut bytes = per_layer[c.index()] * count as i64;
+            if c == out_cat && mode != BlockMode::NoGrad {
+                bytes -= x_bytes as i64;
+            }
+            debug_assert!(bytes >= 0, "a block's forward never shrinks {c:?}");
+            if bytes > 0 {
+                let id = self.mem.alloc_exact(bytes as u64, c);
+                if c == Category::CastWeights && mode != BlockMode::Train {
+                    self.ctx_cache.push(id);
+                } else {
+                    bulk[c.index()] = id;
+                }
+            }
+        }
+        self.folded = bulk;
+        if mode == BlockMode::NoGrad {
+            return x_in;
+        }
+        self.folded_input = x_in;
+        self.mem.alloc(d.btc() * 4, out_cat)
+    }
+
+    /// Backward of the middle blocks as `count` times block L-1's net effect: their saved
+    /// tensors go, their parameters' gradients arrive (one bulk allocation, or nothing when
+    /// they are resident).
+    fn folded_blocks_backward(&mut self, per_layer: &[i64; CATEGORY_COUNT], count: usize) {
+        let target: [i64; CATEGORY_COUNT] =
+            std::array::from_fn(|c| self.mem.live[c] as i64 + per_layer[c] * count as i64);
+        for id in self.folded {
+            self.mem.free(id);
+        }
+        self.folded = [Id::NONE; CATEGORY_COUNT];
+        self.mem.free(self.folded_input);
+        self.folded_input = Id::NONE;
+        for c in Category::ALL {
+            let missing = target[c.index()] - self.mem.live[c.index()] as i64;
+            debug_assert!(
+                missing >= 0,
+                "folded backward overshoots {c:?} by {}",
+                -missing
+            );
+            if missing > 0 {
+                let id = self.mem.alloc_exact(missing as u64, c);
+                if c == Category::Gradients {
+                    self.grads.push(id);
+                }
+            }
+        }
+    }
 
     // --- a block, forward --------------------------------------------------------------------
     //
@@ -754,10 +900,18 @@ impl<'c, 't> Run<'c, 't> {
     /// One transformer block, forward. `x_in` is the block input (fp32, B,T,C); returns the
     /// block output. In training, `self.blocks[i]` receives what backward needs.
     fn block_forward(&mut self, i: usize, x_in: Id, mode: BlockMode) -> Id {
-        let d = self.dims(if mode == BlockMode::NoGrad { Mode::Eval } else { Mode::Train });
+        let d = self.dims(if mode == BlockMode::NoGrad {
+            Mode::Eval
+        } else {
+            Mode::Train
+        });
         let layer = i as u32;
         let graph = mode == BlockMode::Train;
-        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let saved = if graph {
+            Category::SavedActivations
+        } else {
+            Category::Temporaries
+        };
         let phase = match mode {
             BlockMode::NoGrad => Phase::EvalForward,
             BlockMode::Train | BlockMode::Checkpointed => Phase::Forward,
@@ -769,7 +923,8 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at(phase, "transformer.h.{i}.ln_1", layer, "");
         let (ln1, st1) = self.layer_norm(&d, graph);
         s.ln1_stats = st1;
-        self.mem.at(phase, "transformer.h.{i}.attn.c_attn", layer, "");
+        self.mem
+            .at(phase, "transformer.h.{i}.attn.c_attn", layer, "");
         // The fp32 output stays alive (it is attn's argument) even when only its cast is saved.
         let ln1_mm = self.matmul_input(&d, ln1, graph);
         s.ln1_for_matmul = ln1_mm;
@@ -781,9 +936,14 @@ impl<'c, 't> Run<'c, 't> {
         }
 
         self.mem.at(phase, "transformer.h.{i}.attn", layer, "");
-        let y = if d.manual { self.manual_attention(&d, &mut s, graph) } else { self.sdpa(&d, &mut s, graph) };
+        let y = if d.manual {
+            self.manual_attention(&d, &mut s, graph)
+        } else {
+            self.sdpa(&d, &mut s, graph)
+        };
 
-        self.mem.at(phase, "transformer.h.{i}.attn.c_proj", layer, "");
+        self.mem
+            .at(phase, "transformer.h.{i}.attn.c_proj", layer, "");
         (s.w_cast[1], s.b_cast[1]) = self.cast_weights(&d, Linear::AttnProj, graph);
         let proj = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         let (proj, m0) = self.dropout(&d, proj, d.btc(), d.cb, Category::Temporaries, graph);
@@ -805,7 +965,8 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(ln1);
         }
         // fp32 + low precision promotes to fp32: a new residual tensor.
-        self.mem.at(phase, "transformer.h.{i}", layer, "residual add");
+        self.mem
+            .at(phase, "transformer.h.{i}", layer, "residual add");
         let x_mid = self.mem.alloc(d.btc() * 4, saved);
         self.mem.free(proj);
         s.x_mid = x_mid;
@@ -827,7 +988,8 @@ impl<'c, 't> Run<'c, 't> {
         if !graph {
             self.mem.free(s.fc_out);
         }
-        self.mem.at(phase, "transformer.h.{i}.mlp.c_proj", layer, "");
+        self.mem
+            .at(phase, "transformer.h.{i}.mlp.c_proj", layer, "");
         (s.w_cast[3], s.b_cast[3]) = self.cast_weights(&d, Linear::MlpProj, graph);
         let mlp = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         if !graph {
@@ -838,8 +1000,13 @@ impl<'c, 't> Run<'c, 't> {
         if !(graph && ln2_mm == ln2) {
             self.mem.free(ln2);
         }
-        self.mem.at(phase, "transformer.h.{i}", layer, "residual add");
-        let out_cat = if mode == BlockMode::NoGrad { Category::Temporaries } else { Category::SavedActivations };
+        self.mem
+            .at(phase, "transformer.h.{i}", layer, "residual add");
+        let out_cat = if mode == BlockMode::NoGrad {
+            Category::Temporaries
+        } else {
+            Category::SavedActivations
+        };
         let x_out = self.mem.alloc(d.btc() * 4, out_cat);
         self.mem.free(mlp);
         if !graph {
@@ -863,7 +1030,11 @@ impl<'c, 't> Run<'c, 't> {
     /// Returns the (B,T,C) tensor c_proj reads: the output itself (its transpose back to
     /// (B,T,H,hs) is already contiguous).
     fn sdpa(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
-        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let saved = if graph {
+            Category::SavedActivations
+        } else {
+            Category::Temporaries
+        };
         s.attn_out = self.mem.alloc(d.btc() * d.cb, saved);
         // Flash keeps logsumexp as (B,H,T); the memory-efficient kernel pads T to 32 and only
         // computes it when a gradient is needed.
@@ -885,7 +1056,11 @@ impl<'c, 't> Run<'c, 't> {
     /// The explicit attention: scores, mask, softmax (fp32 under autocast), dropout, `@ v`.
     /// Returns the contiguous (B,T,C) tensor c_proj reads.
     fn manual_attention(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
-        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let saved = if graph {
+            Category::SavedActivations
+        } else {
+            Category::Temporaries
+        };
         let tmp = Category::Temporaries;
         // q @ k^T: matmul folds (B,H) into one batch dim and must copy the strided views.
         s.q_copy = self.mem.alloc(d.btc() * d.cb, saved);
@@ -907,7 +1082,11 @@ impl<'c, 't> Run<'c, 't> {
         }
         // softmax: autocast runs it in fp32. CUDA reads fp16 directly (half_to_float); bf16
         // (and any CPU input) is first copied to fp32.
-        let upcast = if self.upcasts_before_fp32_softmax(d) { self.mem.alloc(d.bhtt() * 4, tmp) } else { Id::NONE };
+        let upcast = if self.upcasts_before_fp32_softmax(d) {
+            self.mem.alloc(d.bhtt() * 4, tmp)
+        } else {
+            Id::NONE
+        };
         let soft_bytes = if d.autocast { 4 } else { d.cb };
         s.softmax_out = self.mem.alloc(d.bhtt() * soft_bytes, saved);
         self.mem.free(upcast);
@@ -915,7 +1094,11 @@ impl<'c, 't> Run<'c, 't> {
         // attn_dropout: a new tensor and its mask; softmax's output stays (saved by softmax).
         let att = if d.dropout {
             let out = self.mem.alloc(d.bhtt() * soft_bytes, tmp);
-            let mask_bytes = if self.target.cuda_kernels { d.bhtt() } else { d.bhtt() * soft_bytes };
+            let mask_bytes = if self.target.cuda_kernels {
+                d.bhtt()
+            } else {
+                d.bhtt() * soft_bytes
+            };
             s.att_drop_mask = self.mem.alloc(mask_bytes, saved);
             out
         } else {
@@ -966,8 +1149,16 @@ impl<'c, 't> Run<'c, 't> {
     fn forward(&mut self, mode: Mode) -> HeadSaved {
         let d = self.dims(mode);
         let graph = mode == Mode::Train;
-        let phase = if graph { Phase::Forward } else { Phase::EvalForward };
-        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let phase = if graph {
+            Phase::Forward
+        } else {
+            Phase::EvalForward
+        };
+        let saved = if graph {
+            Category::SavedActivations
+        } else {
+            Category::Temporaries
+        };
 
         self.mem.at(phase, "transformer.wte+wpe", NO_LAYER, "");
         // pos = arange(t) (kept by wpe's backward); tok_emb and pos_emb are locals of
@@ -983,8 +1174,22 @@ impl<'c, 't> Run<'c, 't> {
             (true, false) => BlockMode::Train,
             (true, true) => BlockMode::Checkpointed,
         };
-        for i in 0..self.cfg.n_layer as usize {
+        let layers = self.cfg.n_layer as usize;
+        let mut per_layer = [0i64; CATEGORY_COUNT];
+        let mut i = 0;
+        while i < layers {
+            if self.folds(i) {
+                // Blocks 1..L-1 at once (see "layer folding").
+                x = self.folded_blocks_forward(x, block_mode, &per_layer, layers - 2);
+                i = layers - 1;
+                continue;
+            }
+            let before = self.mem.live;
             x = self.block_forward(i, x, block_mode);
+            if i == 0 {
+                per_layer = delta(&before, &self.mem.live);
+            }
+            i += 1;
         }
 
         self.mem.at(phase, "transformer.ln_f", NO_LAYER, "");
@@ -1016,10 +1221,16 @@ impl<'c, 't> Run<'c, 't> {
         // (Measured on an H100 with torch 2.11: 6 bytes per logit beyond the bf16 logits after
         // the forward, 10 at the backward's peak; tests/reference/probes/cuda_facts.py.)
         let loss_phase = if graph { Phase::Loss } else { Phase::EvalLoss };
-        self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "log_softmax");
+        self.mem
+            .at(loss_phase, "cross_entropy", NO_LAYER, "log_softmax");
         let log_probs = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
-        self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "nll_loss");
-        let nll_input = if d.autocast { self.mem.alloc(d.n() * 4, Category::LogitsAndLoss) } else { Id::NONE };
+        self.mem
+            .at(loss_phase, "cross_entropy", NO_LAYER, "nll_loss");
+        let nll_input = if d.autocast {
+            self.mem.alloc(d.n() * 4, Category::LogitsAndLoss)
+        } else {
+            Id::NONE
+        };
         let loss = self.mem.alloc(4, Category::LogitsAndLoss);
         let total_weight = self.mem.alloc(4, Category::LogitsAndLoss);
         if !graph {
@@ -1083,13 +1294,32 @@ impl<'c, 't> Run<'c, 't> {
     /// Backward of a linear layer `y = x @ W^T (+ b)` whose incoming gradient is `g_out`
     /// (compute dtype, `out_cols` columns). Returns the gradient of its input (compute dtype).
     #[allow(clippy::too_many_arguments)]
-    fn linear_backward(&mut self, d: &Dims, lin: Linear, layer: u32, g_out: Id, saved_input: Id, w_cast: Id, b_cast: Id, in_cols: u64) -> Id {
+    fn linear_backward(
+        &mut self,
+        d: &Dims,
+        lin: Linear,
+        layer: u32,
+        g_out: Id,
+        saved_input: Id,
+        w_cast: Id,
+        b_cast: Id,
+        in_cols: u64,
+    ) -> Id {
         let (o, i) = lin.shape();
-        self.mem.at(Phase::Backward, lin.module(), layer, "backward");
+        self.mem
+            .at(Phase::Backward, lin.module(), layer, "backward");
         self.ensure_workspace(true);
-        let g_in = self.mem.alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
-        let g_w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
-        let g_b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::Temporaries) } else { Id::NONE };
+        let g_in = self
+            .mem
+            .alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
+        let g_w = self
+            .mem
+            .alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
+        let g_b = if d.bias {
+            self.mem.alloc(o * d.c * d.cb, Category::Temporaries)
+        } else {
+            Id::NONE
+        };
         self.mem.free(g_out);
         self.mem.free(saved_input);
         self.mem.free(w_cast);
@@ -1118,7 +1348,15 @@ impl<'c, 't> Run<'c, 't> {
 
     /// A LayerNorm's backward, from the gradient of its output as the matmul produced it.
     /// Returns the fp32 gradient of its input.
-    fn layer_norm_backward(&mut self, d: &Dims, module: &'static str, layer: u32, g_mm: Id, input: Id, stats: [Id; 2]) -> Id {
+    fn layer_norm_backward(
+        &mut self,
+        d: &Dims,
+        module: &'static str,
+        layer: u32,
+        g_mm: Id,
+        input: Id,
+        stats: [Id; 2],
+    ) -> Id {
         self.mem.at(Phase::Backward, module, layer, "backward");
         // Autocast's cast of the LayerNorm output: its backward casts the gradient to fp32.
         let g = if d.autocast {
@@ -1130,7 +1368,11 @@ impl<'c, 't> Run<'c, 't> {
         };
         let g_in = self.mem.alloc(d.btc() * 4, Category::Temporaries);
         let g_w = self.mem.alloc(d.c * 4, Category::Temporaries);
-        let g_b = if d.bias { self.mem.alloc(d.c * 4, Category::Temporaries) } else { Id::NONE };
+        let g_b = if d.bias {
+            self.mem.alloc(d.c * 4, Category::Temporaries)
+        } else {
+            Id::NONE
+        };
         self.mem.free(g);
         self.mem.free(input);
         self.mem.free(stats[0]);
@@ -1178,7 +1420,8 @@ impl<'c, 't> Run<'c, 't> {
         if self.cfg.activation_checkpointing {
             // Recompute the block from its kept input, this time saving for backward; the
             // recomputed output itself is discarded.
-            self.mem.at(Phase::Backward, "transformer.h.{i}", layer, "recompute");
+            self.mem
+                .at(Phase::Backward, "transformer.h.{i}", layer, "recompute");
             let x_in = self.blocks[i].x_in;
             let out = self.block_forward(i, x_in, BlockMode::Train);
             self.mem.free(out);
@@ -1186,26 +1429,58 @@ impl<'c, 't> Run<'c, 't> {
         let s = self.blocks[i];
 
         // x_out = x_mid + mlp(ln_2(x_mid))
-        self.mem.at(Phase::Backward, "transformer.h.{i}.mlp", layer, "backward");
+        self.mem
+            .at(Phase::Backward, "transformer.h.{i}.mlp", layer, "backward");
         let g_mlp = self.branch_grad(&d, g);
         let g_mlp2 = self.dropout_backward(&d, g_mlp, g, s.resid_mask[1], d.cb);
         if g_mlp2 != g_mlp {
             self.free_branch(g_mlp, g);
         }
         let g_mlp = g_mlp2;
-        let g_gelu = self.linear_backward(&d, Linear::MlpProj, layer, Id::NONE, s.gelu_out, s.w_cast[3], s.b_cast[3], 4 * d.c);
+        let g_gelu = self.linear_backward(
+            &d,
+            Linear::MlpProj,
+            layer,
+            Id::NONE,
+            s.gelu_out,
+            s.w_cast[3],
+            s.b_cast[3],
+            4 * d.c,
+        );
         self.free_branch(g_mlp, g);
-        self.mem.at(Phase::Backward, "transformer.h.{i}.mlp.gelu", layer, "backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.mlp.gelu",
+            layer,
+            "backward",
+        );
         let g_fc = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
         self.mem.free(g_gelu);
         self.mem.free(s.fc_out);
-        let g_ln2 = self.linear_backward(&d, Linear::Fc, layer, g_fc, s.ln2_for_matmul, s.w_cast[2], s.b_cast[2], d.c);
-        let g_mid = self.layer_norm_backward(&d, "transformer.h.{i}.ln_2", layer, g_ln2, s.x_mid, s.ln2_stats);
+        let g_ln2 = self.linear_backward(
+            &d,
+            Linear::Fc,
+            layer,
+            g_fc,
+            s.ln2_for_matmul,
+            s.w_cast[2],
+            s.b_cast[2],
+            d.c,
+        );
+        let g_mid = self.layer_norm_backward(
+            &d,
+            "transformer.h.{i}.ln_2",
+            layer,
+            g_ln2,
+            s.x_mid,
+            s.ln2_stats,
+        );
         // Accumulated in place into the residual gradient.
         self.mem.free(g_mid);
 
         // x_mid = x_in + attn(ln_1(x_in))
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "backward");
+        self.mem
+            .at(Phase::Backward, "transformer.h.{i}.attn", layer, "backward");
         let g_att = self.branch_grad(&d, g);
         let g_att2 = self.dropout_backward(&d, g_att, g, s.resid_mask[0], d.cb);
         if g_att2 != g_att {
@@ -1213,11 +1488,40 @@ impl<'c, 't> Run<'c, 't> {
         }
         let g_att = g_att2;
         let proj_input = if d.manual { s.y_contig } else { Id::NONE };
-        let g_y = self.linear_backward(&d, Linear::AttnProj, layer, Id::NONE, proj_input, s.w_cast[1], s.b_cast[1], d.c);
+        let g_y = self.linear_backward(
+            &d,
+            Linear::AttnProj,
+            layer,
+            Id::NONE,
+            proj_input,
+            s.w_cast[1],
+            s.b_cast[1],
+            d.c,
+        );
         self.free_branch(g_att, g);
-        let g_qkv = if d.manual { self.manual_attention_backward(&d, &s, layer, g_y) } else { self.sdpa_backward(&d, &s, layer, g_y) };
-        let g_ln1 = self.linear_backward(&d, Linear::Attn, layer, g_qkv, s.ln1_for_matmul, s.w_cast[0], s.b_cast[0], d.c);
-        let g_in = self.layer_norm_backward(&d, "transformer.h.{i}.ln_1", layer, g_ln1, s.x_in, s.ln1_stats);
+        let g_qkv = if d.manual {
+            self.manual_attention_backward(&d, &s, layer, g_y)
+        } else {
+            self.sdpa_backward(&d, &s, layer, g_y)
+        };
+        let g_ln1 = self.linear_backward(
+            &d,
+            Linear::Attn,
+            layer,
+            g_qkv,
+            s.ln1_for_matmul,
+            s.w_cast[0],
+            s.b_cast[0],
+            d.c,
+        );
+        let g_in = self.layer_norm_backward(
+            &d,
+            "transformer.h.{i}.ln_1",
+            layer,
+            g_ln1,
+            s.x_in,
+            s.ln1_stats,
+        );
         self.mem.free(g_in);
         g
     }
@@ -1225,7 +1529,12 @@ impl<'c, 't> Run<'c, 't> {
     /// Flash (or memory-efficient) attention backward: dq, dk, dv plus the kernel's fp32
     /// scratch, then SplitBackward concatenates them into the gradient of c_attn's output.
     fn sdpa_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.sdpa", layer, "backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.attn.sdpa",
+            layer,
+            "backward",
+        );
         let grads = [
             self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
             self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
@@ -1237,7 +1546,9 @@ impl<'c, 't> Run<'c, 't> {
             let t128 = d.t.div_ceil(128) * 128;
             let hs = d.c / d.h;
             let hs32 = hs.div_ceil(32) * 32;
-            let acc = self.mem.alloc(4 * d.b * t128 * d.h * hs32, Category::Temporaries);
+            let acc = self
+                .mem
+                .alloc(4 * d.b * t128 * d.h * hs32, Category::Temporaries);
             let sd = self.mem.alloc(4 * d.b * d.h * t128, Category::Temporaries);
             self.mem.free(acc);
             self.mem.free(sd);
@@ -1250,7 +1561,12 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(s.qkv);
         self.mem.free(s.attn_out);
         self.mem.free(s.attn_lse);
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.attn.c_attn",
+            layer,
+            "split backward",
+        );
         let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, Category::Temporaries);
         for g in grads {
             self.mem.free(g);
@@ -1260,7 +1576,12 @@ impl<'c, 't> Run<'c, 't> {
 
     /// The explicit attention's backward, node by node.
     fn manual_attention_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "att @ v backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.attn",
+            layer,
+            "att @ v backward",
+        );
         let tmp = Category::Temporaries;
         // y.transpose(1,2).contiguous() backward passes the gradient through as a strided
         // view; bmm's folding reshape needs it contiguous: a copy.
@@ -1276,7 +1597,12 @@ impl<'c, 't> Run<'c, 't> {
         let g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(g_v);
         // att cast back to fp32 (autocast), dropout, softmax backward.
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "softmax backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.attn",
+            layer,
+            "softmax backward",
+        );
         let soft_bytes = if d.autocast { 4 } else { d.cb };
         let mut g = g_att;
         if d.autocast {
@@ -1308,7 +1634,12 @@ impl<'c, 't> Run<'c, 't> {
         let gs = self.mem.alloc(d.bhtt() * d.cb, tmp);
         self.mem.free(gm);
         // bmm(q, k^T): gradients of the q and k^T copies, then each back through its view.
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "q @ k^T backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.attn",
+            layer,
+            "q @ k^T backward",
+        );
         let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
         let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(gs);
@@ -1318,7 +1649,12 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(g_q);
         let g_k2 = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(g_kt);
-        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
+        self.mem.at(
+            Phase::Backward,
+            "transformer.h.{i}.attn.c_attn",
+            layer,
+            "split backward",
+        );
         let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
         self.mem.free(g_q2);
         self.mem.free(g_k2);
@@ -1340,7 +1676,12 @@ impl<'c, 't> Run<'c, 't> {
 
         // nll_loss backward: a fp32 (B*T, V) gradient, zeros except at the targets; then the
         // fp32 copy's backward casts it to the compute dtype, and log_softmax's backward.
-        self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "nll_loss backward");
+        self.mem.at(
+            Phase::Backward,
+            "cross_entropy",
+            NO_LAYER,
+            "nll_loss backward",
+        );
         let g_nll = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
         self.mem.free(g_loss);
         self.mem.free(old_y);
@@ -1354,13 +1695,19 @@ impl<'c, 't> Run<'c, 't> {
         } else {
             g_nll
         };
-        self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "log_softmax backward");
+        self.mem.at(
+            Phase::Backward,
+            "cross_entropy",
+            NO_LAYER,
+            "log_softmax backward",
+        );
         let g_logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
         self.mem.free(g_lp);
         self.mem.free(h.log_probs);
 
         // lm_head: the tied wte weight's gradient (V, C) and the gradient of ln_f's output.
-        self.mem.at(Phase::Backward, "lm_head", NO_LAYER, "backward");
+        self.mem
+            .at(Phase::Backward, "lm_head", NO_LAYER, "backward");
         self.ensure_workspace(true);
         let g_x = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         let g_w = self.mem.alloc(d.v * d.c * d.cb, Category::Temporaries);
@@ -1370,14 +1717,29 @@ impl<'c, 't> Run<'c, 't> {
         // From here wte has a .grad: the embedding's gradient is added into it.
         self.weight_grads_to_fp32(&d, g_w, Id::NONE, d.v * d.c, 0);
         let lnf_in = if d.autocast { h.lnf_in } else { h.lnf_in };
-        let mut g = self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, lnf_in, h.lnf_stats);
+        let mut g =
+            self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, lnf_in, h.lnf_stats);
 
-        for i in (0..self.cfg.n_layer as usize).rev() {
+        let layers = self.cfg.n_layer as usize;
+        let mut per_layer = [0i64; CATEGORY_COUNT];
+        let mut i = layers;
+        while i > 0 {
+            i -= 1;
+            if self.folds(i) {
+                self.folded_blocks_backward(&per_layer, layers - 2);
+                i = 1;
+                continue;
+            }
+            let before = self.mem.live;
             g = self.block_backward(i, g);
+            if i + 1 == layers {
+                per_layer = delta(&before, &self.mem.live);
+            }
         }
 
         // drop(tok_emb + pos_emb), then the two embeddings.
-        self.mem.at(Phase::Backward, "transformer.wte+wpe", NO_LAYER, "backward");
+        self.mem
+            .at(Phase::Backward, "transformer.wte+wpe", NO_LAYER, "backward");
         if h.emb_drop_mask != Id::NONE {
             let g2 = self.mem.alloc(d.btc() * 4, Category::Temporaries);
             self.mem.free(g);
@@ -1387,13 +1749,19 @@ impl<'c, 't> Run<'c, 't> {
         // pos_emb was broadcast over the batch: its gradient is summed to (T, C).
         let g_pos = self.mem.alloc(d.t * d.c * 4, Category::Temporaries);
         // wpe: a dense (block_size, C) gradient.
-        let g_wpe = self.mem.alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
+        let g_wpe = self
+            .mem
+            .alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
         self.mem.free(g_pos);
         self.mem.free(h.pos);
         self.grad_arrives(g_wpe, resident);
         // wte: a dense (V, C) gradient (plus the kernel's sorted index copies), added into the
         // gradient lm_head already gave it.
-        let sort = if self.target.cuda_kernels { self.mem.alloc(2 * d.bt() * 8, Category::Temporaries) } else { Id::NONE };
+        let sort = if self.target.cuda_kernels {
+            self.mem.alloc(2 * d.bt() * 8, Category::Temporaries)
+        } else {
+            Id::NONE
+        };
         let g_wte = self.mem.alloc(d.v * d.c * 4, Category::Temporaries);
         self.mem.free(sort);
         self.mem.free(g);
@@ -1418,7 +1786,12 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(old_logits);
             self.mem.free(old_loss);
             // loss = loss / gradient_accumulation_steps.
-            self.mem.at(Phase::Loss, "loss / gradient_accumulation_steps", NO_LAYER, "");
+            self.mem.at(
+                Phase::Loss,
+                "loss / gradient_accumulation_steps",
+                NO_LAYER,
+                "",
+            );
             let scaled = self.mem.alloc(4, Category::LogitsAndLoss);
             let raw = self.loss;
             self.loss = scaled;
@@ -1426,7 +1799,11 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.at(Phase::Loss, "get_batch", NO_LAYER, "");
             let (old_x, old_y) = self.new_training_batch();
             // scaler.scale(loss): a new scalar under fp16 (GradScaler), the loss itself otherwise.
-            let root = if self.cfg.dtype == Dtype::Float16 { self.mem.alloc(4, Category::LogitsAndLoss) } else { Id::NONE };
+            let root = if self.cfg.dtype == Dtype::Float16 {
+                self.mem.alloc(4, Category::LogitsAndLoss)
+            } else {
+                Id::NONE
+            };
             self.backward(h, old_x, old_y, root);
             // The graph is gone: the undivided loss dies with it.
             self.mem.free(raw);
@@ -1435,37 +1812,36 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at.micro_step = 0;
 
         // clip_grad_norm_: one norm per gradient, stacked, reduced; the scaling is in place.
-        self.mem.at(Phase::ClipGrad, "clip_grad_norm_", NO_LAYER, "");
-        let n = self.grads.len() as u64;
-        let mut norms = Vec::new();
-        if self.cfg.dtype == Dtype::Float16 {
-            // scaler.unscale_: found_inf and the inverse scale.
-            norms.push(self.mem.alloc(4, Category::Temporaries));
-            norms.push(self.mem.alloc(4, Category::Temporaries));
-        }
-        for _ in 0..n {
-            norms.push(self.mem.alloc(4, Category::Temporaries));
-        }
-        norms.push(self.mem.alloc(n * 4, Category::Temporaries));
-        for _ in 0..3 {
-            norms.push(self.mem.alloc(4, Category::Temporaries));
-        }
-        for id in norms {
+        self.mem
+            .at(Phase::ClipGrad, "clip_grad_norm_", NO_LAYER, "");
+        // (Every parameter has a gradient now; each norm is a 0-d fp32 tensor.)
+        let n = self.param_tensors;
+        let scalar = self.mem.round(4);
+        let scaler_tensors = if self.cfg.dtype == Dtype::Float16 {
+            2
+        } else {
+            0
+        }; // unscale_'s found_inf, inv_scale
+        let norms = self
+            .mem
+            .alloc_exact((n + scaler_tensors) * scalar, Category::Temporaries);
+        let stacked = self.mem.alloc(n * 4, Category::Temporaries);
+        let total = self.mem.alloc_exact(3 * scalar, Category::Temporaries);
+        for id in [norms, stacked, total] {
             self.mem.free(id);
         }
 
         // optimizer.step(): fused AdamW creates step, exp_avg, exp_avg_sq per parameter the
         // first time, then updates in place. Plain SGD keeps nothing.
-        self.mem.at(Phase::OptimizerStep, "optimizer.step", NO_LAYER, "");
+        self.mem
+            .at(Phase::OptimizerStep, "optimizer.step", NO_LAYER, "");
         if self.cfg.optimizer == Optimizer::Adamw && self.opt_state.is_empty() {
-            for p in param_tensors(self.cfg) {
-                for _ in 0..p.count {
-                    let step = self.mem.alloc(4, Category::OptimizerState);
-                    let m = self.mem.alloc(p.elements() * 4, Category::OptimizerState);
-                    let v = self.mem.alloc(p.elements() * 4, Category::OptimizerState);
-                    self.opt_state.extend([step, m, v]);
-                }
-            }
+            // Per parameter: a 0-d fp32 step and two moments shaped like it.
+            let step = self.mem.round(4) * self.param_tensors;
+            let id = self
+                .mem
+                .alloc_exact(step + 2 * self.param_bytes, Category::OptimizerState);
+            self.opt_state.push(id);
         }
 
         // zero_grad(set_to_none=True).
@@ -1482,8 +1858,10 @@ impl<'c, 't> Run<'c, 't> {
     fn estimate_loss(&mut self) {
         let d = self.dims(Mode::Eval);
         let (mut x, mut y, mut logits, mut loss) = (Id::NONE, Id::NONE, Id::NONE, Id::NONE);
-        for _split in 0..2 {
-            for _k in 0..self.cfg.eval_iters.min(2) {
+        // Split 'train' batch 0 has no previous eval logits; every later batch (the rest of
+        // 'train', all of 'val') has exactly the same live set: one forward stands for them all.
+        for _batch in 0..2 {
+            {
                 self.mem.at(Phase::EvalForward, "get_batch", NO_LAYER, "");
                 let nx = self.mem.alloc(d.bt() * 8, Category::Batch);
                 let ny = self.mem.alloc(d.bt() * 8, Category::Batch);
@@ -1501,6 +1879,15 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(id);
         }
     }
+}
+
+/// Per-category change a block leaves behind, between two live snapshots. The cuBLAS
+/// workspaces are created once per run (possibly inside the first block) and are not part of
+/// what every block repeats.
+fn delta(before: &[u64; CATEGORY_COUNT], after: &[u64; CATEGORY_COUNT]) -> [i64; CATEGORY_COUNT] {
+    let mut d: [i64; CATEGORY_COUNT] = std::array::from_fn(|c| after[c] as i64 - before[c] as i64);
+    d[Category::Workspace.index()] = 0;
+    d
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1529,7 +1916,12 @@ fn simulate_run(run: &mut Run) -> Simulation {
     run.mem.begin_window();
     run.iteration();
     let train = run.mem.end_window();
-    Simulation { train, eval, first_iter, eval_at_start }
+    Simulation {
+        train,
+        eval,
+        first_iter,
+        eval_at_start,
+    }
 }
 
 /// The live-memory curve of one steady-state training iteration followed by one
@@ -1538,6 +1930,7 @@ pub fn timeline(cfg: &Config, target: &Target) -> Vec<TimelinePoint> {
     let mut points = Vec::new();
     {
         let mut run = Run::new(cfg, *target, None);
+        run.fold = false;
         run.init();
         run.estimate_loss();
         run.iteration();
@@ -1548,4 +1941,50 @@ pub fn timeline(cfg: &Config, target: &Target) -> Vec<TimelinePoint> {
         run.estimate_loss();
     }
     points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unfolded(cfg: &Config, target: &Target) -> Simulation {
+        let mut run = Run::new(cfg, *target, None);
+        run.fold = false;
+        simulate_run(&mut run)
+    }
+
+    /// Folding the middle blocks must not change any peak, byte for byte, nor where it is.
+    #[test]
+    fn layer_folding_is_exact() {
+        let target = crate::device::default_gpu().target();
+        for dtype in Dtype::ALL {
+            for attention in [Attention::Flash, Attention::Manual] {
+                for (ga, ckpt, dropout, bias) in [
+                    (1, false, 0.0, false),
+                    (3, true, 0.1, true),
+                    (2, false, 0.1, false),
+                    (1, true, 0.0, true),
+                ] {
+                    for n_layer in [1, 2, 3, 7] {
+                        let cfg = Config {
+                            n_layer,
+                            n_head: 4,
+                            n_embd: 256,
+                            block_size: 128,
+                            vocab_size: 1000,
+                            batch_size: 3,
+                            gradient_accumulation_steps: ga,
+                            activation_checkpointing: ckpt,
+                            dropout,
+                            bias,
+                            dtype,
+                            attention,
+                            ..Config::default()
+                        };
+                        assert_eq!(simulate(&cfg, &target), unfolded(&cfg, &target), "{cfg:?}");
+                    }
+                }
+            }
+        }
+    }
 }

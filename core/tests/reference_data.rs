@@ -35,7 +35,11 @@ pub fn data_dir() -> PathBuf {
 /// Every `*.json` data file, sorted by name.
 pub fn data_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir())
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect()
+        })
         .unwrap_or_default();
     files.sort();
     files
@@ -71,11 +75,18 @@ fn config_from_row(c: &Value) -> Option<Config> {
 
 /// The simulation target a data file was measured on.
 fn target_for(provenance: &Value) -> Option<Target> {
-    let method = provenance.get("method").and_then(Value::as_str).unwrap_or("");
+    let method = provenance
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if method.starts_with("cpu") {
         return Some(Target::cpu_trace());
     }
-    let device = provenance.get("device_name").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    let device = provenance
+        .get("device_name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_ascii_lowercase();
     if device.contains("h100") {
         return Gpu::find("h100-80gb").map(|g| g.target());
     }
@@ -89,25 +100,51 @@ pub fn comparisons() -> Vec<Comparison> {
         let text = std::fs::read_to_string(&path).expect("readable data file");
         let doc: Value = serde_json::from_str(&text).expect("data file is JSON");
         let file = path.file_name().unwrap().to_string_lossy().to_string();
-        let Some(target) = target_for(&doc["provenance"]) else { continue };
+        let Some(target) = target_for(&doc["provenance"]) else {
+            continue;
+        };
         let rows = doc["rows"].as_array().cloned().unwrap_or_default();
         for row in rows {
             if row.get("status").and_then(Value::as_str) != Some("ok") {
                 continue;
             }
-            let Some(cfg) = config_from_row(&row["config"]) else { continue };
-            let labels: Vec<String> =
-                row.get("labels").and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+            let Some(cfg) = config_from_row(&row["config"]) else {
+                continue;
+            };
+            let labels: Vec<String> = row
+                .get("labels")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
             let sim = simulate(&cfg, &target);
             let id = row["id"].as_str().unwrap_or("?").to_string();
             for (window, key, predicted) in [
                 ("train", "train_peak_allocated_bytes", sim.train.bytes),
                 ("eval", "eval_peak_allocated_bytes", sim.eval.bytes),
-                ("first_iter", "first_iter_peak_allocated_bytes", sim.first_iter.bytes),
-                ("eval_at_start", "eval0_peak_allocated_bytes", sim.eval_at_start.bytes),
+                (
+                    "first_iter",
+                    "first_iter_peak_allocated_bytes",
+                    sim.first_iter.bytes,
+                ),
+                (
+                    "eval_at_start",
+                    "eval0_peak_allocated_bytes",
+                    sim.eval_at_start.bytes,
+                ),
             ] {
                 if let Some(measured) = row.get(key).and_then(Value::as_u64) {
-                    out.push(Comparison { file: file.clone(), id: id.clone(), labels: labels.clone(), window, measured, predicted });
+                    out.push(Comparison {
+                        file: file.clone(),
+                        id: id.clone(),
+                        labels: labels.clone(),
+                        window,
+                        measured,
+                        predicted,
+                    });
                 }
             }
         }
