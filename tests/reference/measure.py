@@ -53,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
+import torch.utils._python_dispatch  # noqa: E402,F401  (TorchDispatchMode for OpNames)
 
 from gpt import GPT, GPTConfig  # noqa: E402
 
@@ -250,29 +251,32 @@ def cuda_point(tag: str) -> dict:
             "nvidia_smi_process_mib": smi, "nvidia_smi_raw": smi_raw}
 
 
+def _try(fn):
+    try:
+        return fn()
+    except Exception as e:  # never let an informational field fail a measurement
+        return f"error: {e!r}"
+
+
 def cuda_environment() -> dict:
-    env = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
-    try:
-        env["device_name"] = torch.cuda.get_device_name(0)
-        p = torch.cuda.get_device_properties(0)
-        env["capability"] = f"{p.major}.{p.minor}"
-        env["total_memory"] = p.total_memory
-    except Exception as e:
-        env["device_error"] = repr(e)
-    try:
-        env["nvidia_smi_gpu"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception as e:
-        env["nvidia_smi_gpu"] = f"error: {e!r}"
     b = torch.backends.cuda
-    env["sdpa_defaults"] = {
-        "flash": b.flash_sdp_enabled(), "mem_efficient": b.mem_efficient_sdp_enabled(),
-        "math": b.math_sdp_enabled(),
-        "cudnn": b.cudnn_sdp_enabled() if hasattr(b, "cudnn_sdp_enabled") else None,
+    p = _try(lambda: torch.cuda.get_device_properties(0))
+    env = {
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": _try(lambda: torch.backends.cudnn.version()),
+        "device_name": _try(lambda: torch.cuda.get_device_name(0)),
+        "capability": _try(lambda: f"{p.major}.{p.minor}"),
+        "total_memory": _try(lambda: p.total_memory),
+        "nvidia_smi_gpu": _try(lambda: subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20).stdout.strip()),
+        "sdpa_defaults": {
+            "flash": _try(b.flash_sdp_enabled), "mem_efficient": _try(b.mem_efficient_sdp_enabled),
+            "math": _try(b.math_sdp_enabled), "cudnn": _try(b.cudnn_sdp_enabled),
+        },
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     }
-    env["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     return env
 
 
@@ -461,7 +465,8 @@ def summarize(phases: list[dict]) -> dict:
 
 
 def measure(cfg_in: dict, method: str, trace_path: str | None = None,
-            snapshot_path: str | None = None, fused_adamw: bool = True) -> dict:
+            snapshot_path: str | None = None, fused_adamw: bool = True,
+            cuda_device: str = "cuda") -> dict:
     """Runs one config with one method; returns a result row (never raises)."""
     t0 = time.time()
     row = {"id": cfg_in.get("id"), "config": None, "method": method, "status": "ok",
@@ -483,7 +488,7 @@ def measure(cfg_in: dict, method: str, trace_path: str | None = None,
         elif method == "cpu-real":
             res = _measure_tracked(cfg, fake=False, trace_path=trace_path, fused_adamw=fused_adamw)
         elif method == "cuda":
-            res = _measure_cuda(cfg, snapshot_path)
+            res = _measure_cuda(cfg, snapshot_path, device=cuda_device)
         else:
             raise ValueError(method)
         row.update(res)
@@ -556,11 +561,11 @@ def _ops_seen(tracker):
     return getattr(tracker, "ops_seen", set())
 
 
-def _measure_cuda(cfg: dict, snapshot_path=None) -> dict:
+def _measure_cuda(cfg: dict, snapshot_path=None, device: str = "cuda") -> dict:
+    """device is 'cuda' except in the offline dry run (cuda_stub.py), which uses 'cpu'."""
     assert torch.cuda.is_available(), "CUDA is not available"
     torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py
     torch.backends.cudnn.allow_tf32 = True
-    device = "cuda"
     torch.cuda.set_device(0)
     torch.cuda.init()
     row = {"environment": cuda_environment()}
@@ -593,6 +598,10 @@ def _measure_cuda(cfg: dict, snapshot_path=None) -> dict:
     row["max_reserved_bytes_overall"] = max(p.get("peak_reserved", 0) for p in phases.rows)
     row["rounding"] = "CUDA caching allocator: allocated_bytes (512-byte blocks, unsplit large-block remainders included); *_raw_bytes = requested_bytes"
     row["phases"] = _compact_phases(phases.rows)
+    st = torch.cuda.memory_stats()
+    row["allocator_stats_end"] = {k: st.get(k) for k in (
+        "num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+        "segment.all.peak", "active_bytes.all.peak", "inactive_split_bytes.all.peak")}
     # Which attention/softmax kernels ran: one extra eager micro-step under an op-name recorder,
     # after all measurements (cannot affect them). Skipped for compiled models.
     if not cfg["compile"]:
@@ -630,7 +639,15 @@ def main(argv=None):
     ap.add_argument("--trace", help="cpu-fake/cpu-real: write every alloc/free event as JSON lines here")
     ap.add_argument("--snapshot", help="cuda: record memory history and pickle torch.cuda.memory._snapshot() here")
     ap.add_argument("--no-fused", action="store_true", help="cpu methods: AdamW(fused=False, foreach=False)")
+    ap.add_argument("--dry-run-cuda", action="store_true",
+                    help="offline test of the cuda method: torch.cuda counters stubbed by a live-bytes "
+                         "tracker on real CPU tensors (cuda_stub.py); numbers equal cpu-real's")
     args = ap.parse_args(argv)
+    cuda_device = "cuda"
+    if args.dry_run_cuda:
+        import cuda_stub
+        cuda_stub.install()
+        cuda_device = "cpu"
 
     if args.config_id:
         cfgs = {c["id"]: c for c in load_configs(args.configs)}
@@ -641,7 +658,7 @@ def main(argv=None):
         cfg = json.loads(args.config_json)
         cfg.setdefault("id", "adhoc")
     row = measure(cfg, args.method, trace_path=args.trace, snapshot_path=args.snapshot,
-                  fused_adamw=not args.no_fused)
+                  fused_adamw=not args.no_fused, cuda_device=cuda_device)
     text = json.dumps(row, indent=1)
     if args.out:
         with open(args.out, "w") as f:

@@ -92,18 +92,27 @@ def run_one(python, cfg, method, timeout, snapshot=None, extra=()):
         return row
 
 
-def gpu_slug():
+def gpu_name_smi():
+    """GPU name from nvidia-smi (the parent process must not create a CUDA context: it would
+    hold GPU memory while the measured children run)."""
     try:
-        import torch
-        name = torch.cuda.get_device_name(0)
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        return out.splitlines()[0] if out else None
     except Exception:
-        return "unknown"
-    m = re.search(r"(H100|H200|A100|L40S?|A10G?|L4|T4|V100|RTX\s*\w+|GH200|B200)", name)
+        return None
+
+
+def gpu_slug(dry_run=False):
+    if dry_run:
+        return "dryrun"
+    name = gpu_name_smi() or "unknown"
+    m = re.search(r"(GH200|H100|H200|A100|L40S?|A10G?|L4|T4|V100|B200|RTX\s*\w+)", name)
     s = (m.group(1) if m else name).lower()
     return re.sub(r"[^a-z0-9]+", "", s)
 
 
-def provenance(method, args, wall_s, n_rows):
+def provenance(method, args, wall_s, rows):
     import torch
     prov = {
         "method": method,
@@ -114,7 +123,7 @@ def provenance(method, args, wall_s, n_rows):
         "date_utc": subprocess.run(["date", "-u"], capture_output=True, text=True).stdout.strip(),
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "configs_file": os.path.relpath(args.configs, HERE),
-        "n_rows": n_rows,
+        "n_rows": len(rows),
         "total_wall_s": round(wall_s, 1),
         "loop": ("init; eval0 = estimate_loss() before any step; iteration 1 (AdamW state created "
                  "in its step); eval = estimate_loss() after the first step (previous training "
@@ -122,19 +131,13 @@ def provenance(method, args, wall_s, n_rows):
         "hyperparameters": {"lr": 6e-4, "weight_decay": 0.1, "betas": [0.9, 0.95], "grad_clip": 1.0},
     }
     if method == "cuda":
-        try:
-            prov["device_name"] = torch.cuda.get_device_name(0)
-            prov["cuda_runtime"] = torch.version.cuda
-            prov["cudnn"] = torch.backends.cudnn.version()
-            prov["nvidia_smi_gpu"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20).stdout.strip()
-            b = torch.backends.cuda
-            prov["sdpa_defaults"] = {"flash": b.flash_sdp_enabled(), "mem_efficient": b.mem_efficient_sdp_enabled(),
-                                     "math": b.math_sdp_enabled(), "cudnn": b.cudnn_sdp_enabled()}
-        except Exception as e:
-            prov["device_error"] = repr(e)
-        prov["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+        # device facts as seen by the measured processes (the parent never touches CUDA)
+        env = next((r.get("environment") for r in rows if r and r.get("environment")), None) or {}
+        for k in ("device_name", "capability", "total_memory", "cuda_runtime", "cudnn",
+                  "nvidia_smi_gpu", "sdpa_defaults", "PYTORCH_CUDA_ALLOC_CONF"):
+            prov[k] = env.get(k)
+        prov["driver"] = (env.get("nvidia_smi_gpu") or "").split(",")[1].strip() \
+            if isinstance(env.get("nvidia_smi_gpu"), str) and env.get("nvidia_smi_gpu").count(",") >= 2 else None
     else:
         prov["device_name"] = (f"cpu ({platform.machine()}), FakeTensorMode"
                                if method.startswith("cpu-fake") else "cpu")
@@ -190,7 +193,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", choices=["cpu-fake", "cpu-fake-cudalike", "cpu-real", "cuda"], default="cpu-fake")
     ap.add_argument("--configs", default=os.path.join(HERE, "configs.json"))
-    ap.add_argument("--out", help="output JSON (default data/<method>.json, cuda: data/cuda-<gpu>.json)")
+    ap.add_argument("--out", help="output JSON (default <outdir>/<method>.json, cuda: <outdir>/cuda-<gpu>.json)")
+    ap.add_argument("--outdir", default=os.path.join(HERE, "data"), help="directory for the default output name")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                     help="parallel workers for cpu methods (cuda is always sequential)")
     ap.add_argument("--ids", help="comma-separated subset of config ids")
@@ -198,6 +202,10 @@ def main():
     ap.add_argument("--snapshot-ids", default="", help="cuda: ids to re-run with memory history recorded")
     ap.add_argument("--timeout", type=int, default=600, help="per-config timeout, seconds")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the subprocesses")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="cuda: start no new config after this many seconds (the rest become 'skipped')")
+    ap.add_argument("--measure-arg", action="append",
+                    help="extra argument passed to every measure.py call (e.g. --dry-run-cuda)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
 
@@ -209,37 +217,66 @@ def main():
         cfgs = [c for c in cfgs if not c.get("gpu_only")]
     out = args.out
     if not out:
-        name = f"cuda-{gpu_slug()}.json" if args.method == "cuda" else f"{args.method}.json"
-        out = os.path.join(HERE, "data", name)
+        dry = "--dry-run-cuda" in (args.measure_arg or ())
+        name = f"cuda-{gpu_slug(dry)}.json" if args.method == "cuda" else f"{args.method}.json"
+        out = os.path.join(args.outdir, name)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
     t0 = time.time()
     rows = [None] * len(cfgs)
+    extra = tuple(args.measure_arg or ())
     if args.method == "cuda":
-        for i, c in enumerate(cfgs):
-            rows[i] = run_one(args.python, c, "cuda", args.timeout)
+        # One GPU: strictly sequential, one fresh process per config. Order: eager configs,
+        # then the memory-history snapshot runs, then torch.compile configs (slowest) last, so a
+        # time budget (--deadline-s) cuts the least important work.
+        def budget_left():
+            return args.deadline_s is None or time.time() - t0 < args.deadline_s
+
+        def skipped(c):
+            return {"id": c["id"], "config": c, "method": "cuda", "status": "skipped",
+                    "error": f"time budget of {args.deadline_s}s used up", "label": None, "labels": []}
+
+        order = [i for i, c in enumerate(cfgs) if not c.get("compile")]
+        later = [i for i, c in enumerate(cfgs) if c.get("compile")]
+        for i in order:
+            c = cfgs[i]
+            rows[i] = run_one(args.python, c, "cuda", args.timeout, extra=extra) if budget_left() else skipped(c)
             if not args.quiet:
                 r = rows[i]
                 print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
                       f"train={fmt_mib(r.get('train_peak_allocated_bytes'))} "
                       f"eval={fmt_mib(r.get('eval_peak_allocated_bytes'))} MiB"
-                      + (f" ERROR {r.get('error')}" if r["status"] == "error" else ""), flush=True)
+                      + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
         for sid in [s for s in args.snapshot_ids.split(",") if s]:
             c = next((c for c in cfgs if c["id"] == sid), None)
             if c is None:
                 print(f"snapshot id {sid!r} not among the configs run", file=sys.stderr)
                 continue
+            if not budget_left():
+                print(f"snapshot {sid}: skipped (time budget)", flush=True)
+                continue
             snap = os.path.join(os.path.dirname(os.path.abspath(out)), f"snap-{sid}.pickle")
-            r = run_one(args.python, c, "cuda", args.timeout, snapshot=snap)
+            r = run_one(args.python, c, "cuda", args.timeout, snapshot=snap, extra=extra)
             i = cfgs.index(c)
             rows[i]["snapshot_run"] = {k: r.get(k) for k in (
                 "status", "error", "snapshot", "train_peak_allocated_bytes", "eval_peak_allocated_bytes",
-                "first_iter_peak_allocated_bytes")}
+                "first_iter_peak_allocated_bytes", "process_wall_s")}
             if not args.quiet:
-                print(f"[{time.time() - t0:6.1f}s] snapshot {sid}: {r['status']} -> {snap}", flush=True)
+                print(f"[{time.time() - t0:6.1f}s] snapshot {sid}: {r['status']} -> {snap}"
+                      + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
+        for i in later:
+            c = cfgs[i]
+            rows[i] = run_one(args.python, c, "cuda", args.timeout, extra=extra) if budget_left() else skipped(c)
+            if not args.quiet:
+                r = rows[i]
+                print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
+                      f"train={fmt_mib(r.get('train_peak_allocated_bytes'))} "
+                      f"eval={fmt_mib(r.get('eval_peak_allocated_bytes'))} MiB"
+                      + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
     else:
         with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-            futs = {ex.submit(run_one, args.python, c, args.method, args.timeout): i for i, c in enumerate(cfgs)}
+            futs = {ex.submit(run_one, args.python, c, args.method, args.timeout, None, extra): i
+                    for i, c in enumerate(cfgs)}
             for f in cf.as_completed(futs):
                 i = futs[f]
                 rows[i] = f.result()
@@ -247,7 +284,7 @@ def main():
                     r = rows[i]
                     print(f"[{time.time() - t0:6.1f}s] {r['id']}: {r['status']} ({r.get('wall_s')}s)", flush=True)
     wall = time.time() - t0
-    doc = {"provenance": provenance(args.method, args, wall, len(rows)), "rows": rows}
+    doc = {"provenance": provenance(args.method, args, wall, rows), "rows": rows}
     write_doc(out, doc)
     print(f"wrote {out} ({len(rows)} rows, {wall:.0f}s)")
     print_table(rows, args.method)

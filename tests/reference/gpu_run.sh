@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# vramfit reference: the cuda method over every config, on one GPU.
+#
+# Run from the repository root on a machine with CUDA and PyTorch (2.11) installed; needs only
+# python3 + torch (+ nvidia-smi for the per-process numbers), no internet:
+#
+#     OUT=/some/dir bash tests/reference/gpu_run.sh            # everything (compile configs last)
+#     SKIP_COMPILE=1 OUT=/some/dir bash tests/reference/gpu_run.sh   # without the 3 gpu_only ones
+#
+# Writes  $OUT/cuda-<gpu>.json (e.g. cuda-h100.json; OUT defaults to tests/reference/data) and
+# memory-history snapshots $OUT/snap-<id>.pickle for 4 configs, then prints a compact table.
+# Each config runs in a fresh python3 process, strictly one after another. A time budget
+# (DEADLINE_S, default 450 s) stops starting new configs so the whole run stays under 8 minutes;
+# anything not run is recorded as "skipped". Environment knobs:
+#     PYTHON (default python3), OUT, SKIP_COMPILE=1, DEADLINE_S, TIMEOUT_S (per config, default 150),
+#     DRY_RUN=1 (offline test without a GPU: torch.cuda counters stubbed, see cuda_stub.py).
+set -u
+HERE="tests/reference"
+if [ ! -f "$HERE/measure.py" ]; then
+    echo "run me from the repository root (tests/reference/measure.py not found)" >&2
+    exit 2
+fi
+PY="${PYTHON:-python3}"
+OUT="${OUT:-$HERE/data}"
+DEADLINE_S="${DEADLINE_S:-450}"
+TIMEOUT_S="${TIMEOUT_S:-150}"
+mkdir -p "$OUT"
+
+# The four snapshot configs: fp32 flash GA1, bf16 flash GA2, fp16 flash, bf16 manual.
+SNAPS="shakespeare-char-fp32-d0,L4H4C256-T128-B8-V512-bf16-flash-ga2,L6C384-T512-B16-fp16-V50304,L6H6C384-T512-B8-V50304-bf16-manual"
+
+ARGS=(--method cuda --outdir "$OUT" --snapshot-ids "$SNAPS" --deadline-s "$DEADLINE_S" --timeout "$TIMEOUT_S" --python "$PY")
+if [ "${SKIP_COMPILE:-0}" = "1" ]; then
+    ARGS+=(--skip-gpu-only)
+fi
+if [ "${DRY_RUN:-0}" = "1" ]; then
+    ARGS+=(--measure-arg=--dry-run-cuda)
+else
+    # preflight: fail early and clearly if this python has no CUDA torch (no CUDA context kept)
+    "$PY" - <<'EOF' || exit 3
+import sys, subprocess
+import torch
+print(f"torch {torch.__version__}, CUDA runtime {torch.version.cuda}")
+if not torch.cuda.is_available():
+    sys.exit("torch.cuda.is_available() is False: the cuda method needs a GPU")
+if not torch.__version__.startswith("2.11"):
+    print(f"WARNING: torch {torch.__version__}; the reference data were prepared for 2.11", file=sys.stderr)
+try:
+    print(subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used",
+                          "--format=csv"], capture_output=True, text=True, timeout=20).stdout.strip())
+except Exception as e:
+    print(f"nvidia-smi unavailable: {e!r}")
+EOF
+fi
+
+START=$(date +%s)
+"$PY" "$HERE/run_all.py" "${ARGS[@]}"
+RC=$?
+echo "gpu_run.sh: run_all exit $RC after $(( $(date +%s) - START ))s; outputs in $OUT:"
+ls -la "$OUT" | grep -E 'cuda-|snap-' || true
+exit $RC
