@@ -1,1 +1,55 @@
-fn main() {}
+//! `vramfit`: predicts a nanoGPT training run's GPU memory (`plan`); `train` and `sample`
+//! will follow as further subcommands.
+//!
+//! Exit codes: 0 success, 2 bad input (one `error: ...` line on stderr), 1 output failure.
+
+mod cli;
+mod inputs;
+mod plan_cmd;
+mod report;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match cli::parse() {
+        cli::Parsed::Run(cli) => cli,
+        cli::Parsed::Exit(code) => return ExitCode::from(code),
+    };
+    let result = match &cli.command {
+        cli::Command::Plan(args) => plan_cmd::run(args),
+    };
+    match result {
+        Ok(text) => write_stdout(&text),
+        Err(message) => {
+            print_error(&message);
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints `error: <message>` as a single line on stderr.
+pub fn print_error(message: &str) {
+    // A message never spans lines, whatever input it quotes.
+    let one_line = message.replace(['\n', '\r'], " ");
+    // If stderr itself is gone there is nowhere left to report to.
+    let _ = writeln!(io::stderr(), "error: {one_line}");
+}
+
+/// Prints `note: <message>` on stderr: something skipped that the user may want to know about.
+pub fn print_note(message: &str) {
+    let _ = writeln!(io::stderr(), "note: {message}");
+}
+
+/// Writes the output; a closed pipe (`vramfit plan | head`) is not an error.
+fn write_stdout(text: &str) -> ExitCode {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "error: cannot write output: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Turning flags, a config file and a link into one validated run description.
+//!
+//! Precedence, lowest first: nanoGPT's defaults, `--config FILE`, `--link`, explicit flags.
+//! `plan` uses it now; `train` and `sample` will read their settings the same way.
+
+use crate::cli::{CardArgs, RunArgs};
+use vramfit_core::link::{self, LinkState};
+use vramfit_core::nanogpt::{self, Value};
+use vramfit_core::{device, Config, Gpu};
+
+/// Everything a command needs to know about the run and the cards.
+#[derive(Debug)]
+pub struct Inputs {
+    /// Passes `Config::validate`.
+    pub config: Config,
+    /// At least one card; the first is the one fixes and the largest batch are computed for.
+    pub gpus: Vec<Gpu>,
+    pub other_usage_mib: u64,
+    /// Settings the config file set that the memory model does not use (learning_rate, ...).
+    pub extra: Vec<(String, Value)>,
+    /// Lines of the config file that were skipped, each prefixed with the file's name.
+    pub notices: Vec<String>,
+}
+
+impl Inputs {
+    /// Other programs' usage in bytes (bounded by the flag and link parsers, so no overflow).
+    pub fn other_usage_bytes(&self) -> u64 {
+        self.other_usage_mib.saturating_mul(1 << 20)
+    }
+}
+
+/// Combines the sources in order of precedence; the error is one line for the user.
+pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
+    let mut state = LinkState::default();
+    let mut extra = Vec::new();
+    let mut notices = Vec::new();
+
+    if let Some(path) = &run.config {
+        let shown = path.display();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {shown}: {e}"))?;
+        let file = nanogpt::parse_config_file(&text, &state.config)
+            .map_err(|e| format!("config file {shown}: {e}"))?;
+        state.config = file.config;
+        extra = file.extra;
+        notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
+    }
+    if let Some(url) = &run.link {
+        state = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;
+    }
+    apply_flags(&mut state.config, run);
+    state.config.validate().map_err(|e| e.to_string())?;
+
+    let gpus = if card.gpu.is_empty() {
+        // The link's id came out of Gpu::find, so it is found again; the default is a fallback.
+        vec![Gpu::find(&state.gpu).unwrap_or_else(device::default_gpu)]
+    } else {
+        card.gpu.clone()
+    };
+    Ok(Inputs {
+        config: state.config,
+        gpus,
+        other_usage_mib: card.other_usage_mib.unwrap_or(state.other_usage_mib),
+        extra,
+        notices,
+    })
+}
+
+/// Explicit flags override whatever the file and the link said.
+fn apply_flags(cfg: &mut Config, run: &RunArgs) {
+    fn set<T: Copy>(slot: &mut T, flag: Option<T>) {
+        if let Some(v) = flag {
+            *slot = v;
+        }
+    }
+    set(&mut cfg.n_layer, run.n_layer);
+    set(&mut cfg.n_head, run.n_head);
+    set(&mut cfg.n_embd, run.n_embd);
+    set(&mut cfg.block_size, run.block_size);
+    set(&mut cfg.vocab_size, run.vocab_size);
+    set(&mut cfg.bias, run.bias);
+    set(&mut cfg.dropout, run.dropout);
+    set(&mut cfg.batch_size, run.batch_size);
+    set(
+        &mut cfg.gradient_accumulation_steps,
+        run.gradient_accumulation_steps,
+    );
+    set(&mut cfg.eval_iters, run.eval_iters);
+    set(&mut cfg.dtype, run.dtype);
+    set(&mut cfg.attention, run.attention);
+    set(&mut cfg.compile, run.compile);
+    set(
+        &mut cfg.activation_checkpointing,
+        run.activation_checkpointing,
+    );
+    set(&mut cfg.optimizer, run.optimizer);
+    set(&mut cfg.expandable_segments, run.expandable_segments);
+    if run.eval_batch_size.is_some() {
+        cfg.eval_batch_size = run.eval_batch_size;
+    }
+    if run.eval_block_size.is_some() {
+        cfg.eval_block_size = run.eval_block_size;
+    }
+}

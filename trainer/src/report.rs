@@ -1,0 +1,448 @@
+//! The text report `vramfit plan` prints: exact figures first (parameters, tokens), then the
+//! predictions, with every estimated figure marked `~` and explained in the notes.
+
+use crate::inputs::Inputs;
+use std::fmt::Write;
+use vramfit_core::device::Source;
+use vramfit_core::plan::{CardFit, Plan, WindowReport};
+use vramfit_core::{Category, Gpu};
+
+const MIB: f64 = (1u64 << 20) as f64;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Column width of the window names in the tables.
+const LABEL_WIDTH: usize = 20;
+
+/// `1234567` → `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// `7.16 GiB (7,333 MiB)`, with a leading `~` for an estimate.
+fn size(bytes: u64, estimate: bool) -> String {
+    let mib = (bytes as f64 / MIB).round() as u64;
+    format!(
+        "{}{:.2} GiB ({} MiB)",
+        tilde(estimate),
+        bytes as f64 / GIB,
+        thousands(mib)
+    )
+}
+
+fn tilde(estimate: bool) -> &'static str {
+    if estimate {
+        "~"
+    } else {
+        ""
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// Which figures the plan's notes call estimates. A figure built on an estimate is one too.
+struct Estimates {
+    allocated: bool,
+    reserved: bool,
+    nvidia_smi: bool,
+}
+
+impl Estimates {
+    fn of(plan: &Plan) -> Estimates {
+        let noted = |figure: &str| {
+            plan.notes
+                .iter()
+                .any(|n| n.figure == figure && n.source == Source::Estimate)
+        };
+        let allocated = noted("peak_allocated_bytes");
+        let reserved = allocated || noted("peak_reserved_bytes");
+        Estimates {
+            allocated,
+            reserved,
+            nvidia_smi: reserved || noted("nvidia_smi_bytes"),
+        }
+    }
+}
+
+/// The four windows, in the order a run meets them... except the steady step, which leads
+/// because it is what people ask about.
+fn windows(plan: &Plan) -> [(&'static str, &WindowReport); 4] {
+    [
+        ("training step", &plan.train),
+        ("eval", &plan.eval),
+        ("first iteration", &plan.first_iter),
+        ("eval at start", &plan.eval_at_start),
+    ]
+}
+
+/// A window's JSON key (`CardFit::worst_window`) as the report names it.
+fn window_label(key: &str) -> &str {
+    match key {
+        "train" => "training step",
+        "first_iter" => "first iteration",
+        "eval_at_start" => "eval at start",
+        other => other,
+    }
+}
+
+/// The plan as a report for people.
+pub fn render(plan: &Plan, inputs: &Inputs, with_fixes: bool) -> String {
+    let mut out = String::new();
+    let est = Estimates::of(plan);
+    // Writing into a String cannot fail.
+    let _ = write_model(&mut out, plan, inputs);
+    let _ = write_peaks(&mut out, plan, inputs, &est);
+    let _ = write_breakdown(&mut out, plan, &est);
+    let _ = write_fit(&mut out, plan, inputs, &est);
+    let _ = write_fixes(&mut out, plan, inputs, &est, with_fixes);
+    let _ = write_notes(&mut out, plan);
+    // Padded columns leave trailing spaces; drop them.
+    out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
+}
+
+fn write_model(out: &mut String, plan: &Plan, inputs: &Inputs) -> std::fmt::Result {
+    let (c, p) = (&plan.config, &plan.params);
+    writeln!(out, "Model (exact counts, as nanoGPT prints them)")?;
+    writeln!(out, "  number of parameters: {}", p.printed_millions())?;
+    writeln!(
+        out,
+        "  num decayed parameter tensors: {}, with {} parameters",
+        p.decayed_tensors,
+        thousands(p.decayed_params)
+    )?;
+    writeln!(
+        out,
+        "  num non-decayed parameter tensors: {}, with {} parameters",
+        p.no_decay_tensors,
+        thousands(p.no_decay_params)
+    )?;
+    writeln!(
+        out,
+        "  all parameters, position embeddings included: {}",
+        thousands(p.total)
+    )?;
+    writeln!(
+        out,
+        "  tokens per iteration will be: {} (gradient_accumulation_steps {} x batch_size {} x block_size {})",
+        thousands(plan.tokens_per_iter),
+        c.gradient_accumulation_steps,
+        c.batch_size,
+        c.block_size
+    )?;
+    writeln!(out)?;
+    writeln!(out, "Run")?;
+    writeln!(
+        out,
+        "  n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, dropout {:?}",
+        c.n_layer,
+        c.n_head,
+        c.n_embd,
+        c.block_size,
+        c.vocab_size,
+        py_bool(c.bias),
+        c.dropout
+    )?;
+    writeln!(
+        out,
+        "  dtype {}, attention {}, compile {}, optimizer {}, activation_checkpointing {}, expandable_segments {}",
+        c.dtype.name(),
+        c.attention.name(),
+        py_bool(c.compile),
+        c.optimizer.name(),
+        py_bool(c.activation_checkpointing),
+        py_bool(c.expandable_segments)
+    )?;
+    writeln!(
+        out,
+        "  estimate_loss: eval_iters {} batches of {} x {} tokens",
+        c.eval_iters,
+        c.eval_batch(),
+        c.eval_block()
+    )?;
+    if !inputs.extra.is_empty() {
+        let settings: Vec<String> = inputs
+            .extra
+            .iter()
+            .map(|(k, v)| format!("{k} = {v}"))
+            .collect();
+        writeln!(
+            out,
+            "  also in the config file, no effect on memory: {}",
+            settings.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+fn write_peaks(
+    out: &mut String,
+    plan: &Plan,
+    inputs: &Inputs,
+    est: &Estimates,
+) -> std::fmt::Result {
+    let card = inputs
+        .gpus
+        .first()
+        .map_or("the first card", |g| g.name.as_str());
+    writeln!(out)?;
+    writeln!(out, "Peaks on {card} (~ marks an estimate; see the notes)")?;
+    writeln!(
+        out,
+        "  {:<LABEL_WIDTH$}{:<24}{:<24}nvidia-smi (process)",
+        "", "allocated", "reserved"
+    )?;
+    for (name, w) in windows(plan) {
+        writeln!(
+            out,
+            "  {:<LABEL_WIDTH$}{:<24}{:<24}{}",
+            name,
+            size(w.peak_allocated_bytes, est.allocated),
+            size(w.peak_reserved_bytes, est.reserved),
+            size(w.nvidia_smi_bytes, est.nvidia_smi)
+        )?;
+        let phase = w
+            .phase
+            .map(|p| format!("{} ", p.label()))
+            .unwrap_or_default();
+        let step = if w.micro_step > 0 {
+            format!(", micro-step {}", w.micro_step)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "  {:<LABEL_WIDTH$}peak during {phase}at {}{step}",
+            "", w.op
+        )?;
+    }
+    Ok(())
+}
+
+fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::Result {
+    // Each cell: MiB right-aligned, then the share: `   ~3951.1  30.0%`.
+    const CELL: usize = 18;
+    const MIB_WIDTH: usize = CELL - 7;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "What each peak is made of (allocated MiB, % of that peak)"
+    )?;
+    write!(out, "  {:<LABEL_WIDTH$}", "")?;
+    for (name, _) in windows(plan) {
+        write!(out, "{name:>CELL$}")?;
+    }
+    writeln!(out)?;
+    for category in Category::ALL {
+        write!(out, "  {:<LABEL_WIDTH$}", category.label())?;
+        for (_, w) in windows(plan) {
+            let bytes = w.breakdown.get(category);
+            let share = if w.peak_allocated_bytes == 0 {
+                0.0
+            } else {
+                100.0 * bytes as f64 / w.peak_allocated_bytes as f64
+            };
+            let mib = format!(
+                "{}{:.1}",
+                tilde(est.allocated && bytes > 0),
+                bytes as f64 / MIB
+            );
+            write!(out, "{mib:>MIB_WIDTH$} {share:>5.1}%")?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// The preset behind a card id, for its own sources (each card's usable size and context).
+fn gpu_of<'a>(inputs: &'a Inputs, fit: &CardFit) -> Option<&'a Gpu> {
+    inputs.gpus.iter().find(|g| g.id == fit.gpu)
+}
+
+fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Fit (the process must fit at its worst window; other programs hold {} MiB)",
+        thousands(inputs.other_usage_mib)
+    )?;
+    for fit in &plan.cards {
+        let gpu = gpu_of(inputs, fit);
+        let usable_est = gpu.is_some_and(|g| g.usable_source == Source::Estimate);
+        let needed_est = est.reserved || gpu.is_some_and(|g| g.context_source == Source::Estimate);
+        let verdict = match (fit.fits, fit.bf16_unsupported) {
+            (true, _) => "fits",
+            (false, true) => {
+                "does NOT fit: bf16 is not supported before Ampere (use --dtype float16)"
+            }
+            (false, false) => "does NOT fit",
+        };
+        let margin = if fit.headroom_bytes >= 0 {
+            "headroom"
+        } else {
+            "short by"
+        };
+        writeln!(out, "  {} ({}): {verdict}", fit.gpu, fit.gpu_name)?;
+        writeln!(
+            out,
+            "      needs {} at {} of {} available; {margin} {}",
+            size(fit.needed_bytes, needed_est),
+            window_label(&fit.worst_window),
+            size(fit.available_bytes, usable_est),
+            size(fit.headroom_bytes.unsigned_abs(), needed_est || usable_est)
+        )?;
+    }
+    if let Some(first) = plan.cards.first() {
+        let gpu = gpu_of(inputs, first);
+        let approx = est.nvidia_smi || gpu.is_some_and(|g| g.usable_source == Source::Estimate);
+        match plan.largest_micro_batch {
+            Some(b) => writeln!(
+                out,
+                "  largest micro-batch that fits {}: {}{b} (batch_size is {}){}",
+                first.gpu,
+                tilde(approx),
+                plan.config.batch_size,
+                if first.bf16_unsupported {
+                    "; memory only: bf16 still needs another dtype there"
+                } else {
+                    ""
+                }
+            )?,
+            None => writeln!(
+                out,
+                "  largest micro-batch that fits {}: none, even batch_size 1 does not fit",
+                first.gpu
+            )?,
+        }
+    }
+    Ok(())
+}
+
+fn write_fixes(
+    out: &mut String,
+    plan: &Plan,
+    inputs: &Inputs,
+    est: &Estimates,
+    with_fixes: bool,
+) -> std::fmt::Result {
+    let card = plan
+        .cards
+        .first()
+        .map_or("the first card", |c| c.gpu.as_str());
+    writeln!(out)?;
+    writeln!(out, "Fixes for {card}")?;
+    let fits = plan.cards.first().is_some_and(|c| c.fits);
+    if !with_fixes {
+        return writeln!(out, "  not computed (--no-fixes)");
+    }
+    if plan.fixes.is_empty() {
+        return writeln!(
+            out,
+            "  {}",
+            if fits {
+                "none needed: it fits"
+            } else {
+                "none found"
+            }
+        );
+    }
+    let needed_est = est.reserved
+        || inputs
+            .gpus
+            .first()
+            .is_some_and(|g| g.context_source == Source::Estimate);
+    for (i, fix) in plan.fixes.iter().enumerate() {
+        let verdict = if fix.fits {
+            "fits"
+        } else {
+            "still does not fit"
+        };
+        writeln!(
+            out,
+            "  {}. {}: needs {}, {verdict}",
+            i + 1,
+            fix.title,
+            size(fix.needed_bytes, needed_est)
+        )?;
+        writeln!(out, "     cost: {}", fix.cost)?;
+        if !fix.stock_nanogpt {
+            writeln!(out, "     needs a change to nanoGPT's train.py")?;
+        }
+    }
+    Ok(())
+}
+
+fn write_notes(out: &mut String, plan: &Plan) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(out, "Notes")?;
+    for note in &plan.notes {
+        let source = match note.source {
+            Source::Measured => "measured",
+            Source::Estimate => "estimate",
+        };
+        writeln!(out, "  - {} ({source}): {}", note.figure, note.detail)?;
+    }
+    Ok(())
+}
+
+/// `--list-gpus`: the presets, one per line.
+pub fn gpu_list(gpus: &[Gpu]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<12}{:<34}{:>12}{:>14}  bf16",
+        "id", "name", "nvidia-smi", "usable"
+    );
+    for g in gpus {
+        let usable = format!(
+            "{}{:.2} GiB",
+            tilde(g.usable_source == Source::Estimate),
+            g.usable_bytes as f64 / GIB
+        );
+        let _ = writeln!(
+            out,
+            "{:<12}{:<34}{:>8} MiB{:>14}  {}",
+            g.id,
+            g.name,
+            thousands(g.memory_bytes >> 20),
+            usable,
+            if g.supports_bf16() { "yes" } else { "no" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Any size: --gpu custom-<GiB> (e.g. custom-10) or --gpu 10gb. ~ marks an estimate."
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(124_373_760), "124,373,760");
+    }
+
+    #[test]
+    fn sizes_show_gib_and_mib() {
+        assert_eq!(size(3 << 30, false), "3.00 GiB (3,072 MiB)");
+        assert_eq!(size(1 << 29, true), "~0.50 GiB (512 MiB)");
+    }
+}

@@ -1,0 +1,365 @@
+//! End-to-end tests of the `vramfit` binary: good input gives the expected plan, bad input
+//! gives exactly one `error:` line and exit code 2.
+//!
+//! Peak byte values are being calibrated, so these tests check relationships (bigger batch,
+//! bigger peak; flags and links agree), not particular numbers. Parameter counts are exact.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use vramfit_core::link::{self, LinkState};
+use vramfit_core::{device, Attention, Config, Dtype, Optimizer};
+
+fn vramfit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramfit"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+/// Runs `vramfit plan --json --no-fixes <args>`, expecting success; returns stdout.
+fn plan_json_text(args: &[&str]) -> String {
+    let mut all = vec!["plan", "--json", "--no-fixes"];
+    all.extend_from_slice(args);
+    let out = vramfit(&all);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    serde_json::from_str(&plan_json_text(args)).expect("stdout is JSON")
+}
+
+/// A file under Cargo's scratch directory for integration tests.
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, contents).expect("scratch file written");
+    path
+}
+
+/// Asserts the bad-input contract: exit code 2, nothing on stdout, one `error:` line on stderr.
+fn assert_one_error_line(args: &[&str]) -> String {
+    let out = vramfit(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn default_plan_has_gpt2_parameter_counts() {
+    let plan = plan_json(&["--bias", "false"]);
+    assert_eq!(plan["params"]["total"], 124_373_760);
+    assert_eq!(plan["params"]["printed"], 123_587_328);
+    assert_eq!(plan["tokens_per_iter"], 491_520);
+    assert_eq!(plan["cards"][0]["gpu"], "rtx-4070");
+    for window in ["train", "eval", "first_iter", "eval_at_start"] {
+        let w = &plan[window];
+        let allocated = w["peak_allocated_bytes"].as_u64().expect("a byte count");
+        assert!(allocated > 0, "{window}");
+        assert!(
+            w["peak_reserved_bytes"].as_u64().unwrap() >= allocated,
+            "{window}"
+        );
+        assert!(
+            w["nvidia_smi_bytes"].as_u64().unwrap() >= w["peak_reserved_bytes"].as_u64().unwrap(),
+            "{window}"
+        );
+        assert!(w["breakdown"].is_object(), "{window}");
+    }
+}
+
+#[test]
+fn text_report_shows_nanogpt_figures_and_sections() {
+    let out = vramfit(&["plan"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for expected in [
+        "number of parameters: 123.59M",
+        "num decayed parameter tensors: 50, with 124,354,560 parameters",
+        "num non-decayed parameter tensors: 25, with 19,200 parameters",
+        "tokens per iteration will be: 491,520",
+        "training step",
+        "first iteration",
+        "eval at start",
+        "Saved activations",
+        "rtx-4070",
+        "largest micro-batch",
+        "Fixes for rtx-4070",
+        "Notes",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn snake_and_kebab_flags_give_identical_json() {
+    let kebab = plan_json_text(&[
+        "--n-layer",
+        "6",
+        "--n-head",
+        "6",
+        "--n-embd",
+        "384",
+        "--block-size",
+        "256",
+        "--vocab-size",
+        "65",
+        "--batch-size",
+        "64",
+        "--gradient-accumulation-steps",
+        "1",
+        "--eval-iters",
+        "20",
+        "--eval-batch-size",
+        "16",
+        "--eval-block-size",
+        "128",
+        "--activation-checkpointing",
+        "true",
+        "--expandable-segments",
+        "true",
+        "--other-usage-mib",
+        "300",
+    ]);
+    let snake = plan_json_text(&[
+        "--n_layer=6",
+        "--n_head=6",
+        "--n_embd=384",
+        "--block_size=256",
+        "--vocab_size=65",
+        "--batch_size=64",
+        "--gradient_accumulation_steps=1",
+        "--eval_iters=20",
+        "--eval_batch_size=16",
+        "--eval_block_size=128",
+        "--activation_checkpointing=True",
+        "--expandable_segments=True",
+        "--other_usage_mib=300",
+    ]);
+    assert_eq!(kebab, snake);
+    let plan: Value = serde_json::from_str(&kebab).unwrap();
+    assert_eq!(plan["config"]["n_layer"], 6);
+    assert_eq!(plan["config"]["eval_block_size"], 128);
+}
+
+#[test]
+fn larger_batch_gives_larger_training_peak() {
+    let peak = |b: &str| {
+        plan_json(&["--batch-size", b])["train"]["peak_allocated_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(peak("8") > peak("4"));
+    assert!(peak("16") > peak("8"));
+}
+
+#[test]
+fn flags_override_link_which_overrides_config_file() {
+    let file = temp_file(
+        "precedence.py",
+        "out_dir = 'out'\nn_layer = 6\nn_head = 6\nn_embd = 384\nbatch_size = 8\ndropout = 0.1\nlearning_rate = 1e-3\n",
+    );
+    let file = file.to_str().unwrap();
+    let plan = plan_json(&["--config", file, "--link", "?L=4&B=4", "--n-layer", "3"]);
+    let c = &plan["config"];
+    assert_eq!(c["n_layer"], 3, "flag beats link and file");
+    assert_eq!(c["batch_size"], 4, "link beats file");
+    assert_eq!(c["n_embd"], 384, "file beats defaults");
+    assert_eq!(c["dropout"], 0.1, "file beats defaults");
+    assert_eq!(c["block_size"], 1024, "defaults fill the rest");
+
+    // The same without the flag or the link.
+    assert_eq!(
+        plan_json(&["--config", file, "--link", "?L=4&B=4"])["config"]["n_layer"],
+        4
+    );
+    assert_eq!(plan_json(&["--config", file])["config"]["n_layer"], 6);
+}
+
+#[test]
+fn encoded_link_equals_equivalent_flags() {
+    let state = LinkState {
+        config: Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 384,
+            block_size: 512,
+            batch_size: 16,
+            gradient_accumulation_steps: 4,
+            dropout: 0.2,
+            eval_batch_size: Some(8),
+            dtype: Dtype::Float16,
+            attention: Attention::Manual,
+            compile: false,
+            optimizer: Optimizer::Sgd,
+            ..Config::default()
+        },
+        gpu: "rtx-3090".into(),
+        other_usage_mib: 512,
+    };
+    let query = link::encode(&state);
+    let from_link = plan_json_text(&["--link", &query]);
+    let from_url = plan_json_text(&["--link", &format!("http://localhost:8080/?{query}#fit")]);
+    let from_flags = plan_json_text(&[
+        "--n-layer",
+        "6",
+        "--n-head",
+        "6",
+        "--n-embd",
+        "384",
+        "--block-size",
+        "512",
+        "--batch-size",
+        "16",
+        "--gradient-accumulation-steps",
+        "4",
+        "--dropout",
+        "0.2",
+        "--eval-batch-size",
+        "8",
+        "--dtype",
+        "float16",
+        "--attention",
+        "manual",
+        "--compile",
+        "false",
+        "--optimizer",
+        "sgd",
+        "--gpu",
+        "rtx-3090",
+        "--other-usage-mib",
+        "512",
+    ]);
+    assert_eq!(from_link, from_flags);
+    assert_eq!(from_url, from_flags);
+}
+
+#[test]
+fn several_gpus_are_all_checked() {
+    let plan = plan_json(&["--gpu", "rtx-4070", "--gpu", "a100-80gb,custom-6"]);
+    let ids: Vec<&str> = plan["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["gpu"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["rtx-4070", "a100-80gb", "custom-6"]);
+}
+
+#[test]
+fn config_file_notices_go_to_stderr_and_do_not_fail() {
+    let file = temp_file("notices.py", "import time\nn_layer = 4\nfoo = 1\n");
+    let out = vramfit(&[
+        "plan",
+        "--json",
+        "--no-fixes",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["config"]["n_layer"], 4);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(stderr.lines().all(|l| l.starts_with("note: ")), "{stderr}");
+}
+
+#[test]
+fn list_gpus_prints_the_presets() {
+    let out = vramfit(&["plan", "--list-gpus"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for g in device::presets() {
+        assert!(text.contains(&g.id), "{} missing", g.id);
+    }
+    let out = vramfit(&["plan", "--list-gpus", "--json"]);
+    assert!(out.status.success());
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.as_array().map(Vec::len), Some(device::presets().len()));
+}
+
+#[test]
+fn help_and_version_exit_zero() {
+    for args in [&["--help"][..], &["plan", "--help"], &["--version"]] {
+        let out = vramfit(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn bad_command_line_is_one_error_line() {
+    for args in [
+        &[][..],
+        &["bogus"],
+        &["plan", "--no-such-flag"],
+        &["plan", "--n-layer", "abc"],
+        &["plan", "--n-layer"],
+        &["plan", "--dropout", "lots"],
+        &["plan", "--dtype", "float8"],
+        &["plan", "--attention", "fast"],
+        &["plan", "--bias", "maybe"],
+        &["plan", "--optimizer", "lion"],
+        &["plan", "--gpu", "gtx-9999"],
+        &["plan", "--other-usage-mib", "many"],
+    ] {
+        assert_one_error_line(args);
+    }
+    assert!(assert_one_error_line(&["plan", "--n-layr", "3"]).contains("--n-layer"));
+}
+
+#[test]
+fn bad_config_file_is_one_error_line() {
+    assert_one_error_line(&["plan", "--config", "/no/such/dir/train_gpt2.py"]);
+    // A directory cannot be read as a file.
+    assert_one_error_line(&["plan", "--config", env!("CARGO_TARGET_TMPDIR")]);
+    let bad_value = temp_file("bad_value.py", "# comment\nn_layer = 'x'\n");
+    let err = assert_one_error_line(&["plan", "--config", bad_value.to_str().unwrap()]);
+    assert!(err.contains("line 2"), "{err}");
+    let bad_dtype = temp_file("bad_dtype.py", "dtype = 'float8'\n");
+    assert_one_error_line(&["plan", "--config", bad_dtype.to_str().unwrap()]);
+    let bad_combo = temp_file("bad_combo.py", "n_embd = 100\nn_head = 12\n");
+    assert_one_error_line(&["plan", "--config", bad_combo.to_str().unwrap()]);
+    let not_utf8 = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("not_utf8.py");
+    std::fs::write(&not_utf8, [0xff, 0xfe, 0x00, 0x80]).unwrap();
+    assert_one_error_line(&["plan", "--config", not_utf8.to_str().unwrap()]);
+}
+
+#[test]
+fn bad_link_is_one_error_line() {
+    for link in [
+        "L=abc",
+        "?C=770&H=12",
+        "gpu=gtx-9999",
+        "L=4&L=5",
+        "unknown=1",
+        "v=2&L=4",
+        "drop=1.5&d=fp8",
+        "L=%0A%0Aerror",
+    ] {
+        let err = assert_one_error_line(&["plan", "--link", link]);
+        assert!(err.starts_with("error: --link: "), "{err}");
+    }
+}
+
+#[test]
+fn invalid_config_is_one_error_line() {
+    for args in [
+        &["plan", "--n-head", "7"][..],
+        &["plan", "--n-layer", "0"],
+        &["plan", "--dropout", "1.5"],
+        &["plan", "--dropout", "NaN"],
+        &["plan", "--block-size", "128", "--eval-block-size", "256"],
+        &["plan", "--batch-size", "65536", "--block-size", "1048576"],
+        &["plan", "--n-layer", "99999999999"],
+    ] {
+        assert_one_error_line(args);
+    }
+}
