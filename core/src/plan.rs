@@ -248,9 +248,222 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     })
 }
 
-/// Ranked fixes for a config on a card. (Filled in by the fix solver.)
-pub fn fixes(_cfg: &Config, _gpu: &Gpu, _other_usage: u64) -> Vec<Fix> {
-    Vec::new()
+/// The largest value in `lo..=hi` for which `ok` holds, assuming `ok` is monotone (true up to
+/// some point, false after); `None` if `ok(lo)` is false.
+fn largest_where(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
+    if lo > hi || !ok(lo) {
+        return None;
+    }
+    let (mut good, mut bad) = (lo, hi.saturating_add(1));
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        if ok(mid) {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Some(good)
+}
+
+fn need_of(cfg: &Config, gpu: &Gpu) -> Option<u64> {
+    cfg.validate().ok()?;
+    Some(needed(&simulate_on(cfg, gpu), cfg, gpu).0)
+}
+
+/// Ranked fixes for a config on a card: the cheapest change first. Each carries the changed
+/// config, what it needs and whether that fits. Fixes that change nothing are left out; for a
+/// config that already fits the list is empty.
+pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
+    let available = gpu.usable_bytes.saturating_sub(other_usage);
+    let Some(current) = need_of(cfg, gpu) else {
+        return Vec::new();
+    };
+    let bf16_blocked = cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16();
+    if current <= available && !bf16_blocked {
+        return Vec::new();
+    }
+    let fits_cfg = |c: &Config| need_of(c, gpu).is_some_and(|n| n <= available);
+    let mut out: Vec<Fix> = Vec::new();
+    let mut push = |title: String, cost: String, config: Config, stock: bool| {
+        if config == *cfg {
+            return;
+        }
+        if let Some(n) = need_of(&config, gpu) {
+            if n < current || bf16_blocked {
+                out.push(Fix {
+                    title,
+                    cost,
+                    needed_bytes: n,
+                    fits: n <= available,
+                    config,
+                    stock_nanogpt: stock,
+                });
+            }
+        }
+    };
+
+    // bf16 on a card without it: fp16 autocast is the same memory and runs.
+    if bf16_blocked {
+        let c = Config {
+            dtype: Dtype::Float16,
+            ..cfg.clone()
+        };
+        push(
+            format!("dtype = 'float16' ({} has no bf16)", gpu.name),
+            "fp16 needs loss scaling (nanoGPT's GradScaler does it); same memory as bf16".into(),
+            c,
+            true,
+        );
+    }
+
+    // 1. Same tokens per iteration in smaller micro-batches: B' divides B*GA.
+    let tokens = cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64;
+    let divisors = (1..cfg.batch_size)
+        .rev()
+        .filter(|b| tokens % *b as u64 == 0);
+    for b in divisors {
+        let ga = tokens / b as u64;
+        if ga > crate::config::MAX_ACCUM as u64 {
+            break;
+        }
+        let c = Config {
+            batch_size: b,
+            gradient_accumulation_steps: ga as u32,
+            eval_batch_size: cfg.eval_batch_size,
+            ..cfg.clone()
+        };
+        if fits_cfg(&c) {
+            push(
+                format!("batch_size = {b}, gradient_accumulation_steps = {ga}"),
+                format!("same {} sequences per iteration in smaller micro-batches: more, smaller matmuls (slower per token)", tokens),
+                c,
+                true,
+            );
+            break;
+        }
+    }
+
+    // 2. A smaller eval batch (when evaluation is what does not fit).
+    if let Some(eb) = largest_where(1, cfg.eval_batch().saturating_sub(1), |e| {
+        fits_cfg(&Config {
+            eval_batch_size: Some(e),
+            ..cfg.clone()
+        })
+    }) {
+        push(
+            format!("eval_batch_size = {eb}"),
+            "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
+            Config { eval_batch_size: Some(eb), ..cfg.clone() },
+            false,
+        );
+    }
+
+    // 3. expandable_segments: the allocator keeps reserved close to allocated.
+    if !cfg.expandable_segments {
+        push(
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
+            "none: an environment variable; less fragmentation in the caching allocator".into(),
+            Config {
+                expandable_segments: true,
+                ..cfg.clone()
+            },
+            true,
+        );
+    }
+
+    // 4. Activation checkpointing: keep only each block's input, recompute in backward.
+    if !cfg.activation_checkpointing {
+        push(
+            "activation checkpointing per block".into(),
+            "about one extra forward per iteration (~30% more compute); train.py needs torch.utils.checkpoint around each block (vramfit train has it)".into(),
+            Config { activation_checkpointing: true, ..cfg.clone() },
+            false,
+        );
+    }
+
+    // 5. Mixed precision when running pure fp32.
+    if cfg.dtype == Dtype::Float32 {
+        let dtype = if gpu.supports_bf16() {
+            Dtype::Bfloat16
+        } else {
+            Dtype::Float16
+        };
+        push(
+            format!("dtype = '{}'", dtype.name()),
+            "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
+            Config {
+                dtype,
+                ..cfg.clone()
+            },
+            true,
+        );
+    }
+
+    // 6. A shorter eval context.
+    if let Some(et) = largest_where(1, cfg.eval_block().saturating_sub(1), |t| {
+        fits_cfg(&Config {
+            eval_block_size: Some(t),
+            ..cfg.clone()
+        })
+    }) {
+        push(
+            format!("eval_block_size = {et}"),
+            "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
+            Config { eval_block_size: Some(et), ..cfg.clone() },
+            false,
+        );
+    }
+
+    // 7. A shorter block for training too.
+    if let Some(t) = largest_where(1, cfg.block_size.saturating_sub(1), |t| {
+        fits_cfg(&Config {
+            block_size: t,
+            eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
+            ..cfg.clone()
+        })
+    }) {
+        push(
+            format!("block_size = {t}"),
+            format!(
+                "the model sees {t} tokens of context instead of {}",
+                cfg.block_size
+            ),
+            Config {
+                block_size: t,
+                eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
+                ..cfg.clone()
+            },
+            true,
+        );
+    }
+
+    // 8. Last resort: fewer layers.
+    if let Some(l) = largest_where(1, cfg.n_layer.saturating_sub(1), |l| {
+        fits_cfg(&Config {
+            n_layer: l,
+            ..cfg.clone()
+        })
+    }) {
+        let smaller = Config {
+            n_layer: l,
+            ..cfg.clone()
+        };
+        push(
+            format!("n_layer = {l}"),
+            format!(
+                "a smaller model: {} instead of {} parameters",
+                params::count(&smaller).printed_millions(),
+                params::count(cfg).printed_millions()
+            ),
+            smaller,
+            true,
+        );
+    }
+
+    // Fixes that fit first, in the order above (cheapest first); then partial improvements.
+    out.sort_by_key(|f| !f.fits);
+    out
 }
 
 fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
@@ -279,4 +492,120 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::default_gpu;
+
+    fn req(config: Config) -> PlanRequest {
+        PlanRequest {
+            config,
+            gpus: vec![],
+            other_usage_bytes: 0,
+            with_fixes: true,
+        }
+    }
+
+    #[test]
+    fn a_config_that_does_not_fit_gets_fixes_that_do() {
+        // GPT-2 124M at micro-batch 64 on a 12 GB card (an OOM report): far too big.
+        let cfg = Config {
+            batch_size: 64,
+            gradient_accumulation_steps: 8,
+            ..Config::default()
+        };
+        let p = plan(&req(cfg.clone())).unwrap();
+        assert!(!p.cards[0].fits);
+        assert!(p.cards[0].headroom_bytes < 0);
+        assert!(!p.fixes.is_empty());
+        let first = &p.fixes[0];
+        assert!(first.fits, "{first:?}");
+        // The cheapest fix keeps tokens per iteration.
+        assert_eq!(first.config.tokens_per_iter(), cfg.tokens_per_iter());
+        assert!(first.config.batch_size < 64);
+        // Every fix really is what it claims: re-planning its config agrees.
+        for f in &p.fixes {
+            let again = plan(&PlanRequest {
+                with_fixes: false,
+                ..req(f.config.clone())
+            })
+            .unwrap();
+            assert_eq!(again.cards[0].needed_bytes, f.needed_bytes);
+            assert_eq!(again.cards[0].fits, f.fits);
+        }
+    }
+
+    #[test]
+    fn a_config_that_fits_needs_no_fixes_and_largest_batch_is_tight() {
+        let cfg = Config {
+            batch_size: 2,
+            ..Config::default()
+        };
+        let p = plan(&req(cfg.clone())).unwrap();
+        assert!(p.cards[0].fits);
+        assert!(p.fixes.is_empty());
+        let b = p
+            .largest_micro_batch
+            .expect("batch 2 fits, so some batch does");
+        let gpu = default_gpu();
+        assert!(fits(
+            &Config {
+                batch_size: b,
+                ..cfg.clone()
+            },
+            &gpu,
+            0
+        ));
+        assert!(!fits(
+            &Config {
+                batch_size: b + 1,
+                ..cfg
+            },
+            &gpu,
+            0
+        ));
+    }
+
+    #[test]
+    fn other_programs_reduce_the_room() {
+        let cfg = Config {
+            batch_size: 4,
+            ..Config::default()
+        };
+        let gpu = default_gpu();
+        let free = largest_micro_batch(&cfg, &gpu, 0).unwrap();
+        let busy = largest_micro_batch(&cfg, &gpu, 2 << 30).unwrap();
+        assert!(busy < free);
+    }
+
+    #[test]
+    fn bf16_on_a_pre_ampere_card_is_flagged_with_an_fp16_fix() {
+        let t4 = Gpu::find("t4").unwrap();
+        let cfg = Config {
+            batch_size: 1,
+            ..Config::default()
+        };
+        let p = plan(&PlanRequest {
+            gpus: vec![t4],
+            ..req(cfg)
+        })
+        .unwrap();
+        assert!(p.cards[0].bf16_unsupported);
+        assert!(!p.cards[0].fits);
+        assert!(p
+            .fixes
+            .iter()
+            .any(|f| f.config.dtype == Dtype::Float16 && f.fits));
+    }
+
+    #[test]
+    fn invalid_configs_are_errors_not_panics() {
+        assert!(plan(&req(Config {
+            n_head: 7,
+            ..Config::default()
+        }))
+        .is_err());
+    }
 }

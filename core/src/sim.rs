@@ -419,7 +419,6 @@ struct Dims {
     c: u64,
     h: u64,
     v: u64,
-    l: u64,
     /// Bytes per element of autocast's low-precision outputs (4 in pure fp32).
     cb: u64,
     autocast: bool,
@@ -657,7 +656,6 @@ impl<'c, 't> Run<'c, 't> {
             c: cfg.n_embd as u64,
             h: cfg.n_head as u64,
             v: cfg.vocab_size as u64,
-            l: cfg.n_layer as u64,
             cb: cfg.dtype.compute_bytes(),
             autocast: cfg.dtype.is_autocast(),
             bias: cfg.bias,
