@@ -369,8 +369,9 @@ pub fn App() -> impl IntoView {
         <main class="vramfit">
             <h1>"vramfit"</h1>
             <p class="lede">
-                "The GPU memory of a nanoGPT training run, before you run it: GPT-2 124M defaults ("
-                <code>"train.py"</code> ", bf16, block 1024) on an RTX 4070 12GB."
+                "The GPU memory of a nanoGPT training run, before you run it: "
+                <code>"train.py"</code>
+                "'s defaults (GPT-2 124M, bf16, block 1024, compile) with the batch size and depth below, on the default card."
             </p>
             <form class="inputs" on:submit=|ev| ev.prevent_default()>
                 <label>
