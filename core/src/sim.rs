@@ -1714,9 +1714,8 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(h.wte_cast);
         // From here wte has a .grad: the embedding's gradient is added into it.
         self.weight_grads_to_fp32(&d, g_w, Id::NONE, d.v * d.c, 0);
-        let lnf_in = if d.autocast { h.lnf_in } else { h.lnf_in };
         let mut g =
-            self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, lnf_in, h.lnf_stats);
+            self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, h.lnf_in, h.lnf_stats);
 
         let layers = self.cfg.n_layer as usize;
         let mut per_layer = [0i64; CATEGORY_COUNT];
