@@ -64,12 +64,19 @@ async fn shows_parameters_and_recomputes_when_the_batch_changes() {
     let default_plan = vramfit_web::compute(vramfit_web::Inputs::default()).unwrap();
     let before = text_of(&host, TRAIN_PEAK);
     assert!(
-        before.starts_with(&vramfit_web::format_gib(default_plan.train.peak_allocated_bytes)),
+        before.starts_with(&vramfit_web::format_gib(
+            default_plan.train.peak_allocated_bytes
+        )),
         "{before}"
     );
     // compile=True (the default) makes the allocated peak an estimate: the marker shows.
     assert!(before.contains("estimate"), "{before}");
-    assert_eq!(host.query_selector_all("table.windows tbody tr").unwrap().length(), 4);
+    assert_eq!(
+        host.query_selector_all("table.windows tbody tr")
+            .unwrap()
+            .length(),
+        4
+    );
 
     type_into(&host, "batch_size", "4").await;
     let small = vramfit_web::compute(vramfit_web::Inputs {
@@ -101,7 +108,10 @@ async fn bad_input_shows_a_message_and_recovers() {
 fn fatal_message_is_visible() {
     vramfit_web::show_fatal(&vramfit_web::panic_text("test"));
     let doc = web_sys::window().unwrap().document().unwrap();
-    let el = doc.query_selector(".fatal").unwrap().expect("a .fatal element");
+    let el = doc
+        .query_selector(".fatal")
+        .unwrap()
+        .expect("a .fatal element");
     assert!(el.text_content().unwrap().contains("test"));
     el.remove();
 }
