@@ -132,6 +132,49 @@ const KNOWN_EXTRAS: [&str; 29] = [
     "meta_vocab_size",
 ];
 
+/// GPT-2 checkpoints `init_from` can name: (name, n_layer, n_head, n_embd), as nanoGPT's
+/// `GPT.from_pretrained` builds them (vocab_size 50257, block_size 1024, bias True).
+const PRETRAINED: [(&str, u32, u32, u32); 4] = [
+    ("gpt2", 12, 12, 768),
+    ("gpt2-medium", 24, 16, 1024),
+    ("gpt2-large", 36, 20, 1280),
+    ("gpt2-xl", 48, 25, 1600),
+];
+
+/// train.py takes the model's shape from the checkpoint when `init_from` names one, whatever
+/// the file says about n_layer and friends; a prediction from the file's values would be for
+/// the wrong model.
+fn apply_init_from(
+    cfg: &mut Config,
+    extra: &[(String, Value)],
+    notices: &mut Vec<String>,
+    set_on: &mut Vec<(&'static str, usize)>,
+) {
+    let Some((_, Value::Str(init_from))) = extra.iter().find(|(k, _)| k == "init_from") else {
+        return;
+    };
+    if let Some(&(name, n_layer, n_head, n_embd)) = PRETRAINED.iter().find(|p| p.0 == init_from) {
+        cfg.n_layer = n_layer;
+        cfg.n_head = n_head;
+        cfg.n_embd = n_embd;
+        cfg.vocab_size = 50257;
+        cfg.bias = true;
+        // train.py crops the checkpoint's 1024 positions to a smaller block_size, never grows them.
+        cfg.block_size = cfg.block_size.min(1024);
+        // These no longer come from any line of the file.
+        set_on.retain(|(k, _)| {
+            !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias")
+        });
+        notices.push(format!(
+            "init_from = '{name}': the model is GPT-2's (n_layer {n_layer}, n_head {n_head}, n_embd {n_embd}, vocab_size 50257, bias True, block_size at most 1024), as train.py loads it"
+        ));
+    } else if init_from == "resume" {
+        notices.push(
+            "init_from = 'resume': train.py takes the model's shape from the checkpoint in out_dir; vramfit uses this file's settings".into(),
+        );
+    }
+}
+
 /// The modelled settings, under nanoGPT's names (and vramfit's for the ones nanoGPT lacks).
 const MODELLED: [&str; 18] = [
     "n_layer",
@@ -363,6 +406,8 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             )),
         }
     }
+
+    apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
 
     if let Err(err) = cfg.validate() {
         let line_of = |names: &[&str]| {
@@ -1029,6 +1074,35 @@ weight_decay = 1e-1
         assert_eq!(
             f.get("wandb_run_name"),
             Some(&Value::Str("gpt2-124M".into()))
+        );
+    }
+
+    #[test]
+    fn init_from_gpt2_takes_the_checkpoints_shape() {
+        // nanoGPT's config/finetune_shakespeare.py.
+        let text = "import time\n\nout_dir = 'out-shakespeare'\neval_interval = 5\neval_iters = 40\nwandb_log = False # feel free to turn on\nwandb_project = 'shakespeare'\nwandb_run_name = 'ft-' + str(time.time())\n\ndataset = 'shakespeare'\ninit_from = 'gpt2-xl' # this is the largest GPT-2 model\n\n# only save checkpoints if the validation loss improves\nalways_save_checkpoint = False\n\n# the number of examples per iter:\n# 1 batch_size * 32 grad_accum * 1024 tokens = 32,768 tokens/iter\n# shakespeare has 301,966 tokens, so 1 epoch ~= 9.2 iters\nbatch_size = 1\ngradient_accumulation_steps = 32\nmax_iters = 20\n\n# finetune at constant LR\nlearning_rate = 3e-5\ndecay_lr = False\n";
+        let f = parse(text).unwrap();
+        let c = &f.config;
+        assert_eq!(
+            (c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size),
+            (48, 25, 1600, 50257, 1024)
+        );
+        assert!(c.bias);
+        assert_eq!(
+            (c.batch_size, c.gradient_accumulation_steps, c.eval_iters),
+            (1, 32, 40)
+        );
+        assert_eq!(f.notices.len(), 3, "{:#?}", f.notices);
+        assert!(f.notices[2].starts_with("init_from = 'gpt2-xl'"));
+
+        let f = parse("block_size = 256\nn_layer = 2\ninit_from = 'gpt2'").unwrap();
+        assert_eq!((f.config.n_layer, f.config.block_size), (12, 256));
+        assert_eq!(
+            parse("init_from = 'scratch'\nn_layer = 2")
+                .unwrap()
+                .config
+                .n_layer,
+            2
         );
     }
 
