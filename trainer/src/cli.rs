@@ -19,6 +19,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Will it fit? Peaks per window, what they are made of, fit per card, and fixes.
+    #[command(
+        after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
+        (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12."
+    )]
     Plan(PlanArgs),
 }
 
@@ -61,24 +65,31 @@ pub struct RunArgs {
     /// A vramfit page link (full URL or just its query) to apply over the config file.
     #[arg(long, value_name = "URL")]
     pub link: Option<String>,
+    /// Transformer blocks [default: 12].
     #[arg(long = "n-layer", alias = "n_layer", value_name = "N")]
     pub n_layer: Option<u32>,
+    /// Attention heads; must divide n-embd [default: 12].
     #[arg(long = "n-head", alias = "n_head", value_name = "N")]
     pub n_head: Option<u32>,
+    /// Model width [default: 768].
     #[arg(long = "n-embd", alias = "n_embd", value_name = "N")]
     pub n_embd: Option<u32>,
+    /// Context length in tokens [default: 1024].
     #[arg(long = "block-size", alias = "block_size", value_name = "N")]
     pub block_size: Option<u32>,
+    /// Vocabulary size [default: 50304].
     #[arg(long = "vocab-size", alias = "vocab_size", value_name = "N")]
     pub vocab_size: Option<u32>,
+    /// Biases in Linear and LayerNorm layers: true or false [default: false].
     #[arg(long, value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub bias: Option<bool>,
-    /// Dropout probability in [0, 1).
+    /// Dropout probability in [0, 1) [default: 0.0].
     #[arg(long, value_name = "P")]
     pub dropout: Option<f64>,
-    /// Micro-batch size: sequences per forward/backward.
+    /// Micro-batch size: sequences per forward/backward [default: 12].
     #[arg(long = "batch-size", alias = "batch_size", value_name = "N")]
     pub batch_size: Option<u32>,
+    /// Micro-steps per optimizer step [default: 40].
     #[arg(
         long = "gradient-accumulation-steps",
         alias = "gradient_accumulation_steps",
@@ -91,16 +102,19 @@ pub struct RunArgs {
     /// Context length estimate_loss uses [default: block-size].
     #[arg(long = "eval-block-size", alias = "eval_block_size", value_name = "N")]
     pub eval_block_size: Option<u32>,
+    /// Batches per split in estimate_loss [default: 200].
     #[arg(long = "eval-iters", alias = "eval_iters", value_name = "N")]
     pub eval_iters: Option<u32>,
-    /// float32, float16 or bfloat16.
+    /// float32, float16 or bfloat16 [default: bfloat16].
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
     pub dtype: Option<Dtype>,
-    /// flash or manual.
+    /// flash or manual [default: flash].
     #[arg(long, value_name = "KIND", value_parser = parse_attention)]
     pub attention: Option<Attention>,
+    /// torch.compile: true or false (modelled as eager) [default: true].
     #[arg(long, value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub compile: Option<bool>,
+    /// Recompute each block in backward: true or false [default: false].
     #[arg(
         long = "activation-checkpointing",
         alias = "activation_checkpointing",
@@ -109,10 +123,10 @@ pub struct RunArgs {
         action = clap::ArgAction::Set
     )]
     pub activation_checkpointing: Option<bool>,
-    /// adamw or sgd.
+    /// adamw or sgd [default: adamw].
     #[arg(long, value_name = "NAME", value_parser = parse_optimizer)]
     pub optimizer: Option<Optimizer>,
-    /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
+    /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: true or false [default: false].
     #[arg(
         long = "expandable-segments",
         alias = "expandable_segments",
@@ -208,6 +222,45 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_in_help_match_core() {
+        let d = vramfit_core::Config::default();
+        let expected = [
+            ("n_layer", d.n_layer.to_string()),
+            ("n_head", d.n_head.to_string()),
+            ("n_embd", d.n_embd.to_string()),
+            ("block_size", d.block_size.to_string()),
+            ("vocab_size", d.vocab_size.to_string()),
+            ("batch_size", d.batch_size.to_string()),
+            (
+                "gradient_accumulation_steps",
+                d.gradient_accumulation_steps.to_string(),
+            ),
+            ("eval_iters", d.eval_iters.to_string()),
+            ("dropout", format!("{:?}", d.dropout)),
+            ("dtype", d.dtype.name().to_string()),
+            ("attention", d.attention.name().to_string()),
+            ("optimizer", d.optimizer.name().to_string()),
+            ("bias", d.bias.to_string()),
+            ("compile", d.compile.to_string()),
+            (
+                "activation_checkpointing",
+                d.activation_checkpointing.to_string(),
+            ),
+            ("expandable_segments", d.expandable_segments.to_string()),
+        ];
+        let cmd = Cli::command();
+        let plan = cmd.find_subcommand("plan").expect("plan subcommand");
+        for (id, value) in expected {
+            let arg = plan.get_arguments().find(|a| a.get_id() == id).expect(id);
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(
+                help.contains(&format!("[default: {value}]")),
+                "{id}: {help}"
+            );
+        }
     }
 
     #[test]
