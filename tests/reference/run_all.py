@@ -206,6 +206,8 @@ def main():
                     help="cuda: start no new config after this many seconds (the rest become 'skipped')")
     ap.add_argument("--measure-arg", action="append",
                     help="extra argument passed to every measure.py call (e.g. --dry-run-cuda)")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the rows of an existing output file and replace/add only the configs run now")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
 
@@ -229,8 +231,15 @@ def main():
         # One GPU: strictly sequential, one fresh process per config. Order: eager configs,
         # then the memory-history snapshot runs, then torch.compile configs (slowest) last, so a
         # time budget (--deadline-s) cuts the least important work.
-        def budget_left():
-            return args.deadline_s is None or time.time() - t0 < args.deadline_s
+        def budget_left(need_s=10.0):
+            """True if a run expected to take need_s still fits before the deadline."""
+            return args.deadline_s is None or time.time() - t0 + need_s < args.deadline_s
+
+        def tmo():
+            """Per-run timeout, capped so that no run ends after the deadline."""
+            if args.deadline_s is None:
+                return args.timeout
+            return max(1, int(min(args.timeout, args.deadline_s - (time.time() - t0))))
 
         def skipped(c):
             return {"id": c["id"], "config": c, "method": "cuda", "status": "skipped",
@@ -240,7 +249,7 @@ def main():
         later = [i for i, c in enumerate(cfgs) if c.get("compile")]
         for i in order:
             c = cfgs[i]
-            rows[i] = run_one(args.python, c, "cuda", args.timeout, extra=extra) if budget_left() else skipped(c)
+            rows[i] = run_one(args.python, c, "cuda", tmo(), extra=extra) if budget_left(10) else skipped(c)
             if not args.quiet:
                 r = rows[i]
                 print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
@@ -252,11 +261,11 @@ def main():
             if c is None:
                 print(f"snapshot id {sid!r} not among the configs run", file=sys.stderr)
                 continue
-            if not budget_left():
+            if not budget_left(20):
                 print(f"snapshot {sid}: skipped (time budget)", flush=True)
                 continue
             snap = os.path.join(os.path.dirname(os.path.abspath(out)), f"snap-{sid}.pickle")
-            r = run_one(args.python, c, "cuda", args.timeout, snapshot=snap, extra=extra)
+            r = run_one(args.python, c, "cuda", tmo(), snapshot=snap, extra=extra)
             i = cfgs.index(c)
             rows[i]["snapshot_run"] = {k: r.get(k) for k in (
                 "status", "error", "snapshot", "train_peak_allocated_bytes", "eval_peak_allocated_bytes",
@@ -266,7 +275,8 @@ def main():
                       + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
         for i in later:
             c = cfgs[i]
-            rows[i] = run_one(args.python, c, "cuda", args.timeout, extra=extra) if budget_left() else skipped(c)
+            # torch.compile needs ~1-2 min (train and eval graphs): start it only with room left
+            rows[i] = run_one(args.python, c, "cuda", tmo(), extra=extra) if budget_left(100) else skipped(c)
             if not args.quiet:
                 r = rows[i]
                 print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
@@ -284,7 +294,22 @@ def main():
                     r = rows[i]
                     print(f"[{time.time() - t0:6.1f}s] {r['id']}: {r['status']} ({r.get('wall_s')}s)", flush=True)
     wall = time.time() - t0
-    doc = {"provenance": provenance(args.method, args, wall, rows), "rows": rows}
+    if args.update and os.path.exists(out):
+        with open(out) as f:
+            old = {r["id"]: r for r in json.load(f)["rows"]}
+        new = {r["id"]: r for r in rows}
+        order = [c["id"] for c in load_configs(args.configs)]
+        merged = {**old, **new}
+        rows = [merged[i] for i in order if i in merged] + [r for i, r in merged.items() if i not in order]
+    prov = provenance(args.method, args, wall, rows)
+    if args.update and os.path.exists(out):
+        # keep the original run's provenance; record this partial run as an update
+        with open(out) as f:
+            old_prov = json.load(f)["provenance"]
+        upd = {k: prov[k] for k in ("date_utc", "command", "total_wall_s", "torch")}
+        upd["ids"] = [c["id"] for c in cfgs]
+        prov = {**old_prov, "n_rows": len(rows), "updates": old_prov.get("updates", []) + [upd]}
+    doc = {"provenance": prov, "rows": rows}
     write_doc(out, doc)
     print(f"wrote {out} ({len(rows)} rows, {wall:.0f}s)")
     print_table(rows, args.method)
