@@ -13,8 +13,9 @@
 # (DEADLINE_S, default 460 s) stops starting new configs and caps the running one, so the whole
 # run stays under 8 minutes;
 # anything not run is recorded as "skipped". Environment knobs:
-#     PYTHON (default python3), OUT, SKIP_COMPILE=1, DEADLINE_S, TIMEOUT_S (per run, default 240),
-#     IDS=a,b,c (subset of configs), SNAPS=a,b (snapshot configs),
+#     GPU_PY (interpreter, default python3), OUT, SKIP_COMPILE=1, DEADLINE_S, TIMEOUT_S (per run, default 240),
+#     IDS=a,b,c (subset of configs), SNAPS=a,b (snapshot configs), TAG=x (output names
+#     cuda-<gpu>-x.json / snap-<id>-x.pickle, e.g. with GPU_PY=tests/reference/probes/python-flash-only),
 #     DRY_RUN=1 (offline test without a GPU: torch.cuda counters stubbed, see cuda_stub.py; real
 #     CPU math, so only with small IDS/SNAPS).
 set -u
@@ -23,7 +24,7 @@ if [ ! -f "$HERE/measure.py" ]; then
     echo "run me from the repository root (tests/reference/measure.py not found)" >&2
     exit 2
 fi
-PY="${PYTHON:-python3}"
+PY="${GPU_PY:-python3}"   # not PYTHON: probes/python-flash-only reads PYTHON itself
 OUT="${OUT:-$HERE/data}"
 DEADLINE_S="${DEADLINE_S:-460}"
 TIMEOUT_S="${TIMEOUT_S:-240}"
@@ -33,6 +34,9 @@ mkdir -p "$OUT"
 SNAPS="${SNAPS:-shakespeare-char-fp32-d0,L4H4C256-T128-B8-V512-bf16-flash-ga2,L6C384-T512-B16-fp16-V50304,L6H6C384-T512-B8-V50304-bf16-manual}"
 
 ARGS=(--method cuda --outdir "$OUT" --snapshot-ids "$SNAPS" --deadline-s "$DEADLINE_S" --timeout "$TIMEOUT_S" --python "$PY")
+if [ -n "${TAG:-}" ]; then
+    ARGS+=(--tag "$TAG")   # output cuda-<gpu>-<TAG>.json, snap-<id>-<TAG>.pickle
+fi
 if [ -n "${IDS:-}" ]; then
     ARGS+=(--ids "$IDS")   # a comma-separated subset of config ids
 fi
@@ -42,8 +46,10 @@ fi
 if [ "${DRY_RUN:-0}" = "1" ]; then
     ARGS+=(--measure-arg=--dry-run-cuda)
 else
-    # preflight: fail early and clearly if this python has no CUDA torch (no CUDA context kept)
-    "$PY" - <<'EOF' || exit 3
+    # preflight: fail early and clearly if this python has no CUDA torch (no CUDA context kept).
+    # Run from a file, not stdin, so that wrapper interpreters (probes/python-flash-only) work.
+    PRE="$(mktemp /tmp/vramfit-preflight.XXXXXX)"
+    cat > "$PRE" <<'EOF'
 import sys, subprocess
 import torch
 print(f"torch {torch.__version__}, CUDA runtime {torch.version.cuda}")
@@ -57,6 +63,8 @@ try:
 except Exception as e:
     print(f"nvidia-smi unavailable: {e!r}")
 EOF
+    "$PY" "$PRE" || { rm -f "$PRE"; exit 3; }
+    rm -f "$PRE"
 fi
 
 START=$(date +%s)

@@ -206,6 +206,7 @@ def main():
                     help="cuda: start no new config after this many seconds (the rest become 'skipped')")
     ap.add_argument("--measure-arg", action="append",
                     help="extra argument passed to every measure.py call (e.g. --dry-run-cuda)")
+    ap.add_argument("--tag", help="suffix for the default output and snapshot names (e.g. flash-only)")
     ap.add_argument("--update", action="store_true",
                     help="keep the rows of an existing output file and replace/add only the configs run now")
     ap.add_argument("--quiet", action="store_true")
@@ -220,7 +221,8 @@ def main():
     out = args.out
     if not out:
         dry = "--dry-run-cuda" in (args.measure_arg or ())
-        name = f"cuda-{gpu_slug(dry)}.json" if args.method == "cuda" else f"{args.method}.json"
+        tag = f"-{args.tag}" if args.tag else ""
+        name = f"cuda-{gpu_slug(dry)}{tag}.json" if args.method == "cuda" else f"{args.method}{tag}.json"
         out = os.path.join(args.outdir, name)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
@@ -264,7 +266,8 @@ def main():
             if not budget_left(20):
                 print(f"snapshot {sid}: skipped (time budget)", flush=True)
                 continue
-            snap = os.path.join(os.path.dirname(os.path.abspath(out)), f"snap-{sid}.pickle")
+            snap = os.path.join(os.path.dirname(os.path.abspath(out)),
+                                f"snap-{sid}{'-' + args.tag if args.tag else ''}.pickle")
             r = run_one(args.python, c, "cuda", tmo(), snapshot=snap, extra=extra)
             i = cfgs.index(c)
             rows[i]["snapshot_run"] = {k: r.get(k) for k in (
