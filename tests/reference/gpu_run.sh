@@ -31,7 +31,7 @@ TIMEOUT_S="${TIMEOUT_S:-240}"
 mkdir -p "$OUT"
 
 # The four snapshot configs: fp32 flash GA1, bf16 flash GA2, fp16 flash, bf16 manual.
-SNAPS="${SNAPS:-shakespeare-char-fp32-d0,L4H4C256-T128-B8-V512-bf16-flash-ga2,L6C384-T512-B16-fp16-V50304,L6H6C384-T512-B8-V50304-bf16-manual}"
+SNAPS="${SNAPS-shakespeare-char-fp32-d0,L4H4C256-T128-B8-V512-bf16-flash-ga2,L6C384-T512-B16-fp16-V50304,L6H6C384-T512-B8-V50304-bf16-manual}"
 
 ARGS=(--method cuda --outdir "$OUT" --snapshot-ids "$SNAPS" --deadline-s "$DEADLINE_S" --timeout "$TIMEOUT_S" --python "$PY")
 if [ -n "${TAG:-}" ]; then
