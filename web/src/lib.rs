@@ -33,21 +33,14 @@ pub struct Inputs {
 impl Default for Inputs {
     fn default() -> Self {
         let cfg = Config::default();
-        Inputs {
-            batch_size: cfg.batch_size,
-            n_layer: cfg.n_layer,
-        }
+        Inputs { batch_size: cfg.batch_size, n_layer: cfg.n_layer }
     }
 }
 
 impl Inputs {
     /// The config the page plans: nanoGPT's defaults with the page's inputs applied.
     pub fn config(&self) -> Config {
-        Config {
-            batch_size: self.batch_size,
-            n_layer: self.n_layer,
-            ..Config::default()
-        }
+        Config { batch_size: self.batch_size, n_layer: self.n_layer, ..Config::default() }
     }
 }
 
@@ -57,31 +50,18 @@ pub fn parse_count(field: &str, text: &str) -> Result<u32, String> {
     if t.is_empty() {
         return Err(format!("{field}: enter a whole number"));
     }
-    t.parse::<u32>().map_err(|_| {
-        format!(
-            "{field}: \"{t}\" is not a whole number between 0 and {}",
-            u32::MAX
-        )
-    })
+    t.parse::<u32>().map_err(|_| format!("{field}: \"{t}\" is not a whole number between 0 and {}", u32::MAX))
 }
 
 /// The plan for some inputs on the default card, without fixes (what the page shows).
 pub fn compute(inputs: Inputs) -> Result<Plan, String> {
-    let req = PlanRequest {
-        config: inputs.config(),
-        gpus: vec![],
-        other_usage_bytes: 0,
-        with_fixes: false,
-    };
+    let req = PlanRequest { config: inputs.config(), gpus: vec![], other_usage_bytes: 0, with_fixes: false };
     vramfit_core::plan::plan(&req).map_err(|e| e.to_string())
 }
 
 /// [`compute`] from the inputs' raw text: a parse error or a config error becomes the message.
 pub fn compute_from_text(batch_size: &str, n_layer: &str) -> Result<Plan, String> {
-    let inputs = Inputs {
-        batch_size: parse_count("batch_size", batch_size)?,
-        n_layer: parse_count("n_layer", n_layer)?,
-    };
+    let inputs = Inputs { batch_size: parse_count("batch_size", batch_size)?, n_layer: parse_count("n_layer", n_layer)? };
     compute(inputs)
 }
 
@@ -123,16 +103,8 @@ pub fn windows(plan: &Plan) -> [(&'static str, &'static str, &WindowReport); 4] 
     [
         ("train", "a steady-state training iteration", &plan.train),
         ("eval", "an estimate_loss batch", &plan.eval),
-        (
-            "first_iter",
-            "the first iteration (no optimizer state yet)",
-            &plan.first_iter,
-        ),
-        (
-            "eval_at_start",
-            "estimate_loss before the first step",
-            &plan.eval_at_start,
-        ),
+        ("first_iter", "the first iteration (no optimizer state yet)", &plan.first_iter),
+        ("eval_at_start", "estimate_loss before the first step", &plan.eval_at_start),
     ]
 }
 
@@ -149,15 +121,8 @@ pub fn window_rows(plan: &Plan) -> Vec<WindowRow> {
             allocated_estimate: allocated_estimate.clone(),
             nvidia_smi_gib: format_gib(w.nvidia_smi_bytes),
             smi_estimate: smi_estimate.clone(),
-            phase: w
-                .phase
-                .map(|p| p.label().to_string())
-                .unwrap_or_else(|| "-".to_string()),
-            op: if w.op.is_empty() {
-                "-".to_string()
-            } else {
-                w.op.clone()
-            },
+            phase: w.phase.map(|p| p.label().to_string()).unwrap_or_else(|| "-".to_string()),
+            op: if w.op.is_empty() { "-".to_string() } else { w.op.clone() },
         })
         .collect()
 }
@@ -214,11 +179,7 @@ pub fn card_rows(plan: &Plan) -> Vec<CardRow> {
 
 /// The notes that mark figures as estimates: (figure, why), for the footnotes.
 pub fn estimate_notes(plan: &Plan) -> Vec<(String, String)> {
-    plan.notes
-        .iter()
-        .filter(|n| n.source == Source::Estimate)
-        .map(|n| (n.figure.clone(), n.detail.clone()))
-        .collect()
+    plan.notes.iter().filter(|n| n.source == Source::Estimate).map(|n| (n.figure.clone(), n.detail.clone())).collect()
 }
 
 /// The text shown when the page's code panics.
@@ -251,13 +212,8 @@ pub fn install_panic_hook() {
 /// Entry point of the page: mounts [`App`] into `#app` (replacing the loading text).
 pub fn start() {
     install_panic_hook();
-    let doc = web_sys::window()
-        .and_then(|w| w.document())
-        .expect("a browser document");
-    match doc
-        .get_element_by_id("app")
-        .and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok())
-    {
+    let doc = web_sys::window().and_then(|w| w.document()).expect("a browser document");
+    match doc.get_element_by_id("app").and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok()) {
         Some(root) => {
             root.set_inner_html("");
             leptos::mount::mount_to(root, App).forget();
@@ -431,12 +387,8 @@ mod tests {
     #[test]
     fn parse_count_reads_whole_numbers_and_names_the_field() {
         assert_eq!(parse_count("batch_size", " 12 "), Ok(12));
-        assert!(parse_count("batch_size", "")
-            .unwrap_err()
-            .starts_with("batch_size:"));
-        assert!(parse_count("n_layer", "1.5")
-            .unwrap_err()
-            .starts_with("n_layer:"));
+        assert!(parse_count("batch_size", "").unwrap_err().starts_with("batch_size:"));
+        assert!(parse_count("n_layer", "1.5").unwrap_err().starts_with("n_layer:"));
         assert!(parse_count("n_layer", "-3").is_err());
     }
 
@@ -447,18 +399,9 @@ mod tests {
         let rows = window_rows(&plan);
         let names: Vec<_> = rows.iter().map(|r| r.window).collect();
         assert_eq!(names, ["train", "eval", "first_iter", "eval_at_start"]);
-        assert_eq!(
-            rows[0].peak_allocated_gib,
-            format_gib(plan.train.peak_allocated_bytes)
-        );
-        assert_eq!(
-            rows[0].nvidia_smi_gib,
-            format_gib(plan.train.nvidia_smi_bytes)
-        );
-        assert_eq!(
-            rows[3].peak_allocated_gib,
-            format_gib(plan.eval_at_start.peak_allocated_bytes)
-        );
+        assert_eq!(rows[0].peak_allocated_gib, format_gib(plan.train.peak_allocated_bytes));
+        assert_eq!(rows[0].nvidia_smi_gib, format_gib(plan.train.nvidia_smi_bytes));
+        assert_eq!(rows[3].peak_allocated_gib, format_gib(plan.eval_at_start.peak_allocated_bytes));
         for r in &rows {
             assert!(!r.phase.is_empty() && !r.op.is_empty());
         }
@@ -474,21 +417,9 @@ mod tests {
         // The reserve is always an estimate, so nvidia-smi is marked; compile=True (the
         // default) makes the allocated peak an estimate too.
         let rows = window_rows(&plan);
-        assert!(rows
-            .iter()
-            .all(|r| r.smi_estimate.is_some() && r.allocated_estimate.is_some()));
-        let eager = Plan {
-            notes: plan
-                .notes
-                .iter()
-                .filter(|n| n.figure != "peak_allocated_bytes")
-                .cloned()
-                .collect(),
-            ..plan.clone()
-        };
-        assert!(window_rows(&eager)
-            .iter()
-            .all(|r| r.allocated_estimate.is_none()));
+        assert!(rows.iter().all(|r| r.smi_estimate.is_some() && r.allocated_estimate.is_some()));
+        let eager = Plan { notes: plan.notes.iter().filter(|n| n.figure != "peak_allocated_bytes").cloned().collect(), ..plan.clone() };
+        assert!(window_rows(&eager).iter().all(|r| r.allocated_estimate.is_none()));
         // The RTX 4070's usable total is measured: no marker on "available".
         assert!(card_rows(&plan)[0].available_estimate.is_none());
         let notes = estimate_notes(&plan);
@@ -498,18 +429,10 @@ mod tests {
 
     #[test]
     fn inputs_change_the_figures() {
-        let small = compute(Inputs {
-            batch_size: 4,
-            ..Inputs::default()
-        })
-        .unwrap();
+        let small = compute(Inputs { batch_size: 4, ..Inputs::default() }).unwrap();
         let big = compute(Inputs::default()).unwrap();
         assert!(small.train.peak_allocated_bytes < big.train.peak_allocated_bytes);
-        let deep = compute(Inputs {
-            n_layer: 24,
-            ..Inputs::default()
-        })
-        .unwrap();
+        let deep = compute(Inputs { n_layer: 24, ..Inputs::default() }).unwrap();
         assert!(deep.params.printed > big.params.printed);
     }
 

@@ -12,10 +12,7 @@ wasm_bindgen_test_configure!(run_in_browser);
 async fn settle() {
     for _ in 0..3 {
         let promise = js_sys::Promise::new(&mut |resolve, _| {
-            web_sys::window()
-                .unwrap()
-                .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0)
-                .unwrap();
+            web_sys::window().unwrap().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0).unwrap();
         });
         wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
     }
@@ -32,26 +29,15 @@ async fn mount_app() -> HtmlElement {
 }
 
 fn text_of(host: &HtmlElement, selector: &str) -> String {
-    host.query_selector(selector)
-        .unwrap()
-        .unwrap_or_else(|| panic!("no element matches {selector}"))
-        .text_content()
-        .unwrap_or_default()
+    host.query_selector(selector).unwrap().unwrap_or_else(|| panic!("no element matches {selector}")).text_content().unwrap_or_default()
 }
 
 async fn type_into(host: &HtmlElement, name: &str, value: &str) {
-    let input: HtmlInputElement = host
-        .query_selector(&format!("input[name={name}]"))
-        .unwrap()
-        .unwrap()
-        .dyn_into()
-        .unwrap();
+    let input: HtmlInputElement = host.query_selector(&format!("input[name={name}]")).unwrap().unwrap().dyn_into().unwrap();
     input.set_value(value);
     let init = EventInit::new();
     init.set_bubbles(true);
-    input
-        .dispatch_event(&Event::new_with_event_init_dict("input", &init).unwrap())
-        .unwrap();
+    input.dispatch_event(&Event::new_with_event_init_dict("input", &init).unwrap()).unwrap();
     settle().await;
 }
 
@@ -63,33 +49,16 @@ async fn shows_parameters_and_recomputes_when_the_batch_changes() {
     assert_eq!(text_of(&host, ".param-count"), "123.59M");
     let default_plan = vramfit_web::compute(vramfit_web::Inputs::default()).unwrap();
     let before = text_of(&host, TRAIN_PEAK);
-    assert!(
-        before.starts_with(&vramfit_web::format_gib(
-            default_plan.train.peak_allocated_bytes
-        )),
-        "{before}"
-    );
+    assert!(before.starts_with(&vramfit_web::format_gib(default_plan.train.peak_allocated_bytes)), "{before}");
     // compile=True (the default) makes the allocated peak an estimate: the marker shows.
     assert!(before.contains("estimate"), "{before}");
-    assert_eq!(
-        host.query_selector_all("table.windows tbody tr")
-            .unwrap()
-            .length(),
-        4
-    );
+    assert_eq!(host.query_selector_all("table.windows tbody tr").unwrap().length(), 4);
 
     type_into(&host, "batch_size", "4").await;
-    let small = vramfit_web::compute(vramfit_web::Inputs {
-        batch_size: 4,
-        ..Default::default()
-    })
-    .unwrap();
+    let small = vramfit_web::compute(vramfit_web::Inputs { batch_size: 4, ..Default::default() }).unwrap();
     let after = text_of(&host, TRAIN_PEAK);
     assert_ne!(before, after);
-    assert!(
-        after.starts_with(&vramfit_web::format_gib(small.train.peak_allocated_bytes)),
-        "{after}"
-    );
+    assert!(after.starts_with(&vramfit_web::format_gib(small.train.peak_allocated_bytes)), "{after}");
 }
 
 #[wasm_bindgen_test]
@@ -108,10 +77,7 @@ async fn bad_input_shows_a_message_and_recovers() {
 fn fatal_message_is_visible() {
     vramfit_web::show_fatal(&vramfit_web::panic_text("test"));
     let doc = web_sys::window().unwrap().document().unwrap();
-    let el = doc
-        .query_selector(".fatal")
-        .unwrap()
-        .expect("a .fatal element");
+    let el = doc.query_selector(".fatal").unwrap().expect("a .fatal element");
     assert!(el.text_content().unwrap().contains("test"));
     el.remove();
 }
