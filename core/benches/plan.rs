@@ -20,16 +20,11 @@ fn main() {
 
 fn accuracy_table() {
     let rows = reference_data::comparisons();
-    println!(
-        "## Predicted vs measured peak (torch max_memory_allocated or the traced equivalent)\n"
-    );
+    println!("## Predicted vs measured peak (torch max_memory_allocated or the traced equivalent)\n");
     println!("| data | config | window | measured MiB | predicted MiB | error | label |");
     println!("|---|---|---|---:|---:|---:|---|");
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    for c in rows
-        .iter()
-        .filter(|c| c.window == "train" || c.window == "eval")
-    {
+    for c in rows.iter().filter(|c| c.window == "train" || c.window == "eval") {
         println!(
             "| {} | {} | {} | {:.2} | {:.2} | {:+.3}% | {} |",
             c.file,
@@ -38,11 +33,7 @@ fn accuracy_table() {
             mib(c.measured),
             mib(c.predicted),
             100.0 * c.rel_error(),
-            if c.labelled() {
-                c.labels.join(",")
-            } else {
-                String::new()
-            }
+            if c.labelled() { c.labels.join(",") } else { String::new() }
         );
     }
     println!("\n## Summary (unlabelled rows)\n");
@@ -52,11 +43,8 @@ fn accuracy_table() {
     files.dedup();
     for file in files {
         for window in ["train", "eval", "first_iter", "eval_at_start"] {
-            let errs: Vec<f64> = rows
-                .iter()
-                .filter(|c| c.file == file && c.window == window && !c.labelled())
-                .map(|c| c.rel_error().abs())
-                .collect();
+            let errs: Vec<f64> =
+                rows.iter().filter(|c| c.file == file && c.window == window && !c.labelled()).map(|c| c.rel_error().abs()).collect();
             if errs.is_empty() {
                 continue;
             }
@@ -108,44 +96,25 @@ fn timings() {
                 ..Config::default()
             },
         ),
-        (
-            "GPT-2 1.5B (48 layers)",
-            Config {
-                n_layer: 48,
-                n_head: 25,
-                n_embd: 1600,
-                batch_size: 1,
-                ..Config::default()
-            },
-        ),
+        ("GPT-2 1.5B (48 layers)", Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, ..Config::default() }),
     ];
     for (name, cfg) in &configs {
-        let req = PlanRequest {
-            config: cfg.clone(),
-            gpus: vec![gpu.clone()],
-            other_usage_bytes: 0,
-            with_fixes: false,
-        };
+        let req = PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
         let sim_ns = median_ns(31, 200, || {
             black_box(vramfit_core::plan::simulate_on(black_box(cfg), &gpu));
         });
-        println!(
-            "| plan evaluation (simulation + breakdown) | {name} | {:.2} us | <= 5 us |",
-            sim_ns / 1e3
-        );
+        println!("| plan evaluation (simulation + breakdown) | {name} | {:.2} us | <= 5 us |", sim_ns / 1e3);
+        let exact_ns = median_ns(11, 5, || {
+            black_box(vramfit_core::sim::simulate_exact(black_box(cfg), &gpu.target()));
+        });
+        println!("| allocator-exact simulation (block-level caching allocator) | {name} | {:.2} us | - |", exact_ns / 1e3);
         let search_ns = median_ns(31, 20, || {
             black_box(largest_micro_batch(black_box(cfg), &gpu, 0));
         });
-        println!(
-            "| largest-batch search | {name} | {:.2} us | <= 100 us |",
-            search_ns / 1e3
-        );
+        println!("| largest-batch search | {name} | {:.2} us | <= 100 us |", search_ns / 1e3);
         let full_ns = median_ns(11, 5, || {
             black_box(plan(&req).unwrap());
         });
-        println!(
-            "| full plan (all windows, cards, largest batch, no fixes) | {name} | {:.2} us | - |",
-            full_ns / 1e3
-        );
+        println!("| full plan (all windows, cards, largest batch, no fixes) | {name} | {:.2} us | - |", full_ns / 1e3);
     }
 }

@@ -5,11 +5,7 @@ mod reference_data;
 fn main() {
     let filter: Vec<String> = std::env::args().skip(1).collect();
     for c in reference_data::comparisons() {
-        if !filter.is_empty()
-            && !filter
-                .iter()
-                .any(|f| c.id.contains(f.as_str()) || c.window == f || c.file.contains(f.as_str()))
-        {
+        if !filter.is_empty() && !filter.iter().any(|f| c.id.contains(f.as_str()) || c.window == f || c.file.contains(f.as_str())) {
             continue;
         }
         println!(

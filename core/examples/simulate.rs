@@ -14,8 +14,7 @@ fn main() {
             "target" if v == "cpu" => target = Target::cpu_trace(),
             "timeline" => show_timeline = v == "1",
             _ => {
-                let val: serde_json::Value =
-                    serde_json::from_str(v).unwrap_or(serde_json::Value::String(v.into()));
+                let val: serde_json::Value = serde_json::from_str(v).unwrap_or(serde_json::Value::String(v.into()));
                 json[k] = val;
             }
         }
@@ -24,28 +23,13 @@ fn main() {
     cfg.validate().expect("valid config");
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let sim = simulate(&cfg, &target);
-    for (name, p) in [
-        ("eval_at_start", &sim.eval_at_start),
-        ("first_iter", &sim.first_iter),
-        ("eval", &sim.eval),
-        ("train", &sim.train),
-    ] {
-        println!(
-            "{name:>14}: {:>12} B = {:>10.2} MiB  at {:?} {} (micro {})",
-            p.bytes,
-            mib(p.bytes),
-            p.phase,
-            p.op,
-            p.micro_step
-        );
+    for (name, p) in [("eval_at_start", &sim.eval_at_start), ("first_iter", &sim.first_iter), ("eval", &sim.eval), ("train", &sim.train)] {
+        println!("{name:>14}: {:>12} B = {:>10.2} MiB  at {:?} {} (micro {})", p.bytes, mib(p.bytes), p.phase, p.op, p.micro_step);
         println!("{:>16}{}", "", serde_json::to_string(&p.breakdown).unwrap());
     }
     if show_timeline {
         for p in timeline(&cfg, &target) {
-            println!(
-                "{:>12} {:?} {} {}",
-                p.live_bytes, p.phase, p.op, p.micro_step
-            );
+            println!("{:>12} {:?} {} {}", p.live_bytes, p.phase, p.op, p.micro_step);
         }
     }
 }

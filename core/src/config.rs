@@ -215,49 +215,26 @@ impl Config {
             ("block_size", self.block_size, 1, MAX_BLOCK),
             ("vocab_size", self.vocab_size, 1, MAX_VOCAB),
             ("batch_size", self.batch_size, 1, MAX_BATCH),
-            (
-                "gradient_accumulation_steps",
-                self.gradient_accumulation_steps,
-                1,
-                MAX_ACCUM,
-            ),
+            ("gradient_accumulation_steps", self.gradient_accumulation_steps, 1, MAX_ACCUM),
             ("eval_iters", self.eval_iters, 1, MAX_EVAL_ITERS),
             ("eval_batch_size", self.eval_batch(), 1, MAX_BATCH),
         ];
         for (field, value, min, max) in ranges {
             if value < min {
-                return Err(ConfigError::TooSmall {
-                    field: field.into(),
-                    value: value as u64,
-                    min: min as u64,
-                });
+                return Err(ConfigError::TooSmall { field: field.into(), value: value as u64, min: min as u64 });
             }
             if value > max {
-                return Err(ConfigError::TooLarge {
-                    field: field.into(),
-                    value: value as u64,
-                    max: max as u64,
-                });
+                return Err(ConfigError::TooLarge { field: field.into(), value: value as u64, max: max as u64 });
             }
         }
         if self.eval_block() < 1 {
-            return Err(ConfigError::TooSmall {
-                field: "eval_block_size".into(),
-                value: 0,
-                min: 1,
-            });
+            return Err(ConfigError::TooSmall { field: "eval_block_size".into(), value: 0, min: 1 });
         }
         if self.eval_block() > self.block_size {
-            return Err(ConfigError::EvalBlockTooLong {
-                eval: self.eval_block(),
-                block: self.block_size,
-            });
+            return Err(ConfigError::EvalBlockTooLong { eval: self.eval_block(), block: self.block_size });
         }
         if self.n_embd % self.n_head != 0 {
-            return Err(ConfigError::HeadsDoNotDivide {
-                n_embd: self.n_embd,
-                n_head: self.n_head,
-            });
+            return Err(ConfigError::HeadsDoNotDivide { n_embd: self.n_embd, n_head: self.n_head });
         }
         if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
             return Err(ConfigError::Dropout(format!("{}", self.dropout)));
@@ -268,31 +245,20 @@ impl Config {
     /// Bounds the largest tensors (logits, attention matrices, activations, weights) so that
     /// the simulation's plain `u64` arithmetic cannot overflow.
     fn check_magnitudes(&self) -> Result<(), ConfigError> {
-        let (l, h, c, v) = (
-            self.n_layer as u64,
-            self.n_head as u64,
-            self.n_embd as u64,
-            self.vocab_size as u64,
-        );
+        let (l, h, c, v) = (self.n_layer as u64, self.n_head as u64, self.n_embd as u64, self.vocab_size as u64);
         let b = self.batch_size.max(self.eval_batch()) as u64;
         let t = self.block_size as u64;
         let big = |what: &str, parts: &[u64]| -> Result<u64, ConfigError> {
             let mut acc: u64 = 1;
             for &p in parts {
-                acc = acc
-                    .checked_mul(p)
-                    .filter(|&x| x <= MAX_TOTAL_BYTES)
-                    .ok_or_else(|| ConfigError::Overflow(what.to_string()))?;
+                acc = acc.checked_mul(p).filter(|&x| x <= MAX_TOTAL_BYTES).ok_or_else(|| ConfigError::Overflow(what.to_string()))?;
             }
             Ok(acc)
         };
         // Elements times the most bytes any tensor family reaches per element (and per layer).
         big("logits B*T*vocab_size", &[b, t, v, 16])?;
         big("activations B*T*n_embd*n_layer", &[b, t, c, l, 64])?;
-        big(
-            "attention matrices B*n_head*T*T*n_layer",
-            &[b, h, t, t, l, 16],
-        )?;
+        big("attention matrices B*n_head*T*T*n_layer", &[b, h, t, t, l, 16])?;
         big("mask buffers T*T*n_layer", &[t, t, l, 4])?;
         big("weights n_embd^2*n_layer", &[c, c, l, 16 * 16])?;
         big("embedding vocab_size*n_embd", &[v, c, 16 * 16])?;

@@ -43,11 +43,13 @@ impl Gpu {
         self.compute_capability.0 >= 8
     }
 
-    /// cuBLAS workspace per (handle, stream), as PyTorch sizes it by default: 4096 KiB x 2 +
-    /// 16 KiB x 8 before Hopper, 4096 KiB x 8 + 16 KiB x 8 on sm90 (`CUBLAS_WORKSPACE_CONFIG`).
+    /// cuBLAS workspace per (handle, stream), as PyTorch sizes it by default
+    /// (`CUBLAS_WORKSPACE_CONFIG` unset): 32 MiB on sm90 (measured on an H100 with torch 2.11:
+    /// exactly 33554432 bytes for the forward thread and again for the autograd thread), and
+    /// 4096 KiB x 2 + 16 KiB x 8 on other cards (PyTorch's documented default; not measured here).
     pub fn cublas_workspace_bytes(&self) -> u64 {
-        if self.compute_capability.0 >= 9 {
-            8 * 4096 * 1024 + 8 * 16 * 1024
+        if self.compute_capability == (9, 0) {
+            32 << 20
         } else {
             2 * 4096 * 1024 + 8 * 16 * 1024
         }
@@ -55,20 +57,12 @@ impl Gpu {
 
     /// The kernels and allocator the simulation should assume on this card.
     pub fn target(&self) -> Target {
-        Target {
-            granularity: 512,
-            cublas_workspace_bytes: self.cublas_workspace_bytes(),
-            cuda_kernels: true,
-        }
+        Target { granularity: 512, cublas_workspace_bytes: self.cublas_workspace_bytes(), cuda_kernels: true }
     }
 
     /// A card of a given size with no known quirks (capacity and context estimated).
     pub fn custom(gib: f64) -> Gpu {
-        let gib = if gib.is_finite() {
-            gib.clamp(0.25, 4096.0)
-        } else {
-            12.0
-        };
+        let gib = if gib.is_finite() { gib.clamp(0.25, 4096.0) } else { 12.0 };
         let memory_bytes = (gib * GIB) as u64;
         Gpu {
             id: format!("custom-{}", trim_float(gib)),
@@ -87,21 +81,11 @@ impl Gpu {
     /// `custom-<GiB>` / a bare number of GiB.
     pub fn find(query: &str) -> Option<Gpu> {
         let q = query.trim().to_ascii_lowercase().replace([' ', '_'], "-");
-        if let Some(p) = presets()
-            .into_iter()
-            .find(|g| g.id == q || g.name.to_ascii_lowercase() == q)
-        {
+        if let Some(p) = presets().into_iter().find(|g| g.id == q || g.name.to_ascii_lowercase() == q) {
             return Some(p);
         }
-        let num = q
-            .strip_prefix("custom-")
-            .unwrap_or(&q)
-            .trim_end_matches("gib")
-            .trim_end_matches("gb");
-        num.parse::<f64>()
-            .ok()
-            .filter(|g| g.is_finite() && *g >= 0.25 && *g <= 4096.0)
-            .map(Gpu::custom)
+        let num = q.strip_prefix("custom-").unwrap_or(&q).trim_end_matches("gib").trim_end_matches("gb");
+        num.parse::<f64>().ok().filter(|g| g.is_finite() && *g >= 0.25 && *g <= 4096.0).map(Gpu::custom)
     }
 }
 
@@ -110,16 +94,14 @@ fn trim_float(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// CUDA context + kernels of a PyTorch process with lazy module loading: about 0.5 GiB on
-/// recent drivers (reports range 250-700 MiB). An estimate until measured per card.
-const DEFAULT_CONTEXT: u64 = 500 * MIB;
+/// CUDA context + kernels of a PyTorch process with lazy module loading. Measured on an
+/// H100 (torch 2.11, CUDA 13.0): 742-758 MiB; public reports for consumer cards range from 250
+/// to 700 MiB on older stacks. Other cards use the H100 figure as an estimate.
+const DEFAULT_CONTEXT: u64 = 758 * MIB;
 
 /// The default card: a 12 GB RTX 4070, the card in the OOM reports this tool was built for.
 pub fn default_gpu() -> Gpu {
-    presets()
-        .into_iter()
-        .find(|g| g.id == "rtx-4070")
-        .expect("preset exists")
+    presets().into_iter().find(|g| g.id == "rtx-4070").expect("preset exists")
 }
 
 /// The presets. `memory_bytes` is the nvidia-smi total; `usable_bytes` the total PyTorch
@@ -137,80 +119,17 @@ pub fn presets() -> Vec<Gpu> {
     };
     use Source::*;
     vec![
-        gpu(
-            "rtx-3060",
-            "NVIDIA GeForce RTX 3060 12GB",
-            12288,
-            11.76,
-            Estimate,
-            (8, 6),
-        ),
+        gpu("rtx-3060", "NVIDIA GeForce RTX 3060 12GB", 12288, 11.76, Estimate, (8, 6)),
         // "GPU 0 has a total capacity of 11.69 GiB" in a reported nanoGPT OOM (12282 MiB card).
-        gpu(
-            "rtx-4070",
-            "NVIDIA GeForce RTX 4070 12GB",
-            12282,
-            11.69,
-            Measured,
-            (8, 9),
-        ),
-        gpu(
-            "rtx-4080",
-            "NVIDIA GeForce RTX 4080 16GB",
-            16376,
-            15.70,
-            Estimate,
-            (8, 9),
-        ),
-        gpu(
-            "rtx-3090",
-            "NVIDIA GeForce RTX 3090 24GB",
-            24576,
-            23.69,
-            Estimate,
-            (8, 6),
-        ),
-        gpu(
-            "rtx-4090",
-            "NVIDIA GeForce RTX 4090 24GB",
-            24564,
-            23.64,
-            Estimate,
-            (8, 9),
-        ),
+        gpu("rtx-4070", "NVIDIA GeForce RTX 4070 12GB", 12282, 11.69, Measured, (8, 9)),
+        gpu("rtx-4080", "NVIDIA GeForce RTX 4080 16GB", 16376, 15.70, Estimate, (8, 9)),
+        gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24576, 23.69, Estimate, (8, 6)),
+        gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24564, 23.64, Estimate, (8, 9)),
         gpu("t4", "NVIDIA Tesla T4 16GB", 15360, 14.75, Estimate, (7, 5)),
-        gpu(
-            "v100-16gb",
-            "NVIDIA Tesla V100 16GB",
-            16160,
-            15.77,
-            Estimate,
-            (7, 0),
-        ),
-        gpu(
-            "a100-40gb",
-            "NVIDIA A100 40GB",
-            40960,
-            39.39,
-            Estimate,
-            (8, 0),
-        ),
-        gpu(
-            "a100-80gb",
-            "NVIDIA A100 80GB",
-            81920,
-            79.15,
-            Estimate,
-            (8, 0),
-        ),
-        gpu(
-            "h100-80gb",
-            "NVIDIA H100 80GB HBM3",
-            81559,
-            79.10,
-            Estimate,
-            (9, 0),
-        ),
+        gpu("v100-16gb", "NVIDIA Tesla V100 16GB", 16160, 15.77, Estimate, (7, 0)),
+        gpu("a100-40gb", "NVIDIA A100 40GB", 40960, 39.39, Estimate, (8, 0)),
+        gpu("a100-80gb", "NVIDIA A100 80GB", 81920, 79.15, Estimate, (8, 0)),
+        gpu("h100-80gb", "NVIDIA H100 80GB HBM3", 81559, 79.10, Estimate, (9, 0)),
     ]
 }
 

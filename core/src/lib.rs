@@ -17,6 +17,7 @@
 //!
 //! Nothing here does I/O, and no input panics: it compiles to wasm32 for the page.
 
+pub mod allocator;
 pub mod config;
 pub mod device;
 pub mod link;

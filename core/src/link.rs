@@ -66,11 +66,7 @@ pub struct LinkState {
 impl Default for LinkState {
     /// nanoGPT's defaults on the default card, with nothing else on it.
     fn default() -> Self {
-        LinkState {
-            config: Config::default(),
-            gpu: device::default_gpu().id,
-            other_usage_mib: 0,
-        }
+        LinkState { config: Config::default(), gpu: device::default_gpu().id, other_usage_mib: 0 }
     }
 }
 
@@ -144,17 +140,11 @@ impl Field {
         FIELDS[self.index()].2
     }
     fn from_key(key: &str) -> Option<Field> {
-        FIELDS
-            .iter()
-            .find(|(_, short, long)| *short == key || *long == key)
-            .map(|(f, _, _)| *f)
+        FIELDS.iter().find(|(_, short, long)| *short == key || *long == key).map(|(f, _, _)| *f)
     }
     /// The field a `ConfigError` names (only range errors carry a field name).
     fn from_config_field(name: &str) -> Option<Field> {
-        FIELDS
-            .iter()
-            .find(|(f, _, long)| *long == name && *f != Field::Version)
-            .map(|(f, _, _)| *f)
+        FIELDS.iter().find(|(f, _, long)| *long == name && *f != Field::Version).map(|(f, _, _)| *f)
     }
 }
 
@@ -202,22 +192,13 @@ pub fn encode(state: &LinkState) -> String {
         // `{}` on f64 prints the shortest decimal that parses back to the same value.
         (Field::Dropout, format!("{}", c.dropout)),
         (Field::Compile, bool_key(c.compile).to_string()),
-        (
-            Field::Checkpointing,
-            bool_key(c.activation_checkpointing).to_string(),
-        ),
+        (Field::Checkpointing, bool_key(c.activation_checkpointing).to_string()),
         (Field::Optimizer, c.optimizer.name().to_string()),
-        (
-            Field::Expandable,
-            bool_key(c.expandable_segments).to_string(),
-        ),
+        (Field::Expandable, bool_key(c.expandable_segments).to_string()),
         (Field::Gpu, state.gpu.clone()),
         (Field::OtherUsage, state.other_usage_mib.to_string()),
     ]);
-    let parts: Vec<String> = pairs
-        .iter()
-        .map(|(f, v)| format!("{}={}", f.key(), percent_encode(v)))
-        .collect();
+    let parts: Vec<String> = pairs.iter().map(|(f, v)| format!("{}={}", f.key(), percent_encode(v))).collect();
     parts.join("&")
 }
 
@@ -244,9 +225,7 @@ fn percent_decode(s: &str) -> String {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
+                let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     // from_str_radix accepts a leading '+', which is not a hex digit here.
                     Some(b) if !hex.is_some_and(|h| h.starts_with('+')) => {
@@ -304,12 +283,7 @@ impl Given {
         if self.key == field.long_name() {
             format!("{}={}", shown(&self.key), shown(&self.value))
         } else {
-            format!(
-                "{}={} ({})",
-                shown(&self.key),
-                shown(&self.value),
-                field.long_name()
-            )
+            format!("{}={} ({})", shown(&self.key), shown(&self.value), field.long_name())
         }
     }
 }
@@ -352,10 +326,7 @@ fn parse_dropout(s: &str) -> Result<f64, String> {
         return Err("empty value".into());
     }
     // Only plain decimals: Rust would also accept "inf" and "NaN", which are not dropouts.
-    if !t
-        .bytes()
-        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
-    {
+    if !t.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+')) {
         return Err("not a number".into());
     }
     let p: f64 = t.parse().map_err(|_| "not a number".to_string())?;
@@ -372,9 +343,7 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
         Field::Version => {
             let v = parse_u64(value)?;
             if v != LINK_VERSION as u64 {
-                return Err(format!(
-                    "unknown link version (this vramfit reads version {LINK_VERSION})"
-                ));
+                return Err(format!("unknown link version (this vramfit reads version {LINK_VERSION})"));
             }
         }
         Field::NLayer => c.n_layer = parse_in_range(value, 1, config::MAX_LAYERS)?,
@@ -383,16 +352,12 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
         Field::BlockSize => c.block_size = parse_in_range(value, 1, config::MAX_BLOCK)?,
         Field::VocabSize => c.vocab_size = parse_in_range(value, 1, config::MAX_VOCAB)?,
         Field::BatchSize => c.batch_size = parse_in_range(value, 1, config::MAX_BATCH)?,
-        Field::GradAccum => {
-            c.gradient_accumulation_steps = parse_in_range(value, 1, config::MAX_ACCUM)?
-        }
+        Field::GradAccum => c.gradient_accumulation_steps = parse_in_range(value, 1, config::MAX_ACCUM)?,
         Field::EvalBatch => c.eval_batch_size = Some(parse_in_range(value, 1, config::MAX_BATCH)?),
         Field::EvalBlock => c.eval_block_size = Some(parse_in_range(value, 1, config::MAX_BLOCK)?),
         Field::EvalIters => c.eval_iters = parse_in_range(value, 1, config::MAX_EVAL_ITERS)?,
         Field::Dtype => c.dtype = Dtype::parse(value).ok_or("expected f32, f16 or bf16")?,
-        Field::Attention => {
-            c.attention = Attention::parse(value).ok_or("expected flash or manual")?
-        }
+        Field::Attention => c.attention = Attention::parse(value).ok_or("expected flash or manual")?,
         Field::Optimizer => c.optimizer = Optimizer::parse(value).ok_or("expected adamw or sgd")?,
         Field::Bias => c.bias = parse_bool(value)?,
         Field::Compile => c.compile = parse_bool(value)?,
@@ -403,16 +368,12 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
             if value.trim().is_empty() {
                 return Err("empty value".into());
             }
-            state.gpu = Gpu::find(value)
-                .ok_or("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)")?
-                .id;
+            state.gpu = Gpu::find(value).ok_or("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)")?.id;
         }
         Field::OtherUsage => {
             let mib = parse_u64(value)?;
             if mib > MAX_OTHER_USAGE_MIB {
-                return Err(format!(
-                    "larger than vramfit models (at most {MAX_OTHER_USAGE_MIB} MiB)"
-                ));
+                return Err(format!("larger than vramfit models (at most {MAX_OTHER_USAGE_MIB} MiB)"));
             }
             state.other_usage_mib = mib;
         }
@@ -481,24 +442,12 @@ fn blame(err: &ConfigError, cfg: &Config, base: &Config, given: &[bool]) -> Opti
                 c.n_embd % c.n_head.max(1) == 0
             };
             let candidates = [Field::NHead, Field::NEmbd];
-            candidates
-                .iter()
-                .copied()
-                .find(|&f| was_given(f) && heads_ok(f))
-                .or_else(|| first_given(&candidates))
+            candidates.iter().copied().find(|&f| was_given(f) && heads_ok(f)).or_else(|| first_given(&candidates))
         }
         ConfigError::EvalBlockTooLong { .. } => first_given(&[Field::EvalBlock, Field::BlockSize]),
         ConfigError::Dropout(_) => first_given(&[Field::Dropout]),
         ConfigError::Overflow(_) => {
-            let sizes = [
-                Field::NLayer,
-                Field::NHead,
-                Field::NEmbd,
-                Field::BlockSize,
-                Field::VocabSize,
-                Field::BatchSize,
-                Field::EvalBatch,
-            ];
+            let sizes = [Field::NLayer, Field::NHead, Field::NEmbd, Field::BlockSize, Field::VocabSize, Field::BatchSize, Field::EvalBatch];
             sizes
                 .iter()
                 .copied()
@@ -527,30 +476,16 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
         let (raw_key, raw_value) = match segment.split_once('=') {
             Some(kv) => kv,
             None => {
-                notices.push(format!(
-                    "ignored {}: not a key=value pair",
-                    shown(&percent_decode(segment))
-                ));
+                notices.push(format!("ignored {}: not a key=value pair", shown(&percent_decode(segment))));
                 continue;
             }
         };
-        let given = Given {
-            key: percent_decode(raw_key),
-            value: percent_decode(raw_value),
-        };
+        let given = Given { key: percent_decode(raw_key), value: percent_decode(raw_value) };
         match Field::from_key(&given.key) {
-            None => notices.push(format!(
-                "ignored {}={}: unknown key",
-                shown(&given.key),
-                shown(&given.value)
-            )),
+            None => notices.push(format!("ignored {}={}: unknown key", shown(&given.key), shown(&given.value))),
             Some(field) => {
                 if let Some(previous) = &latest[field.index()] {
-                    notices.push(format!(
-                        "ignored {}: {} is given again later",
-                        previous.describe(field),
-                        field.long_name()
-                    ));
+                    notices.push(format!("ignored {}: {} is given again later", previous.describe(field), field.long_name()));
                 }
                 latest[field.index()] = Some(given);
             }
@@ -573,18 +508,14 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
     while let Err(err) = state.config.validate() {
         match blame(&err, &state.config, &base.config, &given) {
             Some(field) => {
-                let g = latest[field.index()]
-                    .as_ref()
-                    .expect("a given field has its key and value");
+                let g = latest[field.index()].as_ref().expect("a given field has its key and value");
                 notices.push(format!("ignored {}: {err}", g.describe(field)));
                 revert(&mut state.config, &base.config, field);
                 given[field.index()] = false;
             }
             None => {
                 // Only reachable when the base itself is invalid.
-                notices.push(format!(
-                    "ignored the whole configuration: {err}; using nanoGPT's defaults"
-                ));
+                notices.push(format!("ignored the whole configuration: {err}; using nanoGPT's defaults"));
                 state.config = Config::default();
             }
         }
@@ -605,11 +536,7 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, St
         Ok(decoded.state)
     } else {
         // In an error, "ignored" would be misleading: nothing is used.
-        let problems: Vec<&str> = decoded
-            .notices
-            .iter()
-            .map(|n| n.strip_prefix("ignored ").unwrap_or(n))
-            .collect();
+        let problems: Vec<&str> = decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n)).collect();
         Err(problems.join("; "))
     }
 }
@@ -620,10 +547,7 @@ pub(crate) mod tests {
     use proptest::prelude::*;
 
     fn state(config: Config) -> LinkState {
-        LinkState {
-            config,
-            ..LinkState::default()
-        }
+        LinkState { config, ..LinkState::default() }
     }
 
     #[test]
@@ -636,15 +560,7 @@ pub(crate) mod tests {
 
     #[test]
     fn empty_and_bare_inputs_give_defaults_silently() {
-        for input in [
-            "",
-            "?",
-            "#x",
-            "  ",
-            "http://localhost:8080/",
-            "https://x.org/vramfit/#L=3",
-            "?&&",
-        ] {
+        for input in ["", "?", "#x", "  ", "http://localhost:8080/", "https://x.org/vramfit/#L=3", "?&&"] {
             let d = decode(input);
             assert_eq!(d.state, LinkState::default(), "{input:?}");
             assert!(d.notices.is_empty(), "{input:?}: {:?}", d.notices);
@@ -654,24 +570,12 @@ pub(crate) mod tests {
     #[test]
     fn full_urls_and_bare_queries_read_the_same() {
         let s = LinkState {
-            config: Config {
-                n_layer: 6,
-                n_head: 6,
-                n_embd: 384,
-                eval_batch_size: Some(4),
-                dropout: 0.2,
-                ..Config::default()
-            },
+            config: Config { n_layer: 6, n_head: 6, n_embd: 384, eval_batch_size: Some(4), dropout: 0.2, ..Config::default() },
             gpu: "t4".into(),
             other_usage_mib: 700,
         };
         let q = encode(&s);
-        for input in [
-            q.clone(),
-            format!("?{q}"),
-            format!("http://127.0.0.1:8080/app/?{q}#breakdown"),
-            format!(" {q}\n"),
-        ] {
+        for input in [q.clone(), format!("?{q}"), format!("http://127.0.0.1:8080/app/?{q}#breakdown"), format!(" {q}\n")] {
             let d = decode(&input);
             assert_eq!(d.state, s);
             assert!(d.notices.is_empty(), "{:?}", d.notices);
@@ -680,29 +584,13 @@ pub(crate) mod tests {
 
     #[test]
     fn bad_values_fall_back_one_notice_each() {
-        let d = decode(
-            "C=abc&L=0&H=99999&drop=1.5&d=float8&gpu=gtx-9999&other=-3&xyz=1&bias=maybe&EB=",
-        );
+        let d = decode("C=abc&L=0&H=99999&drop=1.5&d=float8&gpu=gtx-9999&other=-3&xyz=1&bias=maybe&EB=");
         assert_eq!(d.state, LinkState::default());
         assert_eq!(d.notices.len(), 10, "{:#?}", d.notices);
-        assert!(
-            d.notices
-                .contains(&"ignored C=abc (n_embd): not a number".to_string()),
-            "{:#?}",
-            d.notices
-        );
-        assert!(d
-            .notices
-            .iter()
-            .any(|n| n.starts_with("ignored L=0 (n_layer): must be at least 1")));
-        assert!(d
-            .notices
-            .iter()
-            .any(|n| n.starts_with("ignored xyz=1: unknown key")));
-        assert!(d
-            .notices
-            .iter()
-            .any(|n| n.starts_with("ignored EB= (eval_batch_size): empty value")));
+        assert!(d.notices.contains(&"ignored C=abc (n_embd): not a number".to_string()), "{:#?}", d.notices);
+        assert!(d.notices.iter().any(|n| n.starts_with("ignored L=0 (n_layer): must be at least 1")));
+        assert!(d.notices.iter().any(|n| n.starts_with("ignored xyz=1: unknown key")));
+        assert!(d.notices.iter().any(|n| n.starts_with("ignored EB= (eval_batch_size): empty value")));
     }
 
     #[test]
@@ -728,39 +616,22 @@ pub(crate) mod tests {
         // n_head does not divide n_embd: n_head (the one named first) goes back to 12, 768/12 ok.
         let d = decode("C=768&H=7");
         assert_eq!((d.state.config.n_embd, d.state.config.n_head), (768, 12));
-        assert_eq!(
-            d.notices,
-            vec!["ignored H=7 (n_head): n_embd (768) must be divisible by n_head (7)".to_string()]
-        );
+        assert_eq!(d.notices, vec!["ignored H=7 (n_head): n_embd (768) must be divisible by n_head (7)".to_string()]);
 
         // Only n_embd's fallback helps: n_head=12 stays.
         let d = decode("C=770&H=12");
         assert_eq!((d.state.config.n_embd, d.state.config.n_head), (768, 12));
         assert_eq!(d.notices.len(), 1, "{:?}", d.notices);
-        assert!(
-            d.notices[0].starts_with("ignored C=770 (n_embd)"),
-            "{:?}",
-            d.notices
-        );
+        assert!(d.notices[0].starts_with("ignored C=770 (n_embd)"), "{:?}", d.notices);
 
         // Neither fallback works with the other's value: both fall back; unrelated keys stay.
         let d = decode("C=100&H=7&L=3");
-        assert_eq!(
-            (
-                d.state.config.n_layer,
-                d.state.config.n_embd,
-                d.state.config.n_head
-            ),
-            (3, 768, 12)
-        );
+        assert_eq!((d.state.config.n_layer, d.state.config.n_embd, d.state.config.n_head), (3, 768, 12));
         assert_eq!(d.notices.len(), 2, "{:?}", d.notices);
 
         // Eval context longer than the training context.
         let d = decode("T=256&ET=512");
-        assert_eq!(
-            (d.state.config.block_size, d.state.config.eval_block_size),
-            (256, None)
-        );
+        assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (256, None));
         assert_eq!(d.notices.len(), 1);
 
         // Each size is in range but their product is not countable: the most extreme goes.
@@ -791,10 +662,7 @@ pub(crate) mod tests {
 
     #[test]
     fn strict_decoding_rejects_any_notice_in_one_line() {
-        assert_eq!(
-            decode_strict("L=6&gpu=a100-80gb").unwrap().config.n_layer,
-            6
-        );
+        assert_eq!(decode_strict("L=6&gpu=a100-80gb").unwrap().config.n_layer, 6);
         let err = decode_strict("L=x&v=9").unwrap_err();
         assert!(!err.contains('\n'));
         assert!(err.contains("L=x"), "{err}");
@@ -803,65 +671,23 @@ pub(crate) mod tests {
 
     #[test]
     fn decode_over_keeps_unmentioned_fields_of_the_base() {
-        let base = state(Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            ..Config::default()
-        });
+        let base = state(Config { n_layer: 6, n_head: 6, n_embd: 384, ..Config::default() });
         let d = decode_over(&base, "B=4&H=5");
         assert_eq!(d.state.config.batch_size, 4);
-        assert_eq!(
-            (
-                d.state.config.n_layer,
-                d.state.config.n_head,
-                d.state.config.n_embd
-            ),
-            (6, 6, 384)
-        );
+        assert_eq!((d.state.config.n_layer, d.state.config.n_head, d.state.config.n_embd), (6, 6, 384));
         assert_eq!(d.notices.len(), 1);
     }
 
     /// A valid state: config fields within range and consistent, a canonical gpu id.
     pub(crate) fn valid_state() -> impl Strategy<Value = LinkState> {
         let gpu_ids: Vec<String> = device::presets().into_iter().map(|g| g.id).collect();
-        let sizes = (
-            1u32..=48,
-            1u32..=32,
-            1u32..=64,
-            1u32..=4096,
-            1u32..=200_000,
-            1u32..=512,
-            1u32..=1000,
-        );
-        let eval = (
-            proptest::option::of(1u32..=512),
-            proptest::option::of(0.0f64..=1.0),
-            1u32..=1000,
-        );
-        let enums = (
-            0usize..3,
-            any::<bool>(),
-            any::<bool>(),
-            any::<bool>(),
-            any::<bool>(),
-            any::<bool>(),
-            any::<bool>(),
-        );
+        let sizes = (1u32..=48, 1u32..=32, 1u32..=64, 1u32..=4096, 1u32..=200_000, 1u32..=512, 1u32..=1000);
+        let eval = (proptest::option::of(1u32..=512), proptest::option::of(0.0f64..=1.0), 1u32..=1000);
+        let enums = (0usize..3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
         let dropout = prop_oneof![Just(0.0), 0.0f64..1.0];
-        let gpu = prop_oneof![
-            proptest::sample::select(gpu_ids),
-            (1u32..=40_000).prop_map(|q| Gpu::custom(q as f64 / 100.0).id)
-        ];
+        let gpu = prop_oneof![proptest::sample::select(gpu_ids), (1u32..=40_000).prop_map(|q| Gpu::custom(q as f64 / 100.0).id)];
         (sizes, eval, enums, dropout, gpu, 0u64..=MAX_OTHER_USAGE_MIB).prop_map(
-            |(
-                (l, h, head_size, t, v, b, ga),
-                (eb, et_frac, ei),
-                (d, att, bias, cmp, ckpt, sgd, xs),
-                dropout,
-                gpu,
-                other,
-            )| {
+            |((l, h, head_size, t, v, b, ga), (eb, et_frac, ei), (d, att, bias, cmp, ckpt, sgd, xs), dropout, gpu, other)| {
                 let config = Config {
                     n_layer: l,
                     n_head: h,
@@ -876,25 +702,13 @@ pub(crate) mod tests {
                     eval_batch_size: eb,
                     eval_block_size: et_frac.map(|f| ((t as f64 * f) as u32).clamp(1, t)),
                     dtype: Dtype::ALL[d],
-                    attention: if att {
-                        Attention::Flash
-                    } else {
-                        Attention::Manual
-                    },
+                    attention: if att { Attention::Flash } else { Attention::Manual },
                     compile: cmp,
                     activation_checkpointing: ckpt,
-                    optimizer: if sgd {
-                        Optimizer::Sgd
-                    } else {
-                        Optimizer::Adamw
-                    },
+                    optimizer: if sgd { Optimizer::Sgd } else { Optimizer::Adamw },
                     expandable_segments: xs,
                 };
-                LinkState {
-                    config,
-                    gpu,
-                    other_usage_mib: other,
-                }
+                LinkState { config, gpu, other_usage_mib: other }
             },
         )
     }

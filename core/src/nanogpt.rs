@@ -86,11 +86,7 @@ impl ConfigFile {
 pub enum ConfigFileError {
     /// A modelled setting with a value of the wrong type, out of range, or not evaluable.
     #[error("line {line}: {key}: {reason}")]
-    BadValue {
-        line: usize,
-        key: String,
-        reason: String,
-    },
+    BadValue { line: usize, key: String, reason: String },
     /// The settings are fine one by one but not together (e.g. n_embd not divisible by n_head).
     #[error("line {line}: {source}")]
     Invalid { line: usize, source: ConfigError },
@@ -134,22 +130,13 @@ const KNOWN_EXTRAS: [&str; 29] = [
 
 /// GPT-2 checkpoints `init_from` can name: (name, n_layer, n_head, n_embd), as nanoGPT's
 /// `GPT.from_pretrained` builds them (vocab_size 50257, block_size 1024, bias True).
-const PRETRAINED: [(&str, u32, u32, u32); 4] = [
-    ("gpt2", 12, 12, 768),
-    ("gpt2-medium", 24, 16, 1024),
-    ("gpt2-large", 36, 20, 1280),
-    ("gpt2-xl", 48, 25, 1600),
-];
+const PRETRAINED: [(&str, u32, u32, u32); 4] =
+    [("gpt2", 12, 12, 768), ("gpt2-medium", 24, 16, 1024), ("gpt2-large", 36, 20, 1280), ("gpt2-xl", 48, 25, 1600)];
 
 /// train.py takes the model's shape from the checkpoint when `init_from` names one, whatever
 /// the file says about n_layer and friends; a prediction from the file's values would be for
 /// the wrong model.
-fn apply_init_from(
-    cfg: &mut Config,
-    extra: &[(String, Value)],
-    notices: &mut Vec<String>,
-    set_on: &mut Vec<(&'static str, usize)>,
-) {
+fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Vec<String>, set_on: &mut Vec<(&'static str, usize)>) {
     let Some((_, Value::Str(init_from))) = extra.iter().find(|(k, _)| k == "init_from") else {
         return;
     };
@@ -162,15 +149,14 @@ fn apply_init_from(
         // train.py crops the checkpoint's 1024 positions to a smaller block_size, never grows them.
         cfg.block_size = cfg.block_size.min(1024);
         // These no longer come from any line of the file.
-        set_on.retain(|(k, _)| {
-            !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias")
-        });
+        set_on.retain(|(k, _)| !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias"));
         notices.push(format!(
             "init_from = '{name}': the model is GPT-2's (n_layer {n_layer}, n_head {n_head}, n_embd {n_embd}, vocab_size 50257, bias True, block_size at most 1024), as train.py loads it"
         ));
     } else if init_from == "resume" {
         notices.push(
-            "init_from = 'resume': train.py takes the model's shape from the checkpoint in out_dir; vramfit uses this file's settings".into(),
+            "init_from = 'resume': train.py takes the model's shape from the checkpoint in out_dir; vramfit uses this file's settings"
+                .into(),
         );
     }
 }
@@ -228,14 +214,9 @@ fn config_value(cfg: &Config, name: &str) -> Option<Value> {
 fn int_in(value: &Value, min: u32, max: u32) -> Result<u32, String> {
     match value {
         Value::Int(n) if *n < min as i64 => Err(format!("must be at least {min} (got {n})")),
-        Value::Int(n) if *n > max as i64 => {
-            Err(format!("{n} is larger than vramfit models (at most {max})"))
-        }
+        Value::Int(n) if *n > max as i64 => Err(format!("{n} is larger than vramfit models (at most {max})")),
         Value::Int(n) => Ok(*n as u32),
-        other => Err(format!(
-            "expected an integer, got {} ({other})",
-            other.type_name()
-        )),
+        other => Err(format!("expected an integer, got {} ({other})", other.type_name())),
     }
 }
 
@@ -252,20 +233,14 @@ fn boolean(value: &Value) -> Result<bool, String> {
         Value::Bool(b) => Ok(*b),
         Value::Int(0) => Ok(false),
         Value::Int(1) => Ok(true),
-        other => Err(format!(
-            "expected True or False, got {} ({other})",
-            other.type_name()
-        )),
+        other => Err(format!("expected True or False, got {} ({other})", other.type_name())),
     }
 }
 
 fn string<'a>(value: &'a Value, expected: &str) -> Result<&'a str, String> {
     match value {
         Value::Str(s) => Ok(s),
-        other => Err(format!(
-            "expected {expected}, got {} ({other})",
-            other.type_name()
-        )),
+        other => Err(format!("expected {expected}, got {} ({other})", other.type_name())),
     }
 }
 
@@ -278,9 +253,7 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
         "block_size" => cfg.block_size = int_in(value, 1, config::MAX_BLOCK)?,
         "vocab_size" => cfg.vocab_size = int_in(value, 1, config::MAX_VOCAB)?,
         "batch_size" => cfg.batch_size = int_in(value, 1, config::MAX_BATCH)?,
-        "gradient_accumulation_steps" => {
-            cfg.gradient_accumulation_steps = int_in(value, 1, config::MAX_ACCUM)?
-        }
+        "gradient_accumulation_steps" => cfg.gradient_accumulation_steps = int_in(value, 1, config::MAX_ACCUM)?,
         "eval_iters" => cfg.eval_iters = int_in(value, 1, config::MAX_EVAL_ITERS)?,
         "eval_batch_size" => cfg.eval_batch_size = optional_int_in(value, 1, config::MAX_BATCH)?,
         "eval_block_size" => cfg.eval_block_size = optional_int_in(value, 1, config::MAX_BLOCK)?,
@@ -292,12 +265,7 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
             let p = match value {
                 Value::Int(n) => *n as f64,
                 Value::Float(x) => *x,
-                other => {
-                    return Err(format!(
-                        "expected a number, got {} ({other})",
-                        other.type_name()
-                    ))
-                }
+                other => return Err(format!("expected a number, got {} ({other})", other.type_name())),
             };
             if !(p.is_finite() && (0.0..1.0).contains(&p)) {
                 return Err(format!("must be in [0, 1) (got {p})"));
@@ -306,20 +274,15 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
         }
         "dtype" => {
             let s = string(value, "'float32', 'float16' or 'bfloat16'")?;
-            cfg.dtype = Dtype::parse(s).ok_or_else(|| {
-                format!("unknown dtype {value}: expected 'float32', 'float16' or 'bfloat16'")
-            })?;
+            cfg.dtype = Dtype::parse(s).ok_or_else(|| format!("unknown dtype {value}: expected 'float32', 'float16' or 'bfloat16'"))?;
         }
         "attention" => {
             let s = string(value, "'flash' or 'manual'")?;
-            cfg.attention = Attention::parse(s).ok_or_else(|| {
-                format!("unknown attention {value}: expected 'flash' or 'manual'")
-            })?;
+            cfg.attention = Attention::parse(s).ok_or_else(|| format!("unknown attention {value}: expected 'flash' or 'manual'"))?;
         }
         "optimizer" => {
             let s = string(value, "'adamw' or 'sgd'")?;
-            cfg.optimizer = Optimizer::parse(s)
-                .ok_or_else(|| format!("unknown optimizer {value}: expected 'adamw' or 'sgd'"))?;
+            cfg.optimizer = Optimizer::parse(s).ok_or_else(|| format!("unknown optimizer {value}: expected 'adamw' or 'sgd'"))?;
         }
         // Only names in MODELLED reach here; keep the two lists in step.
         _ => return Err("not a modelled setting".into()),
@@ -355,31 +318,16 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         }
         let Some((name, expr)) = split_assignment(code) else {
             let first_word = code.split_whitespace().next().unwrap_or("");
-            let why = if matches!(first_word, "import" | "from") {
-                "imports are not needed"
-            } else {
-                "not a simple assignment"
-            };
+            let why = if matches!(first_word, "import" | "from") { "imports are not needed" } else { "not a simple assignment" };
             notices.push(skip(why));
             continue;
         };
-        let lookup = |n: &str| {
-            env.iter()
-                .rev()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.clone())
-                .or_else(|| config_value(&cfg, n))
-        };
+        let lookup = |n: &str| env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).or_else(|| config_value(&cfg, n));
         let value = evaluate(expr, &lookup);
 
         if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
-            let bad = |reason: String| ConfigFileError::BadValue {
-                line,
-                key: name.to_string(),
-                reason,
-            };
-            let value =
-                value.map_err(|e| bad(format!("cannot read `{}`: {e}", excerpt(expr.trim()))))?;
+            let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
+            let value = value.map_err(|e| bad(format!("cannot read `{}`: {e}", excerpt(expr.trim()))))?;
             set_modelled(&mut cfg, name, &value).map_err(bad)?;
             set_on.retain(|(k, _)| *k != modelled);
             set_on.push((modelled, line));
@@ -394,56 +342,33 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                         None => extra.push((name.to_string(), value.clone())),
                     }
                 } else {
-                    notices.push(format!(
-                        "line {line}: ignored {name}: not a nanoGPT setting vramfit knows"
-                    ));
+                    notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
                 }
                 env.push((name.to_string(), value));
             }
-            Err(e) => notices.push(format!(
-                "line {line}: ignored {name}: cannot read `{}`: {e}",
-                excerpt(expr.trim())
-            )),
+            Err(e) => notices.push(format!("line {line}: ignored {name}: cannot read `{}`: {e}", excerpt(expr.trim()))),
         }
     }
 
     apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
 
     if let Err(err) = cfg.validate() {
-        let line_of = |names: &[&str]| {
-            set_on
-                .iter()
-                .filter(|(k, _)| names.contains(k))
-                .map(|&(_, l)| l)
-                .max()
-        };
+        let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
         let line = match &err {
-            ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => {
-                line_of(&[field.as_str(), "batch_size"])
-            }
+            ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => line_of(&[field.as_str(), "batch_size"]),
             ConfigError::HeadsDoNotDivide { .. } => line_of(&["n_embd", "n_head"]),
             ConfigError::EvalBlockTooLong { .. } => line_of(&["eval_block_size", "block_size"]),
             ConfigError::Dropout(_) => line_of(&["dropout"]),
-            ConfigError::Overflow(_) => line_of(&[
-                "n_layer",
-                "n_head",
-                "n_embd",
-                "block_size",
-                "vocab_size",
-                "batch_size",
-                "eval_batch_size",
-            ]),
+            ConfigError::Overflow(_) => {
+                line_of(&["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"])
+            }
         };
         return Err(match line {
             Some(line) => ConfigFileError::Invalid { line, source: err },
             None => ConfigFileError::InvalidBase(err),
         });
     }
-    Ok(ConfigFile {
-        config: cfg,
-        extra,
-        notices,
-    })
+    Ok(ConfigFile { config: cfg, extra, notices })
 }
 
 /// Longest piece of a line quoted in a message.
@@ -451,11 +376,7 @@ const MAX_EXCERPT_CHARS: usize = 60;
 
 /// A piece of the file as messages quote it: one line, bounded length.
 fn excerpt(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .take(MAX_EXCERPT_CHARS)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let mut out: String = s.chars().take(MAX_EXCERPT_CHARS).map(|c| if c.is_control() { ' ' } else { c }).collect();
     if s.chars().count() > MAX_EXCERPT_CHARS {
         out.push('…');
     }
@@ -487,9 +408,7 @@ fn strip_comment(line: &str) -> &str {
 
 /// `name = expr` → (name, expr); `==`, `+=` and anything not starting with a name → None.
 fn split_assignment(code: &str) -> Option<(&str, &str)> {
-    let name_end = code
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(code.len());
+    let name_end = code.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(code.len());
     let name = &code[..name_end];
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
@@ -523,13 +442,9 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
         let c = chars[i];
         if c.is_whitespace() {
             i += 1;
-        } else if c.is_ascii_digit()
-            || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
-        {
+        } else if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
             let start = i;
-            while i < chars.len()
-                && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_')
-            {
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_') {
                 // An exponent's sign belongs to the number: 6e-4.
                 if matches!(chars[i], 'e' | 'E') && matches!(chars.get(i + 1), Some('+' | '-')) {
                     i += 1;
@@ -590,15 +505,9 @@ fn number(literal: &str) -> Result<Value, String> {
         if literal.len() > 1 && literal.starts_with('0') && literal.bytes().any(|b| b != b'0') {
             return Err(format!("invalid number {literal}"));
         }
-        return literal
-            .parse::<i64>()
-            .map(Value::Int)
-            .map_err(|_| format!("{literal} is too large"));
+        return literal.parse::<i64>().map(Value::Int).map_err(|_| format!("{literal} is too large"));
     }
-    if !literal
-        .bytes()
-        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
-    {
+    if !literal.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
         return Err(format!("invalid number {literal}"));
     }
     match literal.parse::<f64>() {
@@ -649,12 +558,7 @@ fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value,
     if tokens.is_empty() {
         return Err("no value".into());
     }
-    let mut parser = Parser {
-        tokens: &tokens,
-        pos: 0,
-        lookup,
-        depth: 0,
-    };
+    let mut parser = Parser { tokens: &tokens, pos: 0, lookup, depth: 0 };
     let value = parser.sum()?;
     match parser.tokens.get(parser.pos) {
         None => Ok(value),
@@ -719,10 +623,7 @@ impl Parser<'_> {
                 let v = self.nested(|p| p.unary())?;
                 match (op, v) {
                     ("+", v @ (Value::Int(_) | Value::Float(_))) => Ok(v),
-                    ("-", Value::Int(n)) => n
-                        .checked_neg()
-                        .map(Value::Int)
-                        .ok_or_else(|| "integer overflow".into()),
+                    ("-", Value::Int(n)) => n.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".into()),
                     ("-", Value::Float(x)) => Ok(Value::Float(-x)),
                     (_, v) => Err(format!("bad operand for unary {op}: {}", v.type_name())),
                 }
@@ -761,20 +662,14 @@ impl Parser<'_> {
                         Ok(v)
                     }
                     None => Err("unclosed parenthesis".into()),
-                    Some(t) => Err(format!(
-                        "unexpected {} (tuples are not supported)",
-                        describe(t)
-                    )),
+                    Some(t) => Err(format!("unexpected {} (tuples are not supported)", describe(t))),
                 }
             }
             t => Err(format!("unexpected {}", describe(t))),
         }
     }
 
-    fn nested(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> Result<Value, String>,
-    ) -> Result<Value, String> {
+    fn nested(&mut self, f: impl FnOnce(&mut Self) -> Result<Value, String>) -> Result<Value, String> {
         if self.depth >= MAX_DEPTH {
             return Err("expression nested too deeply".into());
         }
@@ -861,11 +756,7 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                 };
                 finite(v)
             }
-            _ => Err(format!(
-                "unsupported operand types for {op}: {} and {}",
-                a.type_name(),
-                b.type_name()
-            )),
+            _ => Err(format!("unsupported operand types for {op}: {} and {}", a.type_name(), b.type_name())),
         },
     }
 }
@@ -900,19 +791,12 @@ fn py_optional(n: Option<u32>) -> String {
 /// `exec`s the file into its globals, so they are harmless there.
 pub fn to_config_file(cfg: &Config) -> String {
     let mut out = String::new();
-    out.push_str(&format!(
-        "# nanoGPT config written by vramfit {}.\n",
-        env!("CARGO_PKG_VERSION")
-    ));
+    out.push_str(&format!("# nanoGPT config written by vramfit {}.\n", env!("CARGO_PKG_VERSION")));
     out.push_str("# Use it as: python train.py config/<this file>.py\n");
     // Counting parameters of an invalid config could overflow; the figures are only a comment.
     if cfg.validate().is_ok() {
         let params = crate::params::count(cfg);
-        out.push_str(&format!(
-            "# number of parameters: {}; tokens per iteration: {}\n",
-            params.printed_millions(),
-            cfg.tokens_per_iter()
-        ));
+        out.push_str(&format!("# number of parameters: {}; tokens per iteration: {}\n", params.printed_millions(), cfg.tokens_per_iter()));
     }
     let lines: [(&str, String); 11] = [
         ("n_layer", cfg.n_layer.to_string()),
@@ -922,10 +806,7 @@ pub fn to_config_file(cfg: &Config) -> String {
         ("bias", py_bool(cfg.bias).into()),
         ("dropout", format!("{:?}", cfg.dropout)),
         ("batch_size", cfg.batch_size.to_string()),
-        (
-            "gradient_accumulation_steps",
-            cfg.gradient_accumulation_steps.to_string(),
-        ),
+        ("gradient_accumulation_steps", cfg.gradient_accumulation_steps.to_string()),
         ("eval_iters", cfg.eval_iters.to_string()),
         ("dtype", Value::Str(cfg.dtype.name().into()).to_string()),
         ("compile", py_bool(cfg.compile).into()),
@@ -935,30 +816,12 @@ pub fn to_config_file(cfg: &Config) -> String {
         out.push_str(&format!("{key} = {value}\n"));
     }
     out.push_str("\n# vramfit's settings: stock train.py does not read these\n");
-    out.push_str(&format!(
-        "vocab_size = {}  # train.py takes it from the dataset's meta.pkl (50304 without one)\n",
-        cfg.vocab_size
-    ));
-    out.push_str(&format!(
-        "eval_batch_size = {}  # None: batch_size\n",
-        py_optional(cfg.eval_batch_size)
-    ));
-    out.push_str(&format!(
-        "eval_block_size = {}  # None: block_size\n",
-        py_optional(cfg.eval_block_size)
-    ));
-    out.push_str(&format!(
-        "attention = {}  # 'flash' when PyTorch >= 2.0\n",
-        Value::Str(cfg.attention.name().into())
-    ));
-    out.push_str(&format!(
-        "activation_checkpointing = {}\n",
-        py_bool(cfg.activation_checkpointing)
-    ));
-    out.push_str(&format!(
-        "optimizer = {}\n",
-        Value::Str(cfg.optimizer.name().into())
-    ));
+    out.push_str(&format!("vocab_size = {}  # train.py takes it from the dataset's meta.pkl (50304 without one)\n", cfg.vocab_size));
+    out.push_str(&format!("eval_batch_size = {}  # None: batch_size\n", py_optional(cfg.eval_batch_size)));
+    out.push_str(&format!("eval_block_size = {}  # None: block_size\n", py_optional(cfg.eval_block_size)));
+    out.push_str(&format!("attention = {}  # 'flash' when PyTorch >= 2.0\n", Value::Str(cfg.attention.name().into())));
+    out.push_str(&format!("activation_checkpointing = {}\n", py_bool(cfg.activation_checkpointing)));
+    out.push_str(&format!("optimizer = {}\n", Value::Str(cfg.optimizer.name().into())));
     out.push_str(&format!(
         "expandable_segments = {}  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n",
         py_bool(cfg.expandable_segments)
@@ -1045,22 +908,13 @@ weight_decay = 1e-1
     fn reads_shakespeare_char() {
         let f = parse(SHAKESPEARE_CHAR).unwrap();
         let c = &f.config;
-        assert_eq!(
-            (c.n_layer, c.n_head, c.n_embd, c.block_size),
-            (6, 6, 384, 256)
-        );
-        assert_eq!(
-            (c.batch_size, c.gradient_accumulation_steps, c.eval_iters),
-            (64, 1, 200)
-        );
+        assert_eq!((c.n_layer, c.n_head, c.n_embd, c.block_size), (6, 6, 384, 256));
+        assert_eq!((c.batch_size, c.gradient_accumulation_steps, c.eval_iters), (64, 1, 200));
         assert_eq!(c.dropout, 0.2);
         assert!(f.notices.is_empty(), "{:?}", f.notices);
         assert_eq!(f.get("learning_rate"), Some(&Value::Float(1e-3)));
         assert_eq!(f.get("max_iters"), Some(&Value::Int(5000)));
-        assert_eq!(
-            f.get("out_dir"),
-            Some(&Value::Str("out-shakespeare-char".into()))
-        );
+        assert_eq!(f.get("out_dir"), Some(&Value::Str("out-shakespeare-char".into())));
         assert_eq!(f.get("always_save_checkpoint"), Some(&Value::Bool(false)));
         assert_eq!(f.extra.first().map(|(k, _)| k.as_str()), Some("out_dir"));
     }
@@ -1071,10 +925,7 @@ weight_decay = 1e-1
         assert_eq!(f.config.gradient_accumulation_steps, 40);
         assert_eq!(f.config, Config::default());
         assert_eq!(f.get("weight_decay"), Some(&Value::Float(0.1)));
-        assert_eq!(
-            f.get("wandb_run_name"),
-            Some(&Value::Str("gpt2-124M".into()))
-        );
+        assert_eq!(f.get("wandb_run_name"), Some(&Value::Str("gpt2-124M".into())));
     }
 
     #[test]
@@ -1083,27 +934,15 @@ weight_decay = 1e-1
         let text = "import time\n\nout_dir = 'out-shakespeare'\neval_interval = 5\neval_iters = 40\nwandb_log = False # feel free to turn on\nwandb_project = 'shakespeare'\nwandb_run_name = 'ft-' + str(time.time())\n\ndataset = 'shakespeare'\ninit_from = 'gpt2-xl' # this is the largest GPT-2 model\n\n# only save checkpoints if the validation loss improves\nalways_save_checkpoint = False\n\n# the number of examples per iter:\n# 1 batch_size * 32 grad_accum * 1024 tokens = 32,768 tokens/iter\n# shakespeare has 301,966 tokens, so 1 epoch ~= 9.2 iters\nbatch_size = 1\ngradient_accumulation_steps = 32\nmax_iters = 20\n\n# finetune at constant LR\nlearning_rate = 3e-5\ndecay_lr = False\n";
         let f = parse(text).unwrap();
         let c = &f.config;
-        assert_eq!(
-            (c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size),
-            (48, 25, 1600, 50257, 1024)
-        );
+        assert_eq!((c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size), (48, 25, 1600, 50257, 1024));
         assert!(c.bias);
-        assert_eq!(
-            (c.batch_size, c.gradient_accumulation_steps, c.eval_iters),
-            (1, 32, 40)
-        );
+        assert_eq!((c.batch_size, c.gradient_accumulation_steps, c.eval_iters), (1, 32, 40));
         assert_eq!(f.notices.len(), 3, "{:#?}", f.notices);
         assert!(f.notices[2].starts_with("init_from = 'gpt2-xl'"));
 
         let f = parse("block_size = 256\nn_layer = 2\ninit_from = 'gpt2'").unwrap();
         assert_eq!((f.config.n_layer, f.config.block_size), (12, 256));
-        assert_eq!(
-            parse("init_from = 'scratch'\nn_layer = 2")
-                .unwrap()
-                .config
-                .n_layer,
-            2
-        );
+        assert_eq!(parse("init_from = 'scratch'\nn_layer = 2").unwrap().config.n_layer, 2);
     }
 
     #[test]
@@ -1113,11 +952,7 @@ weight_decay = 1e-1
         assert_eq!(f.config.n_layer, 4);
         assert_eq!(f.notices.len(), 5, "{:#?}", f.notices);
         assert!(f.notices[0].starts_with("line 1: skipped `import time`"));
-        assert!(
-            f.notices[1].starts_with("line 3: ignored wandb_run_name: cannot read"),
-            "{}",
-            f.notices[1]
-        );
+        assert!(f.notices[1].starts_with("line 3: ignored wandb_run_name: cannot read"), "{}", f.notices[1]);
         assert!(f.notices[2].starts_with("line 4: ignored foo"));
         assert_eq!(f.get("out_dir"), Some(&Value::Str("out".into())));
         assert_eq!(f.get("wandb_run_name"), None);
@@ -1153,25 +988,18 @@ weight_decay = 1e-1
         for (text, line, key) in cases {
             let err = parse(text).unwrap_err();
             let msg = err.to_string();
-            assert!(
-                msg.starts_with(&format!("line {line}: {key}: ")),
-                "{text:?} -> {msg}"
-            );
+            assert!(msg.starts_with(&format!("line {line}: {key}: ")), "{text:?} -> {msg}");
             assert!(!msg.contains('\n'), "{msg}");
         }
         let err = parse("n_embd = 768\n# comment\nn_head = 7\n").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "line 3: n_embd (768) must be divisible by n_head (7)"
-        );
+        assert_eq!(err.to_string(), "line 3: n_embd (768) must be divisible by n_head (7)");
         let err = parse("block_size = 128\neval_block_size = 256").unwrap_err();
         assert!(err.to_string().starts_with("line 2: "), "{err}");
     }
 
     #[test]
     fn comments_strings_and_escapes() {
-        let f =
-            parse("out_dir = 'a#b' # comment\nwandb_project = \"it's\"\ndataset='x\\'y'").unwrap();
+        let f = parse("out_dir = 'a#b' # comment\nwandb_project = \"it's\"\ndataset='x\\'y'").unwrap();
         assert_eq!(f.get("out_dir"), Some(&Value::Str("a#b".into())));
         assert_eq!(f.get("wandb_project"), Some(&Value::Str("it's".into())));
         assert_eq!(f.get("dataset"), Some(&Value::Str("x'y".into())));
@@ -1215,12 +1043,7 @@ weight_decay = 1e-1
         assert!(text.starts_with("# nanoGPT config written by vramfit"));
         let f = parse(&text).unwrap();
         assert_eq!(f.config, cfg);
-        assert!(
-            f.notices.is_empty() && f.extra.is_empty(),
-            "{:?} {:?}",
-            f.notices,
-            f.extra
-        );
+        assert!(f.notices.is_empty() && f.extra.is_empty(), "{:?} {:?}", f.notices, f.extra);
     }
 
     proptest! {

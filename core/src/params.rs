@@ -28,41 +28,18 @@ impl ParamTensor {
 
 /// The parameter table: one named entry per tensor, its shape, and how often it occurs.
 pub fn param_tensors(cfg: &Config) -> Vec<ParamTensor> {
-    let (l, c, v, t) = (
-        cfg.n_layer as u64,
-        cfg.n_embd as u64,
-        cfg.vocab_size as u64,
-        cfg.block_size as u64,
-    );
-    let p = |name, shape: [u64; 2], rank, count, cast_by_autocast| ParamTensor {
-        name,
-        shape,
-        rank,
-        count,
-        cast_by_autocast,
-    };
+    let (l, c, v, t) = (cfg.n_layer as u64, cfg.n_embd as u64, cfg.vocab_size as u64, cfg.block_size as u64);
+    let p = |name, shape: [u64; 2], rank, count, cast_by_autocast| ParamTensor { name, shape, rank, count, cast_by_autocast };
     let mut out = vec![
         // Token embedding, also the lm_head weight (tied): cast to the compute dtype by lm_head.
         p("transformer.wte.weight", [v, c], 2, 1, true),
         p("transformer.wpe.weight", [t, c], 2, 1, false),
         p("transformer.h.{i}.ln_1.weight", [c, 1], 1, l, false),
-        p(
-            "transformer.h.{i}.attn.c_attn.weight",
-            [3 * c, c],
-            2,
-            l,
-            true,
-        ),
+        p("transformer.h.{i}.attn.c_attn.weight", [3 * c, c], 2, l, true),
         p("transformer.h.{i}.attn.c_proj.weight", [c, c], 2, l, true),
         p("transformer.h.{i}.ln_2.weight", [c, 1], 1, l, false),
         p("transformer.h.{i}.mlp.c_fc.weight", [4 * c, c], 2, l, true),
-        p(
-            "transformer.h.{i}.mlp.c_proj.weight",
-            [c, 4 * c],
-            2,
-            l,
-            true,
-        ),
+        p("transformer.h.{i}.mlp.c_proj.weight", [c, 4 * c], 2, l, true),
         p("transformer.ln_f.weight", [c, 1], 1, 1, false),
     ];
     if cfg.bias {
@@ -136,10 +113,7 @@ mod tests {
     use super::*;
 
     fn gpt2(bias: bool) -> Config {
-        Config {
-            bias,
-            ..Config::default()
-        }
+        Config { bias, ..Config::default() }
     }
 
     // Figures nanoGPT prints for GPT-2 124M (vocab 50304, bias=False): "num decayed parameter
@@ -157,22 +131,9 @@ mod tests {
     #[test]
     fn shakespeare_char_and_oom_report_configs() {
         // config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, vocab 65.
-        let sc = Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 256,
-            vocab_size: 65,
-            ..Config::default()
-        };
+        let sc = Config { n_layer: 6, n_head: 6, n_embd: 384, block_size: 256, vocab_size: 65, ..Config::default() };
         assert_eq!(count(&sc).printed_millions(), "10.65M");
-        let oom = Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 512,
-            ..Config::default()
-        };
+        let oom = Config { n_layer: 6, n_head: 6, n_embd: 384, block_size: 512, ..Config::default() };
         assert_eq!(count(&oom).printed_millions(), "29.94M");
     }
 

@@ -113,7 +113,14 @@ pub fn reserved_estimate(allocated: u64, expandable_segments: bool) -> u64 {
 }
 
 fn window(peak: &Peak, cfg: &Config, gpu: &Gpu) -> WindowReport {
-    let reserved = reserved_estimate(peak.bytes, cfg.expandable_segments).max(peak.bytes);
+    // The block-level allocator model gives the reserve; with expandable segments (not
+    // modelled block by block) it is estimated.
+    let reserved = if cfg.expandable_segments || peak.reserved_bytes == 0 {
+        reserved_estimate(peak.bytes, cfg.expandable_segments)
+    } else {
+        peak.reserved_bytes
+    }
+    .max(peak.bytes);
     WindowReport {
         peak_allocated_bytes: peak.bytes,
         peak_reserved_bytes: reserved,
@@ -125,24 +132,28 @@ fn window(peak: &Peak, cfg: &Config, gpu: &Gpu) -> WindowReport {
     }
 }
 
-/// The simulation for a config on a card (validated).
+/// The simulation whose figures are shown: every tensor through the block-level caching
+/// allocator model (config validated).
 pub fn simulate_on(cfg: &Config, gpu: &Gpu) -> Simulation {
+    sim::simulate_exact(cfg, &gpu.target())
+}
+
+/// The fast tensor-level simulation used to narrow searches (config validated).
+pub fn simulate_fast_on(cfg: &Config, gpu: &Gpu) -> Simulation {
     sim::simulate(cfg, &gpu.target())
 }
 
-/// The worst window's nvidia-smi bytes and its name.
+fn windows(sim: &Simulation) -> [(&'static str, &Peak); 4] {
+    [("train", &sim.train), ("eval", &sim.eval), ("first_iter", &sim.first_iter), ("eval_at_start", &sim.eval_at_start)]
+}
+
+/// What the process needs at its worst (nvidia-smi bytes; the reserve never shrinks, so the
+/// largest over the windows), and the window with the highest allocated peak.
 fn needed(sim: &Simulation, cfg: &Config, gpu: &Gpu) -> (u64, &'static str) {
-    let windows = [
-        ("train", &sim.train),
-        ("eval", &sim.eval),
-        ("first_iter", &sim.first_iter),
-        ("eval_at_start", &sim.eval_at_start),
-    ];
-    let (name, peak) = windows
-        .iter()
-        .max_by_key(|(_, p)| p.bytes)
-        .expect("four windows");
-    (window(peak, cfg, gpu).nvidia_smi_bytes, name)
+    let w = windows(sim);
+    let need = w.iter().map(|(_, p)| window(p, cfg, gpu).nvidia_smi_bytes).max().unwrap_or(0);
+    let worst = w.iter().max_by_key(|(_, p)| p.bytes).map(|(n, _)| *n).unwrap_or("train");
+    (need, worst)
 }
 
 fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> CardFit {
@@ -161,46 +172,86 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
     }
 }
 
-/// Whether `cfg` fits `gpu` (all windows), by simulation.
+/// Whether `cfg` fits `gpu` (all windows), by the exact simulation.
 pub fn fits(cfg: &Config, gpu: &Gpu, other_usage: u64) -> bool {
     cfg.validate().is_ok() && card_fit(&simulate_on(cfg, gpu), cfg, gpu, other_usage).fits
 }
 
+/// What the exact simulation says a config needs (nvidia-smi bytes), if it is valid.
+fn need_exact(cfg: &Config, gpu: &Gpu) -> Option<u64> {
+    cfg.validate().ok()?;
+    Some(needed(&simulate_on(cfg, gpu), cfg, gpu).0)
+}
+
+/// Searches run on the fast simulation, scaled by how much the exact one reserves per
+/// allocated byte at the starting config, then check their answer with the exact simulation
+/// and step to the exact boundary.
+#[derive(Clone, Copy)]
+struct Search<'g> {
+    gpu: &'g Gpu,
+    available: u64,
+    /// Exact nvidia-smi need minus context, per byte of fast peak allocated, at the start.
+    reserve_per_byte: f64,
+}
+
+impl<'g> Search<'g> {
+    fn calibrated(cfg: &Config, gpu: &'g Gpu, other_usage: u64) -> Search<'g> {
+        let available = gpu.usable_bytes.saturating_sub(other_usage);
+        let fast = fast_peak(cfg, gpu).max(1);
+        let exact = need_exact(cfg, gpu).unwrap_or(0).saturating_sub(gpu.context_bytes);
+        Search { gpu, available, reserve_per_byte: (exact as f64 / fast as f64).max(1.0) }
+    }
+
+    fn fast_ok(&self, cfg: &Config) -> bool {
+        cfg.validate().is_ok()
+            && (fast_peak(cfg, self.gpu) as f64 * self.reserve_per_byte) as u64 + self.gpu.context_bytes <= self.available
+    }
+
+    fn exact_ok(&self, cfg: &Config) -> bool {
+        need_exact(cfg, self.gpu).is_some_and(|n| n <= self.available)
+    }
+
+    /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation.
+    fn largest(&self, lo: u32, hi: u32, make: impl Fn(u32) -> Config) -> Option<u32> {
+        if lo > hi {
+            return None;
+        }
+        let mut v = largest_where(lo, hi, |v| self.fast_ok(&make(v))).unwrap_or(lo);
+        let mut steps = 0;
+        while !self.exact_ok(&make(v)) {
+            if v == lo {
+                return None;
+            }
+            if steps == 4 {
+                // The proxy was far off: bisect on the exact simulation below v.
+                return largest_where(lo, v - 1, |x| self.exact_ok(&make(x)));
+            }
+            v -= 1;
+            steps += 1;
+        }
+        steps = 0;
+        while v < hi && self.exact_ok(&make(v + 1)) {
+            v += 1;
+            steps += 1;
+            if steps == 4 {
+                return largest_where(v, hi, |x| self.exact_ok(&make(x)));
+            }
+        }
+        Some(v)
+    }
+}
+
+/// The fast simulation's highest allocated peak over the windows.
+fn fast_peak(cfg: &Config, gpu: &Gpu) -> u64 {
+    let s = simulate_fast_on(cfg, gpu);
+    windows(&s).iter().map(|(_, p)| p.bytes).max().unwrap_or(0)
+}
+
 /// The largest micro-batch (everything else unchanged) whose every window fits, or `None`
-/// if even batch 1 does not. Peaks grow with the batch, so a binary search suffices.
+/// if even batch 1 does not.
 pub fn largest_micro_batch(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Option<u32> {
-    let with = |b: u32| Config {
-        batch_size: b,
-        eval_batch_size: cfg.eval_batch_size.map(|e| e.min(b.max(e))),
-        ..cfg.clone()
-    };
-    let ok = |b: u32| {
-        let c = with(b);
-        c.validate().is_ok() && {
-            let s = simulate_on(&c, gpu);
-            needed(&s, &c, gpu).0 <= gpu.usable_bytes.saturating_sub(other_usage)
-        }
-    };
-    if !ok(1) {
-        return None;
-    }
-    // Exponential probe, then bisection between the last fit and the first miss.
-    let (mut lo, mut hi) = (1u32, 2u32);
-    while hi <= crate::config::MAX_BATCH && ok(hi) {
-        lo = hi;
-        hi = hi.saturating_mul(2);
-    }
-    let hi_cap = hi.min(crate::config::MAX_BATCH + 1);
-    let mut hi = hi_cap;
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if ok(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Some(lo)
+    let search = Search::calibrated(cfg, gpu, other_usage);
+    search.largest(1, crate::config::MAX_BATCH, |b| Config { batch_size: b, ..cfg.clone() })
 }
 
 /// Computes the whole answer.
@@ -219,19 +270,11 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let cards = gpus
         .iter()
         .map(|g| {
-            let s = if g.cublas_workspace_bytes() == primary.cublas_workspace_bytes() {
-                sim.clone()
-            } else {
-                simulate_on(cfg, g)
-            };
+            let s = if g.cublas_workspace_bytes() == primary.cublas_workspace_bytes() { sim.clone() } else { simulate_on(cfg, g) };
             card_fit(&s, cfg, g, req.other_usage_bytes)
         })
         .collect();
-    let fixes = if req.with_fixes {
-        crate::plan::fixes(cfg, primary, req.other_usage_bytes)
-    } else {
-        Vec::new()
-    };
+    let fixes = if req.with_fixes { crate::plan::fixes(cfg, primary, req.other_usage_bytes) } else { Vec::new() };
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         config: cfg.clone(),
@@ -267,8 +310,7 @@ fn largest_where(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
 }
 
 fn need_of(cfg: &Config, gpu: &Gpu) -> Option<u64> {
-    cfg.validate().ok()?;
-    Some(needed(&simulate_on(cfg, gpu), cfg, gpu).0)
+    need_exact(cfg, gpu)
 }
 
 /// Ranked fixes for a config on a card: the cheapest change first. Each carries the changed
@@ -284,6 +326,7 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
         return Vec::new();
     }
     let fits_cfg = |c: &Config| need_of(c, gpu).is_some_and(|n| n <= available);
+    let search = Search::calibrated(cfg, gpu, other_usage);
     let mut out: Vec<Fix> = Vec::new();
     let mut push = |title: String, cost: String, config: Config, stock: bool| {
         if config == *cfg {
@@ -291,24 +334,14 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
         }
         if let Some(n) = need_of(&config, gpu) {
             if n < current || bf16_blocked {
-                out.push(Fix {
-                    title,
-                    cost,
-                    needed_bytes: n,
-                    fits: n <= available,
-                    config,
-                    stock_nanogpt: stock,
-                });
+                out.push(Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock });
             }
         }
     };
 
     // bf16 on a card without it: fp16 autocast is the same memory and runs.
     if bf16_blocked {
-        let c = Config {
-            dtype: Dtype::Float16,
-            ..cfg.clone()
-        };
+        let c = Config { dtype: Dtype::Float16, ..cfg.clone() };
         push(
             format!("dtype = 'float16' ({} has no bf16)", gpu.name),
             "fp16 needs loss scaling (nanoGPT's GradScaler does it); same memory as bf16".into(),
@@ -319,20 +352,13 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
 
     // 1. Same tokens per iteration in smaller micro-batches: B' divides B*GA.
     let tokens = cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64;
-    let divisors = (1..cfg.batch_size)
-        .rev()
-        .filter(|b| tokens % *b as u64 == 0);
+    let divisors = (1..cfg.batch_size).rev().filter(|b| tokens % *b as u64 == 0);
     for b in divisors {
         let ga = tokens / b as u64;
         if ga > crate::config::MAX_ACCUM as u64 {
             break;
         }
-        let c = Config {
-            batch_size: b,
-            gradient_accumulation_steps: ga as u32,
-            eval_batch_size: cfg.eval_batch_size,
-            ..cfg.clone()
-        };
+        let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, eval_batch_size: cfg.eval_batch_size, ..cfg.clone() };
         if fits_cfg(&c) {
             push(
                 format!("batch_size = {b}, gradient_accumulation_steps = {ga}"),
@@ -345,12 +371,7 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
     }
 
     // 2. A smaller eval batch (when evaluation is what does not fit).
-    if let Some(eb) = largest_where(1, cfg.eval_batch().saturating_sub(1), |e| {
-        fits_cfg(&Config {
-            eval_batch_size: Some(e),
-            ..cfg.clone()
-        })
-    }) {
+    if let Some(eb) = search.largest(1, cfg.eval_batch().saturating_sub(1), |e| Config { eval_batch_size: Some(e), ..cfg.clone() }) {
         push(
             format!("eval_batch_size = {eb}"),
             "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
@@ -364,10 +385,7 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
         push(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
             "none: an environment variable; less fragmentation in the caching allocator".into(),
-            Config {
-                expandable_segments: true,
-                ..cfg.clone()
-            },
+            Config { expandable_segments: true, ..cfg.clone() },
             true,
         );
     }
@@ -384,29 +402,17 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
 
     // 5. Mixed precision when running pure fp32.
     if cfg.dtype == Dtype::Float32 {
-        let dtype = if gpu.supports_bf16() {
-            Dtype::Bfloat16
-        } else {
-            Dtype::Float16
-        };
+        let dtype = if gpu.supports_bf16() { Dtype::Bfloat16 } else { Dtype::Float16 };
         push(
             format!("dtype = '{}'", dtype.name()),
             "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
-            Config {
-                dtype,
-                ..cfg.clone()
-            },
+            Config { dtype, ..cfg.clone() },
             true,
         );
     }
 
     // 6. A shorter eval context.
-    if let Some(et) = largest_where(1, cfg.eval_block().saturating_sub(1), |t| {
-        fits_cfg(&Config {
-            eval_block_size: Some(t),
-            ..cfg.clone()
-        })
-    }) {
+    if let Some(et) = search.largest(1, cfg.eval_block().saturating_sub(1), |t| Config { eval_block_size: Some(t), ..cfg.clone() }) {
         push(
             format!("eval_block_size = {et}"),
             "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
@@ -416,39 +422,22 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
     }
 
     // 7. A shorter block for training too.
-    if let Some(t) = largest_where(1, cfg.block_size.saturating_sub(1), |t| {
-        fits_cfg(&Config {
-            block_size: t,
-            eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
-            ..cfg.clone()
-        })
+    if let Some(t) = search.largest(1, cfg.block_size.saturating_sub(1), |t| Config {
+        block_size: t,
+        eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
+        ..cfg.clone()
     }) {
         push(
             format!("block_size = {t}"),
-            format!(
-                "the model sees {t} tokens of context instead of {}",
-                cfg.block_size
-            ),
-            Config {
-                block_size: t,
-                eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
-                ..cfg.clone()
-            },
+            format!("the model sees {t} tokens of context instead of {}", cfg.block_size),
+            Config { block_size: t, eval_block_size: cfg.eval_block_size.map(|e| e.min(t)), ..cfg.clone() },
             true,
         );
     }
 
     // 8. Last resort: fewer layers.
-    if let Some(l) = largest_where(1, cfg.n_layer.saturating_sub(1), |l| {
-        fits_cfg(&Config {
-            n_layer: l,
-            ..cfg.clone()
-        })
-    }) {
-        let smaller = Config {
-            n_layer: l,
-            ..cfg.clone()
-        };
+    if let Some(l) = search.largest(1, cfg.n_layer.saturating_sub(1), |l| Config { n_layer: l, ..cfg.clone() }) {
+        let smaller = Config { n_layer: l, ..cfg.clone() };
         push(
             format!("n_layer = {l}"),
             format!(
@@ -500,22 +489,13 @@ mod tests {
     use crate::device::default_gpu;
 
     fn req(config: Config) -> PlanRequest {
-        PlanRequest {
-            config,
-            gpus: vec![],
-            other_usage_bytes: 0,
-            with_fixes: true,
-        }
+        PlanRequest { config, gpus: vec![], other_usage_bytes: 0, with_fixes: true }
     }
 
     #[test]
     fn a_config_that_does_not_fit_gets_fixes_that_do() {
         // GPT-2 124M at micro-batch 64 on a 12 GB card (an OOM report): far too big.
-        let cfg = Config {
-            batch_size: 64,
-            gradient_accumulation_steps: 8,
-            ..Config::default()
-        };
+        let cfg = Config { batch_size: 64, gradient_accumulation_steps: 8, ..Config::default() };
         let p = plan(&req(cfg.clone())).unwrap();
         assert!(!p.cards[0].fits);
         assert!(p.cards[0].headroom_bytes < 0);
@@ -527,11 +507,7 @@ mod tests {
         assert!(first.config.batch_size < 64);
         // Every fix really is what it claims: re-planning its config agrees.
         for f in &p.fixes {
-            let again = plan(&PlanRequest {
-                with_fixes: false,
-                ..req(f.config.clone())
-            })
-            .unwrap();
+            let again = plan(&PlanRequest { with_fixes: false, ..req(f.config.clone()) }).unwrap();
             assert_eq!(again.cards[0].needed_bytes, f.needed_bytes);
             assert_eq!(again.cards[0].fits, f.fits);
         }
@@ -539,41 +515,19 @@ mod tests {
 
     #[test]
     fn a_config_that_fits_needs_no_fixes_and_largest_batch_is_tight() {
-        let cfg = Config {
-            batch_size: 2,
-            ..Config::default()
-        };
+        let cfg = Config { batch_size: 2, ..Config::default() };
         let p = plan(&req(cfg.clone())).unwrap();
         assert!(p.cards[0].fits);
         assert!(p.fixes.is_empty());
-        let b = p
-            .largest_micro_batch
-            .expect("batch 2 fits, so some batch does");
+        let b = p.largest_micro_batch.expect("batch 2 fits, so some batch does");
         let gpu = default_gpu();
-        assert!(fits(
-            &Config {
-                batch_size: b,
-                ..cfg.clone()
-            },
-            &gpu,
-            0
-        ));
-        assert!(!fits(
-            &Config {
-                batch_size: b + 1,
-                ..cfg
-            },
-            &gpu,
-            0
-        ));
+        assert!(fits(&Config { batch_size: b, ..cfg.clone() }, &gpu, 0));
+        assert!(!fits(&Config { batch_size: b + 1, ..cfg }, &gpu, 0));
     }
 
     #[test]
     fn other_programs_reduce_the_room() {
-        let cfg = Config {
-            batch_size: 4,
-            ..Config::default()
-        };
+        let cfg = Config { batch_size: 4, ..Config::default() };
         let gpu = default_gpu();
         let free = largest_micro_batch(&cfg, &gpu, 0).unwrap();
         let busy = largest_micro_batch(&cfg, &gpu, 2 << 30).unwrap();
@@ -583,29 +537,15 @@ mod tests {
     #[test]
     fn bf16_on_a_pre_ampere_card_is_flagged_with_an_fp16_fix() {
         let t4 = Gpu::find("t4").unwrap();
-        let cfg = Config {
-            batch_size: 1,
-            ..Config::default()
-        };
-        let p = plan(&PlanRequest {
-            gpus: vec![t4],
-            ..req(cfg)
-        })
-        .unwrap();
+        let cfg = Config { batch_size: 1, ..Config::default() };
+        let p = plan(&PlanRequest { gpus: vec![t4], ..req(cfg) }).unwrap();
         assert!(p.cards[0].bf16_unsupported);
         assert!(!p.cards[0].fits);
-        assert!(p
-            .fixes
-            .iter()
-            .any(|f| f.config.dtype == Dtype::Float16 && f.fits));
+        assert!(p.fixes.iter().any(|f| f.config.dtype == Dtype::Float16 && f.fits));
     }
 
     #[test]
     fn invalid_configs_are_errors_not_panics() {
-        assert!(plan(&req(Config {
-            n_head: 7,
-            ..Config::default()
-        }))
-        .is_err());
+        assert!(plan(&req(Config { n_head: 7, ..Config::default() })).is_err());
     }
 }

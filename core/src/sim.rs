@@ -19,6 +19,7 @@
 //! reports. The simulation only ever adds and subtracts: it is cheap enough to run thousands of
 //! times per second for fit solving.
 
+use crate::allocator::CachingAllocator;
 use crate::config::{Attention, Config, Dtype, Optimizer};
 use crate::params::param_tensors;
 use serde::{Deserialize, Serialize};
@@ -190,6 +191,9 @@ pub struct Peak {
     /// 1-based micro-step within the iteration (0 outside micro-steps).
     pub micro_step: u32,
     pub breakdown: Breakdown,
+    /// Predicted `torch.cuda.max_memory_reserved()` over the window (exact simulations only;
+    /// 0 when the allocator was not simulated).
+    pub reserved_bytes: u64,
 }
 
 /// The peaks of the windows nanoGPT users care about.
@@ -233,11 +237,7 @@ pub struct Target {
 impl Target {
     /// PyTorch's CPU kernels as traced by the reference harness: no cuBLAS, same rounding.
     pub fn cpu_trace() -> Target {
-        Target {
-            granularity: 512,
-            cublas_workspace_bytes: 0,
-            cuda_kernels: false,
-        }
+        Target { granularity: 512, cublas_workspace_bytes: 0, cuda_kernels: false }
     }
 }
 
@@ -280,7 +280,20 @@ impl At {
     }
 }
 
+const MIB: u64 = 1 << 20;
+
+/// cuBLASLt's workspace (PyTorch's default `TORCH_CUBLASLT_WORKSPACE_SIZE`, 1024 KiB).
+const CUBLASLT_WORKSPACE_BYTES: u64 = MIB;
+
 struct Mem<'t> {
+    /// Whether large requests are counted as the caching allocator's whole segments (the
+    /// fast approximation of `allocator` when that is off).
+    whole_segments: bool,
+    /// The caching allocator, block by block (exact simulations).
+    allocator: Option<CachingAllocator>,
+    /// Allocator block handle per slot (exact simulations).
+    handles: Vec<u32>,
+    window_reserved: u64,
     slots: Vec<(u64, Category)>,
     live: [u64; CATEGORY_COUNT],
     total: u64,
@@ -294,14 +307,12 @@ struct Mem<'t> {
 
 impl<'t> Mem<'t> {
     fn new(granularity: u64, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
-        let at = At {
-            phase: Phase::Init,
-            module: "model",
-            layer: NO_LAYER,
-            what: "",
-            micro_step: 0,
-        };
+        let at = At { phase: Phase::Init, module: "model", layer: NO_LAYER, what: "", micro_step: 0 };
         Mem {
+            whole_segments: false,
+            allocator: None,
+            handles: Vec::new(),
+            window_reserved: 0,
             slots: Vec::with_capacity(512),
             live: [0; CATEGORY_COUNT],
             total: 0,
@@ -319,6 +330,21 @@ impl<'t> Mem<'t> {
         (bytes + self.granularity - 1) & !(self.granularity - 1)
     }
 
+    /// What the caching allocator counts as allocated for a request: the request rounded up to
+    /// 512 bytes, except that a request of 10 MiB or more gets a fresh segment rounded up to
+    /// 2 MiB, which is not split when less than 1 MiB would be left over: the whole segment is
+    /// then the block (and is reused whole for the same request in later iterations).
+    fn block_bytes(&self, bytes: u64) -> u64 {
+        let rounded = self.round(bytes);
+        if self.whole_segments && rounded >= 10 * MIB {
+            let segment = (rounded + 2 * MIB - 1) & !(2 * MIB - 1);
+            if segment - rounded <= MIB {
+                return segment;
+            }
+        }
+        rounded
+    }
+
     /// Where the next events happen.
     fn at(&mut self, phase: Phase, module: &'static str, layer: u32, what: &'static str) {
         self.at.phase = phase;
@@ -331,7 +357,27 @@ impl<'t> Mem<'t> {
         if bytes == 0 {
             return Id::NONE;
         }
-        let bytes = self.round(bytes);
+        if let Some(a) = self.allocator.as_mut() {
+            let (handle, block) = a.malloc(bytes);
+            let reserved = a.reserved;
+            self.handles.push(handle);
+            self.window_reserved = self.window_reserved.max(reserved);
+            return self.push(block, cat);
+        }
+        let bytes = self.block_bytes(bytes);
+        self.push(bytes, cat)
+    }
+
+    /// A bulk allocation of an exact byte count (already a sum of block sizes).
+    fn alloc_exact(&mut self, bytes: u64, cat: Category) -> Id {
+        if bytes == 0 {
+            return Id::NONE;
+        }
+        debug_assert!(self.allocator.is_none(), "exact simulations allocate tensor by tensor");
+        self.push(bytes, cat)
+    }
+
+    fn push(&mut self, bytes: u64, cat: Category) -> Id {
         let id = Id(self.slots.len() as u32);
         self.slots.push((bytes, cat));
         self.live[cat.index()] += bytes;
@@ -345,15 +391,6 @@ impl<'t> Mem<'t> {
         id
     }
 
-    /// A bulk allocation of an exact byte count (already a sum of rounded sizes).
-    fn alloc_exact(&mut self, bytes: u64, cat: Category) -> Id {
-        let g = self.granularity;
-        self.granularity = 1;
-        let id = self.alloc(bytes, cat);
-        self.granularity = g;
-        id
-    }
-
     fn free(&mut self, id: Id) {
         if id == Id::NONE {
             return;
@@ -361,11 +398,15 @@ impl<'t> Mem<'t> {
         let slot = &mut self.slots[id.0 as usize];
         let (bytes, cat) = *slot;
         slot.0 = 0;
+        if bytes == 0 {
+            return;
+        }
         self.live[cat.index()] -= bytes;
         self.total -= bytes;
-        if bytes > 0 {
-            self.record();
+        if let Some(a) = self.allocator.as_mut() {
+            a.free(self.handles[id.0 as usize]);
         }
+        self.record();
     }
 
     /// A tensor changes role without being copied (a gradient buffer becomes `param.grad`).
@@ -381,16 +422,12 @@ impl<'t> Mem<'t> {
 
     fn record(&mut self) {
         if let Some(tl) = self.timeline.as_deref_mut() {
-            tl.push(TimelinePoint {
-                phase: self.at.phase,
-                op: self.at.describe(),
-                micro_step: self.at.micro_step,
-                live_bytes: self.total,
-            });
+            tl.push(TimelinePoint { phase: self.at.phase, op: self.at.describe(), micro_step: self.at.micro_step, live_bytes: self.total });
         }
     }
 
     fn begin_window(&mut self) {
+        self.window_reserved = self.allocator.as_ref().map_or(0, |a| a.reserved);
         self.window_peak = self.total;
         self.window_live = self.live;
         self.window_at = self.at;
@@ -403,6 +440,7 @@ impl<'t> Mem<'t> {
             op: self.window_at.describe(),
             micro_step: self.window_at.micro_step,
             breakdown: Breakdown::from_array(&self.window_live),
+            reserved_bytes: self.window_reserved,
         }
     }
 }
@@ -614,20 +652,18 @@ struct Run<'c, 't> {
 
 impl<'c, 't> Run<'c, 't> {
     fn new(cfg: &'c Config, target: Target, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
+        let mut mem = Mem::new(target.granularity, timeline);
+        mem.whole_segments = target.cuda_kernels;
+        let tensors = param_tensors(cfg);
+        // Each parameter tensor is its own allocation (and so are its gradient and moments).
+        let param_bytes = tensors.iter().map(|p| p.count * mem.block_bytes(p.elements() * 4)).sum();
         Run {
             cfg,
             target,
             fold: true,
-            param_tensors: param_tensors(cfg).iter().map(|p| p.count).sum(),
-            param_bytes: param_tensors(cfg)
-                .iter()
-                .map(|p| {
-                    p.count
-                        * (p.elements() * 4).div_ceil(target.granularity.max(1))
-                        * target.granularity.max(1)
-                })
-                .sum(),
-            mem: Mem::new(target.granularity, timeline),
+            param_tensors: tensors.iter().map(|p| p.count).sum(),
+            param_bytes,
+            mem,
             grads: Vec::new(),
             grads_resident: false,
             opt_state: Vec::new(),
@@ -670,9 +706,17 @@ impl<'c, 't> Run<'c, 't> {
     /// `model.to(device)`: every parameter tensor, plus the manual path's causal-mask buffers.
     fn init(&mut self) {
         self.mem.at(Phase::Init, "model", NO_LAYER, "to(device)");
-        // One allocation per parameter tensor; as a sum of rounded sizes (no window sees init).
-        self.mem.alloc_exact(self.param_bytes, Category::Parameters);
-        if self.cfg.attention == Attention::Manual {
+        if self.mem.allocator.is_some() {
+            // Tensor by tensor in module order, as `model.to(device)` moves them.
+            for t in module_order(self.cfg) {
+                let (ModuleTensor::Param(elems, _) | ModuleTensor::Buffer(elems)) = t;
+                self.mem.alloc(elems * 4, Category::Parameters);
+            }
+        } else {
+            // One allocation per tensor, as a sum of their block sizes (no window sees init).
+            self.mem.alloc_exact(self.param_bytes, Category::Parameters);
+        }
+        if self.cfg.attention == Attention::Manual && self.mem.allocator.is_none() {
             // register_buffer("bias", tril(ones(block, block)).view(1,1,block,block)): fp32.
             let t = self.cfg.block_size as u64;
             for _ in 0..self.cfg.n_layer {
@@ -704,6 +748,12 @@ impl<'c, 't> Run<'c, 't> {
         if !backward && !self.workspace_fwd {
             self.workspace_fwd = true;
             self.mem.alloc(ws, Category::Workspace);
+            // Linears with a bias run as addmm through cuBLASLt (bias epilogue), which gets a
+            // workspace of its own on first use: 1 MiB, once (measured on an H100, torch 2.11:
+            // every bias=True config is 1 MiB above its bias=False twin).
+            if self.cfg.bias && self.target.cuda_kernels {
+                self.mem.alloc(CUBLASLT_WORKSPACE_BYTES, Category::Workspace);
+            }
         }
     }
 
@@ -720,10 +770,7 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(r);
             return (out, [Id::NONE; 2]);
         }
-        let stats = [
-            self.mem.alloc(d.bt() * 4, Category::SavedActivations),
-            self.mem.alloc(d.bt() * 4, Category::SavedActivations),
-        ];
+        let stats = [self.mem.alloc(d.bt() * 4, Category::SavedActivations), self.mem.alloc(d.bt() * 4, Category::SavedActivations)];
         (out, stats)
     }
 
@@ -732,11 +779,7 @@ impl<'c, 't> Run<'c, 't> {
     /// frees the fp32 output when its Python name dies.
     fn matmul_input(&mut self, d: &Dims, fp32: Id, graph: bool) -> Id {
         if d.autocast {
-            let cat = if graph {
-                Category::SavedActivations
-            } else {
-                Category::Temporaries
-            };
+            let cat = if graph { Category::SavedActivations } else { Category::Temporaries };
             self.mem.alloc(d.bt() * d.c * d.cb, cat)
         } else {
             if graph {
@@ -754,14 +797,8 @@ impl<'c, 't> Run<'c, 't> {
             return (Id::NONE, Id::NONE);
         }
         let (o, i) = lin.shape();
-        let w = self
-            .mem
-            .alloc(o * i * d.c * d.c * d.cb, Category::CastWeights);
-        let b = if d.bias {
-            self.mem.alloc(o * d.c * d.cb, Category::CastWeights)
-        } else {
-            Id::NONE
-        };
+        let w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::CastWeights);
+        let b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::CastWeights) } else { Id::NONE };
         if !graph {
             self.ctx_cache.push(w);
             if b != Id::NONE {
@@ -773,23 +810,11 @@ impl<'c, 't> Run<'c, 't> {
 
     /// A dropout (p > 0, training): a new output and a 1-byte mask kept for backward (CUDA's
     /// fused kernel). CPU's kernel keeps an fp32 scaled noise tensor instead.
-    fn dropout(
-        &mut self,
-        d: &Dims,
-        input: Id,
-        elems: u64,
-        elem_bytes: u64,
-        cat: Category,
-        graph: bool,
-    ) -> (Id, Id) {
+    fn dropout(&mut self, d: &Dims, input: Id, elems: u64, elem_bytes: u64, cat: Category, graph: bool) -> (Id, Id) {
         if !d.dropout {
             return (input, Id::NONE);
         }
-        let mask_bytes = if self.target.cuda_kernels {
-            elems
-        } else {
-            elems * elem_bytes
-        };
+        let mask_bytes = if self.target.cuda_kernels { elems } else { elems * elem_bytes };
         let out = self.mem.alloc(elems * elem_bytes, cat);
         let mask = self.mem.alloc(mask_bytes, Category::SavedActivations);
         self.mem.free(input);
@@ -818,23 +843,9 @@ impl<'c, 't> Run<'c, 't> {
     /// bulk allocation per category, kept for the backward (or, for weight copies held only by
     /// autocast's cache, released when `with ctx:` ends). The range's input (block 0's output)
     /// is kept for the range's backward.
-    fn folded_blocks_forward(
-        &mut self,
-        x_in: Id,
-        mode: BlockMode,
-        per_layer: &[i64; CATEGORY_COUNT],
-        count: usize,
-    ) -> Id {
-        let d = self.dims(if mode == BlockMode::NoGrad {
-            Mode::Eval
-        } else {
-            Mode::Train
-        });
-        let out_cat = if mode == BlockMode::NoGrad {
-            Category::Temporaries
-        } else {
-            Category::SavedActivations
-        };
+    fn folded_blocks_forward(&mut self, x_in: Id, mode: BlockMode, per_layer: &[i64; CATEGORY_COUNT], count: usize) -> Id {
+        let d = self.dims(if mode == BlockMode::NoGrad { Mode::Eval } else { Mode::Train });
+        let out_cat = if mode == BlockMode::NoGrad { Category::Temporaries } else { Category::SavedActivations };
         let x_bytes = self.mem.round(d.btc() * 4);
         let mut bulk = [Id::NONE; CATEGORY_COUNT];
         for c in Category::ALL {
@@ -864,8 +875,7 @@ impl<'c, 't> Run<'c, 't> {
     /// tensors go, their parameters' gradients arrive (one bulk allocation, or nothing when
     /// they are resident).
     fn folded_blocks_backward(&mut self, per_layer: &[i64; CATEGORY_COUNT], count: usize) {
-        let target: [i64; CATEGORY_COUNT] =
-            std::array::from_fn(|c| self.mem.live[c] as i64 + per_layer[c] * count as i64);
+        let target: [i64; CATEGORY_COUNT] = std::array::from_fn(|c| self.mem.live[c] as i64 + per_layer[c] * count as i64);
         for id in self.folded {
             self.mem.free(id);
         }
@@ -874,11 +884,7 @@ impl<'c, 't> Run<'c, 't> {
         self.folded_input = Id::NONE;
         for c in Category::ALL {
             let missing = target[c.index()] - self.mem.live[c.index()] as i64;
-            debug_assert!(
-                missing >= 0,
-                "folded backward overshoots {c:?} by {}",
-                -missing
-            );
+            debug_assert!(missing >= 0, "folded backward overshoots {c:?} by {}", -missing);
             if missing > 0 {
                 let id = self.mem.alloc_exact(missing as u64, c);
                 if c == Category::Gradients {
@@ -898,18 +904,10 @@ impl<'c, 't> Run<'c, 't> {
     /// One transformer block, forward. `x_in` is the block input (fp32, B,T,C); returns the
     /// block output. In training, `self.blocks[i]` receives what backward needs.
     fn block_forward(&mut self, i: usize, x_in: Id, mode: BlockMode) -> Id {
-        let d = self.dims(if mode == BlockMode::NoGrad {
-            Mode::Eval
-        } else {
-            Mode::Train
-        });
+        let d = self.dims(if mode == BlockMode::NoGrad { Mode::Eval } else { Mode::Train });
         let layer = i as u32;
         let graph = mode == BlockMode::Train;
-        let saved = if graph {
-            Category::SavedActivations
-        } else {
-            Category::Temporaries
-        };
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
         let phase = match mode {
             BlockMode::NoGrad => Phase::EvalForward,
             BlockMode::Train | BlockMode::Checkpointed => Phase::Forward,
@@ -921,8 +919,7 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at(phase, "transformer.h.{i}.ln_1", layer, "");
         let (ln1, st1) = self.layer_norm(&d, graph);
         s.ln1_stats = st1;
-        self.mem
-            .at(phase, "transformer.h.{i}.attn.c_attn", layer, "");
+        self.mem.at(phase, "transformer.h.{i}.attn.c_attn", layer, "");
         // The fp32 output stays alive (it is attn's argument) even when only its cast is saved.
         let ln1_mm = self.matmul_input(&d, ln1, graph);
         s.ln1_for_matmul = ln1_mm;
@@ -934,14 +931,9 @@ impl<'c, 't> Run<'c, 't> {
         }
 
         self.mem.at(phase, "transformer.h.{i}.attn", layer, "");
-        let y = if d.manual {
-            self.manual_attention(&d, &mut s, graph)
-        } else {
-            self.sdpa(&d, &mut s, graph)
-        };
+        let y = if d.manual { self.manual_attention(&d, &mut s, graph) } else { self.sdpa(&d, &mut s, graph) };
 
-        self.mem
-            .at(phase, "transformer.h.{i}.attn.c_proj", layer, "");
+        self.mem.at(phase, "transformer.h.{i}.attn.c_proj", layer, "");
         (s.w_cast[1], s.b_cast[1]) = self.cast_weights(&d, Linear::AttnProj, graph);
         let proj = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         let (proj, m0) = self.dropout(&d, proj, d.btc(), d.cb, Category::Temporaries, graph);
@@ -963,8 +955,7 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(ln1);
         }
         // fp32 + low precision promotes to fp32: a new residual tensor.
-        self.mem
-            .at(phase, "transformer.h.{i}", layer, "residual add");
+        self.mem.at(phase, "transformer.h.{i}", layer, "residual add");
         let x_mid = self.mem.alloc(d.btc() * 4, saved);
         self.mem.free(proj);
         s.x_mid = x_mid;
@@ -986,8 +977,7 @@ impl<'c, 't> Run<'c, 't> {
         if !graph {
             self.mem.free(s.fc_out);
         }
-        self.mem
-            .at(phase, "transformer.h.{i}.mlp.c_proj", layer, "");
+        self.mem.at(phase, "transformer.h.{i}.mlp.c_proj", layer, "");
         (s.w_cast[3], s.b_cast[3]) = self.cast_weights(&d, Linear::MlpProj, graph);
         let mlp = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         if !graph {
@@ -998,13 +988,8 @@ impl<'c, 't> Run<'c, 't> {
         if !(graph && ln2_mm == ln2) {
             self.mem.free(ln2);
         }
-        self.mem
-            .at(phase, "transformer.h.{i}", layer, "residual add");
-        let out_cat = if mode == BlockMode::NoGrad {
-            Category::Temporaries
-        } else {
-            Category::SavedActivations
-        };
+        self.mem.at(phase, "transformer.h.{i}", layer, "residual add");
+        let out_cat = if mode == BlockMode::NoGrad { Category::Temporaries } else { Category::SavedActivations };
         let x_out = self.mem.alloc(d.btc() * 4, out_cat);
         self.mem.free(mlp);
         if !graph {
@@ -1028,11 +1013,7 @@ impl<'c, 't> Run<'c, 't> {
     /// Returns the (B,T,C) tensor c_proj reads: the output itself (its transpose back to
     /// (B,T,H,hs) is already contiguous).
     fn sdpa(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
-        let saved = if graph {
-            Category::SavedActivations
-        } else {
-            Category::Temporaries
-        };
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
         s.attn_out = self.mem.alloc(d.btc() * d.cb, saved);
         // Flash keeps logsumexp as (B,H,T); the memory-efficient kernel pads T to 32 and only
         // computes it when a gradient is needed.
@@ -1054,11 +1035,7 @@ impl<'c, 't> Run<'c, 't> {
     /// The explicit attention: scores, mask, softmax (fp32 under autocast), dropout, `@ v`.
     /// Returns the contiguous (B,T,C) tensor c_proj reads.
     fn manual_attention(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
-        let saved = if graph {
-            Category::SavedActivations
-        } else {
-            Category::Temporaries
-        };
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
         let tmp = Category::Temporaries;
         // q @ k^T: matmul folds (B,H) into one batch dim and must copy the strided views.
         s.q_copy = self.mem.alloc(d.btc() * d.cb, saved);
@@ -1080,11 +1057,7 @@ impl<'c, 't> Run<'c, 't> {
         }
         // softmax: autocast runs it in fp32. CUDA reads fp16 directly (half_to_float); bf16
         // (and any CPU input) is first copied to fp32.
-        let upcast = if self.upcasts_before_fp32_softmax(d) {
-            self.mem.alloc(d.bhtt() * 4, tmp)
-        } else {
-            Id::NONE
-        };
+        let upcast = if self.upcasts_before_fp32_softmax(d) { self.mem.alloc(d.bhtt() * 4, tmp) } else { Id::NONE };
         let soft_bytes = if d.autocast { 4 } else { d.cb };
         s.softmax_out = self.mem.alloc(d.bhtt() * soft_bytes, saved);
         self.mem.free(upcast);
@@ -1092,11 +1065,7 @@ impl<'c, 't> Run<'c, 't> {
         // attn_dropout: a new tensor and its mask; softmax's output stays (saved by softmax).
         let att = if d.dropout {
             let out = self.mem.alloc(d.bhtt() * soft_bytes, tmp);
-            let mask_bytes = if self.target.cuda_kernels {
-                d.bhtt()
-            } else {
-                d.bhtt() * soft_bytes
-            };
+            let mask_bytes = if self.target.cuda_kernels { d.bhtt() } else { d.bhtt() * soft_bytes };
             s.att_drop_mask = self.mem.alloc(mask_bytes, saved);
             out
         } else {
@@ -1147,16 +1116,8 @@ impl<'c, 't> Run<'c, 't> {
     fn forward(&mut self, mode: Mode) -> HeadSaved {
         let d = self.dims(mode);
         let graph = mode == Mode::Train;
-        let phase = if graph {
-            Phase::Forward
-        } else {
-            Phase::EvalForward
-        };
-        let saved = if graph {
-            Category::SavedActivations
-        } else {
-            Category::Temporaries
-        };
+        let phase = if graph { Phase::Forward } else { Phase::EvalForward };
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
 
         self.mem.at(phase, "transformer.wte+wpe", NO_LAYER, "");
         // pos = arange(t) (kept by wpe's backward); tok_emb and pos_emb are locals of
@@ -1219,16 +1180,10 @@ impl<'c, 't> Run<'c, 't> {
         // (Measured on an H100 with torch 2.11: 6 bytes per logit beyond the bf16 logits after
         // the forward, 10 at the backward's peak; tests/reference/probes/cuda_facts.py.)
         let loss_phase = if graph { Phase::Loss } else { Phase::EvalLoss };
-        self.mem
-            .at(loss_phase, "cross_entropy", NO_LAYER, "log_softmax");
+        self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "log_softmax");
         let log_probs = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
-        self.mem
-            .at(loss_phase, "cross_entropy", NO_LAYER, "nll_loss");
-        let nll_input = if d.autocast {
-            self.mem.alloc(d.n() * 4, Category::LogitsAndLoss)
-        } else {
-            Id::NONE
-        };
+        self.mem.at(loss_phase, "cross_entropy", NO_LAYER, "nll_loss");
+        let nll_input = if d.autocast { self.mem.alloc(d.n() * 4, Category::LogitsAndLoss) } else { Id::NONE };
         let loss = self.mem.alloc(4, Category::LogitsAndLoss);
         let total_weight = self.mem.alloc(4, Category::LogitsAndLoss);
         if !graph {
@@ -1304,20 +1259,11 @@ impl<'c, 't> Run<'c, 't> {
         in_cols: u64,
     ) -> Id {
         let (o, i) = lin.shape();
-        self.mem
-            .at(Phase::Backward, lin.module(), layer, "backward");
+        self.mem.at(Phase::Backward, lin.module(), layer, "backward");
         self.ensure_workspace(true);
-        let g_in = self
-            .mem
-            .alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
-        let g_w = self
-            .mem
-            .alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
-        let g_b = if d.bias {
-            self.mem.alloc(o * d.c * d.cb, Category::Temporaries)
-        } else {
-            Id::NONE
-        };
+        let g_in = self.mem.alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
+        let g_w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
+        let g_b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::Temporaries) } else { Id::NONE };
         self.mem.free(g_out);
         self.mem.free(saved_input);
         self.mem.free(w_cast);
@@ -1346,15 +1292,7 @@ impl<'c, 't> Run<'c, 't> {
 
     /// A LayerNorm's backward, from the gradient of its output as the matmul produced it.
     /// Returns the fp32 gradient of its input.
-    fn layer_norm_backward(
-        &mut self,
-        d: &Dims,
-        module: &'static str,
-        layer: u32,
-        g_mm: Id,
-        input: Id,
-        stats: [Id; 2],
-    ) -> Id {
+    fn layer_norm_backward(&mut self, d: &Dims, module: &'static str, layer: u32, g_mm: Id, input: Id, stats: [Id; 2]) -> Id {
         self.mem.at(Phase::Backward, module, layer, "backward");
         // Autocast's cast of the LayerNorm output: its backward casts the gradient to fp32.
         let g = if d.autocast {
@@ -1366,11 +1304,7 @@ impl<'c, 't> Run<'c, 't> {
         };
         let g_in = self.mem.alloc(d.btc() * 4, Category::Temporaries);
         let g_w = self.mem.alloc(d.c * 4, Category::Temporaries);
-        let g_b = if d.bias {
-            self.mem.alloc(d.c * 4, Category::Temporaries)
-        } else {
-            Id::NONE
-        };
+        let g_b = if d.bias { self.mem.alloc(d.c * 4, Category::Temporaries) } else { Id::NONE };
         self.mem.free(g);
         self.mem.free(input);
         self.mem.free(stats[0]);
@@ -1418,8 +1352,7 @@ impl<'c, 't> Run<'c, 't> {
         if self.cfg.activation_checkpointing {
             // Recompute the block from its kept input, this time saving for backward; the
             // recomputed output itself is discarded.
-            self.mem
-                .at(Phase::Backward, "transformer.h.{i}", layer, "recompute");
+            self.mem.at(Phase::Backward, "transformer.h.{i}", layer, "recompute");
             let x_in = self.blocks[i].x_in;
             let out = self.block_forward(i, x_in, BlockMode::Train);
             self.mem.free(out);
@@ -1427,58 +1360,26 @@ impl<'c, 't> Run<'c, 't> {
         let s = self.blocks[i];
 
         // x_out = x_mid + mlp(ln_2(x_mid))
-        self.mem
-            .at(Phase::Backward, "transformer.h.{i}.mlp", layer, "backward");
+        self.mem.at(Phase::Backward, "transformer.h.{i}.mlp", layer, "backward");
         let g_mlp = self.branch_grad(&d, g);
         let g_mlp2 = self.dropout_backward(&d, g_mlp, g, s.resid_mask[1], d.cb);
         if g_mlp2 != g_mlp {
             self.free_branch(g_mlp, g);
         }
         let g_mlp = g_mlp2;
-        let g_gelu = self.linear_backward(
-            &d,
-            Linear::MlpProj,
-            layer,
-            Id::NONE,
-            s.gelu_out,
-            s.w_cast[3],
-            s.b_cast[3],
-            4 * d.c,
-        );
+        let g_gelu = self.linear_backward(&d, Linear::MlpProj, layer, Id::NONE, s.gelu_out, s.w_cast[3], s.b_cast[3], 4 * d.c);
         self.free_branch(g_mlp, g);
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.mlp.gelu",
-            layer,
-            "backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.mlp.gelu", layer, "backward");
         let g_fc = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
         self.mem.free(g_gelu);
         self.mem.free(s.fc_out);
-        let g_ln2 = self.linear_backward(
-            &d,
-            Linear::Fc,
-            layer,
-            g_fc,
-            s.ln2_for_matmul,
-            s.w_cast[2],
-            s.b_cast[2],
-            d.c,
-        );
-        let g_mid = self.layer_norm_backward(
-            &d,
-            "transformer.h.{i}.ln_2",
-            layer,
-            g_ln2,
-            s.x_mid,
-            s.ln2_stats,
-        );
+        let g_ln2 = self.linear_backward(&d, Linear::Fc, layer, g_fc, s.ln2_for_matmul, s.w_cast[2], s.b_cast[2], d.c);
+        let g_mid = self.layer_norm_backward(&d, "transformer.h.{i}.ln_2", layer, g_ln2, s.x_mid, s.ln2_stats);
         // Accumulated in place into the residual gradient.
         self.mem.free(g_mid);
 
         // x_mid = x_in + attn(ln_1(x_in))
-        self.mem
-            .at(Phase::Backward, "transformer.h.{i}.attn", layer, "backward");
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "backward");
         let g_att = self.branch_grad(&d, g);
         let g_att2 = self.dropout_backward(&d, g_att, g, s.resid_mask[0], d.cb);
         if g_att2 != g_att {
@@ -1486,40 +1387,11 @@ impl<'c, 't> Run<'c, 't> {
         }
         let g_att = g_att2;
         let proj_input = if d.manual { s.y_contig } else { Id::NONE };
-        let g_y = self.linear_backward(
-            &d,
-            Linear::AttnProj,
-            layer,
-            Id::NONE,
-            proj_input,
-            s.w_cast[1],
-            s.b_cast[1],
-            d.c,
-        );
+        let g_y = self.linear_backward(&d, Linear::AttnProj, layer, Id::NONE, proj_input, s.w_cast[1], s.b_cast[1], d.c);
         self.free_branch(g_att, g);
-        let g_qkv = if d.manual {
-            self.manual_attention_backward(&d, &s, layer, g_y)
-        } else {
-            self.sdpa_backward(&d, &s, layer, g_y)
-        };
-        let g_ln1 = self.linear_backward(
-            &d,
-            Linear::Attn,
-            layer,
-            g_qkv,
-            s.ln1_for_matmul,
-            s.w_cast[0],
-            s.b_cast[0],
-            d.c,
-        );
-        let g_in = self.layer_norm_backward(
-            &d,
-            "transformer.h.{i}.ln_1",
-            layer,
-            g_ln1,
-            s.x_in,
-            s.ln1_stats,
-        );
+        let g_qkv = if d.manual { self.manual_attention_backward(&d, &s, layer, g_y) } else { self.sdpa_backward(&d, &s, layer, g_y) };
+        let g_ln1 = self.linear_backward(&d, Linear::Attn, layer, g_qkv, s.ln1_for_matmul, s.w_cast[0], s.b_cast[0], d.c);
+        let g_in = self.layer_norm_backward(&d, "transformer.h.{i}.ln_1", layer, g_ln1, s.x_in, s.ln1_stats);
         self.mem.free(g_in);
         g
     }
@@ -1527,12 +1399,7 @@ impl<'c, 't> Run<'c, 't> {
     /// Flash (or memory-efficient) attention backward: dq, dk, dv plus the kernel's fp32
     /// scratch, then SplitBackward concatenates them into the gradient of c_attn's output.
     fn sdpa_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.attn.sdpa",
-            layer,
-            "backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.sdpa", layer, "backward");
         let grads = [
             self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
             self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
@@ -1544,9 +1411,7 @@ impl<'c, 't> Run<'c, 't> {
             let t128 = d.t.div_ceil(128) * 128;
             let hs = d.c / d.h;
             let hs32 = hs.div_ceil(32) * 32;
-            let acc = self
-                .mem
-                .alloc(4 * d.b * t128 * d.h * hs32, Category::Temporaries);
+            let acc = self.mem.alloc(4 * d.b * t128 * d.h * hs32, Category::Temporaries);
             let sd = self.mem.alloc(4 * d.b * d.h * t128, Category::Temporaries);
             self.mem.free(acc);
             self.mem.free(sd);
@@ -1559,12 +1424,7 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(s.qkv);
         self.mem.free(s.attn_out);
         self.mem.free(s.attn_lse);
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.attn.c_attn",
-            layer,
-            "split backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
         let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, Category::Temporaries);
         for g in grads {
             self.mem.free(g);
@@ -1574,12 +1434,7 @@ impl<'c, 't> Run<'c, 't> {
 
     /// The explicit attention's backward, node by node.
     fn manual_attention_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.attn",
-            layer,
-            "att @ v backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "att @ v backward");
         let tmp = Category::Temporaries;
         // y.transpose(1,2).contiguous() backward passes the gradient through as a strided
         // view; bmm's folding reshape needs it contiguous: a copy.
@@ -1595,12 +1450,7 @@ impl<'c, 't> Run<'c, 't> {
         let g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(g_v);
         // att cast back to fp32 (autocast), dropout, softmax backward.
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.attn",
-            layer,
-            "softmax backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "softmax backward");
         let soft_bytes = if d.autocast { 4 } else { d.cb };
         let mut g = g_att;
         if d.autocast {
@@ -1632,12 +1482,7 @@ impl<'c, 't> Run<'c, 't> {
         let gs = self.mem.alloc(d.bhtt() * d.cb, tmp);
         self.mem.free(gm);
         // bmm(q, k^T): gradients of the q and k^T copies, then each back through its view.
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.attn",
-            layer,
-            "q @ k^T backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "q @ k^T backward");
         let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
         let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(gs);
@@ -1647,12 +1492,7 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(g_q);
         let g_k2 = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(g_kt);
-        self.mem.at(
-            Phase::Backward,
-            "transformer.h.{i}.attn.c_attn",
-            layer,
-            "split backward",
-        );
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
         let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
         self.mem.free(g_q2);
         self.mem.free(g_k2);
@@ -1674,12 +1514,7 @@ impl<'c, 't> Run<'c, 't> {
 
         // nll_loss backward: a fp32 (B*T, V) gradient, zeros except at the targets; then the
         // fp32 copy's backward casts it to the compute dtype, and log_softmax's backward.
-        self.mem.at(
-            Phase::Backward,
-            "cross_entropy",
-            NO_LAYER,
-            "nll_loss backward",
-        );
+        self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "nll_loss backward");
         let g_nll = self.mem.alloc(d.n() * 4, Category::LogitsAndLoss);
         self.mem.free(g_loss);
         self.mem.free(old_y);
@@ -1693,19 +1528,13 @@ impl<'c, 't> Run<'c, 't> {
         } else {
             g_nll
         };
-        self.mem.at(
-            Phase::Backward,
-            "cross_entropy",
-            NO_LAYER,
-            "log_softmax backward",
-        );
+        self.mem.at(Phase::Backward, "cross_entropy", NO_LAYER, "log_softmax backward");
         let g_logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
         self.mem.free(g_lp);
         self.mem.free(h.log_probs);
 
         // lm_head: the tied wte weight's gradient (V, C) and the gradient of ln_f's output.
-        self.mem
-            .at(Phase::Backward, "lm_head", NO_LAYER, "backward");
+        self.mem.at(Phase::Backward, "lm_head", NO_LAYER, "backward");
         self.ensure_workspace(true);
         let g_x = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
         let g_w = self.mem.alloc(d.v * d.c * d.cb, Category::Temporaries);
@@ -1714,8 +1543,7 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(h.wte_cast);
         // From here wte has a .grad: the embedding's gradient is added into it.
         self.weight_grads_to_fp32(&d, g_w, Id::NONE, d.v * d.c, 0);
-        let mut g =
-            self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, h.lnf_in, h.lnf_stats);
+        let mut g = self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, h.lnf_in, h.lnf_stats);
 
         let layers = self.cfg.n_layer as usize;
         let mut per_layer = [0i64; CATEGORY_COUNT];
@@ -1735,8 +1563,7 @@ impl<'c, 't> Run<'c, 't> {
         }
 
         // drop(tok_emb + pos_emb), then the two embeddings.
-        self.mem
-            .at(Phase::Backward, "transformer.wte+wpe", NO_LAYER, "backward");
+        self.mem.at(Phase::Backward, "transformer.wte+wpe", NO_LAYER, "backward");
         if h.emb_drop_mask != Id::NONE {
             let g2 = self.mem.alloc(d.btc() * 4, Category::Temporaries);
             self.mem.free(g);
@@ -1746,19 +1573,13 @@ impl<'c, 't> Run<'c, 't> {
         // pos_emb was broadcast over the batch: its gradient is summed to (T, C).
         let g_pos = self.mem.alloc(d.t * d.c * 4, Category::Temporaries);
         // wpe: a dense (block_size, C) gradient.
-        let g_wpe = self
-            .mem
-            .alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
+        let g_wpe = self.mem.alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
         self.mem.free(g_pos);
         self.mem.free(h.pos);
         self.grad_arrives(g_wpe, resident);
         // wte: a dense (V, C) gradient (plus the kernel's sorted index copies), added into the
         // gradient lm_head already gave it.
-        let sort = if self.target.cuda_kernels {
-            self.mem.alloc(2 * d.bt() * 8, Category::Temporaries)
-        } else {
-            Id::NONE
-        };
+        let sort = if self.target.cuda_kernels { self.mem.alloc(2 * d.bt() * 8, Category::Temporaries) } else { Id::NONE };
         let g_wte = self.mem.alloc(d.v * d.c * 4, Category::Temporaries);
         self.mem.free(sort);
         self.mem.free(g);
@@ -1783,12 +1604,7 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(old_logits);
             self.mem.free(old_loss);
             // loss = loss / gradient_accumulation_steps.
-            self.mem.at(
-                Phase::Loss,
-                "loss / gradient_accumulation_steps",
-                NO_LAYER,
-                "",
-            );
+            self.mem.at(Phase::Loss, "loss / gradient_accumulation_steps", NO_LAYER, "");
             let scaled = self.mem.alloc(4, Category::LogitsAndLoss);
             let raw = self.loss;
             self.loss = scaled;
@@ -1796,11 +1612,7 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.at(Phase::Loss, "get_batch", NO_LAYER, "");
             let (old_x, old_y) = self.new_training_batch();
             // scaler.scale(loss): a new scalar under fp16 (GradScaler), the loss itself otherwise.
-            let root = if self.cfg.dtype == Dtype::Float16 {
-                self.mem.alloc(4, Category::LogitsAndLoss)
-            } else {
-                Id::NONE
-            };
+            let root = if self.cfg.dtype == Dtype::Float16 { self.mem.alloc(4, Category::LogitsAndLoss) } else { Id::NONE };
             self.backward(h, old_x, old_y, root);
             // The graph is gone: the undivided loss dies with it.
             self.mem.free(raw);
@@ -1809,36 +1621,48 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at.micro_step = 0;
 
         // clip_grad_norm_: one norm per gradient, stacked, reduced; the scaling is in place.
-        self.mem
-            .at(Phase::ClipGrad, "clip_grad_norm_", NO_LAYER, "");
+        self.mem.at(Phase::ClipGrad, "clip_grad_norm_", NO_LAYER, "");
         // (Every parameter has a gradient now; each norm is a 0-d fp32 tensor.)
         let n = self.param_tensors;
         let scalar = self.mem.round(4);
-        let scaler_tensors = if self.cfg.dtype == Dtype::Float16 {
-            2
+        let scaler_tensors = if self.cfg.dtype == Dtype::Float16 { 2 } else { 0 }; // unscale_'s found_inf, inv_scale
+        let norms = if self.mem.allocator.is_some() {
+            // CUDA's _foreach_norm writes all norms into one buffer.
+            self.mem.alloc(n * 4 + scaler_tensors * scalar, Category::Temporaries)
         } else {
-            0
-        }; // unscale_'s found_inf, inv_scale
-        let norms = self
-            .mem
-            .alloc_exact((n + scaler_tensors) * scalar, Category::Temporaries);
+            self.mem.alloc_exact((n + scaler_tensors) * scalar, Category::Temporaries)
+        };
         let stacked = self.mem.alloc(n * 4, Category::Temporaries);
-        let total = self.mem.alloc_exact(3 * scalar, Category::Temporaries);
-        for id in [norms, stacked, total] {
+        let total =
+            [self.mem.alloc(4, Category::Temporaries), self.mem.alloc(4, Category::Temporaries), self.mem.alloc(4, Category::Temporaries)];
+        for id in [norms, stacked].into_iter().chain(total) {
             self.mem.free(id);
         }
 
         // optimizer.step(): fused AdamW creates step, exp_avg, exp_avg_sq per parameter the
         // first time, then updates in place. Plain SGD keeps nothing.
-        self.mem
-            .at(Phase::OptimizerStep, "optimizer.step", NO_LAYER, "");
+        self.mem.at(Phase::OptimizerStep, "optimizer.step", NO_LAYER, "");
         if self.cfg.optimizer == Optimizer::Adamw && self.opt_state.is_empty() {
-            // Per parameter: a 0-d fp32 step and two moments shaped like it.
-            let step = self.mem.round(4) * self.param_tensors;
-            let id = self
-                .mem
-                .alloc_exact(step + 2 * self.param_bytes, Category::OptimizerState);
-            self.opt_state.push(id);
+            // Per parameter: a 0-d fp32 step and two moments shaped like it, group by group
+            // (decayed tensors first).
+            if self.mem.allocator.is_some() {
+                let order = module_order(self.cfg);
+                for decayed in [true, false] {
+                    for elems in order.iter().filter_map(|t| match *t {
+                        ModuleTensor::Param(e, d) if d == decayed => Some(e),
+                        _ => None,
+                    }) {
+                        for bytes in [4, elems * 4, elems * 4] {
+                            let id = self.mem.alloc(bytes, Category::OptimizerState);
+                            self.opt_state.push(id);
+                        }
+                    }
+                }
+            } else {
+                let step = self.mem.round(4) * self.param_tensors;
+                let id = self.mem.alloc_exact(step + 2 * self.param_bytes, Category::OptimizerState);
+                self.opt_state.push(id);
+            }
         }
 
         // zero_grad(set_to_none=True).
@@ -1878,6 +1702,42 @@ impl<'c, 't> Run<'c, 't> {
     }
 }
 
+/// One tensor `model.to(device)` moves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ModuleTensor {
+    /// A parameter: elements, and whether AdamW decays it (rank >= 2).
+    Param(u64, bool),
+    /// The manual path's fp32 causal-mask buffer: elements.
+    Buffer(u64),
+}
+
+/// Parameters and buffers in module registration order (what `model.to(device)` and
+/// `named_parameters()` walk; a module's children come before its own buffers).
+fn module_order(cfg: &Config) -> Vec<ModuleTensor> {
+    use ModuleTensor::*;
+    let (c, v, t) = (cfg.n_embd as u64, cfg.vocab_size as u64, cfg.block_size as u64);
+    let mut out = vec![Param(v * c, true), Param(t * c, true)];
+    let linear_or_norm = |out: &mut Vec<ModuleTensor>, weight: u64, matrix: bool, bias: u64| {
+        out.push(Param(weight, matrix));
+        if cfg.bias {
+            out.push(Param(bias, false));
+        }
+    };
+    for _ in 0..cfg.n_layer {
+        linear_or_norm(&mut out, c, false, c); // ln_1
+        linear_or_norm(&mut out, 3 * c * c, true, 3 * c); // attn.c_attn
+        linear_or_norm(&mut out, c * c, true, c); // attn.c_proj
+        if cfg.attention == Attention::Manual {
+            out.push(Buffer(t * t));
+        }
+        linear_or_norm(&mut out, c, false, c); // ln_2
+        linear_or_norm(&mut out, 4 * c * c, true, 4 * c); // mlp.c_fc
+        linear_or_norm(&mut out, 4 * c * c, true, c); // mlp.c_proj
+    }
+    linear_or_norm(&mut out, c, false, c); // ln_f
+    out
+}
+
 /// Per-category change a block leaves behind, between two live snapshots. The cuBLAS
 /// workspaces are created once per run (possibly inside the first block) and are not part of
 /// what every block repeats.
@@ -1899,6 +1759,17 @@ pub fn simulate(cfg: &Config, target: &Target) -> Simulation {
     simulate_run(&mut run)
 }
 
+/// Like [`simulate`], but every tensor goes through a block-level model of PyTorch's CUDA
+/// caching allocator: peaks are what `max_memory_allocated()` counts (blocks, not requests)
+/// and each window also reports `max_memory_reserved()`. Slower (no layer folding); the plan
+/// uses it for the figures it shows, searches use [`simulate`].
+pub fn simulate_exact(cfg: &Config, target: &Target) -> Simulation {
+    let mut run = Run::new(cfg, *target, None);
+    run.fold = false;
+    run.mem.allocator = Some(CachingAllocator::new());
+    simulate_run(&mut run)
+}
+
 fn simulate_run(run: &mut Run) -> Simulation {
     run.init();
     run.mem.begin_window();
@@ -1913,12 +1784,7 @@ fn simulate_run(run: &mut Run) -> Simulation {
     run.mem.begin_window();
     run.iteration();
     let train = run.mem.end_window();
-    Simulation {
-        train,
-        eval,
-        first_iter,
-        eval_at_start,
-    }
+    Simulation { train, eval, first_iter, eval_at_start }
 }
 
 /// The live-memory curve of one steady-state training iteration followed by one
@@ -1956,12 +1822,9 @@ mod tests {
         let target = crate::device::default_gpu().target();
         for dtype in Dtype::ALL {
             for attention in [Attention::Flash, Attention::Manual] {
-                for (ga, ckpt, dropout, bias) in [
-                    (1, false, 0.0, false),
-                    (3, true, 0.1, true),
-                    (2, false, 0.1, false),
-                    (1, true, 0.0, true),
-                ] {
+                for (ga, ckpt, dropout, bias) in
+                    [(1, false, 0.0, false), (3, true, 0.1, true), (2, false, 0.1, false), (1, true, 0.0, true)]
+                {
                     for n_layer in [1, 2, 3, 7] {
                         let cfg = Config {
                             n_layer,

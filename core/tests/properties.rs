@@ -9,27 +9,11 @@ use vramfit_core::{device, Attention, Config, Dtype, Optimizer};
 fn arb_config() -> impl Strategy<Value = Config> {
     (
         (1u32..6, 1u32..5, 1u32..9, 0usize..4, 1u32..3000),
-        (
-            1u32..9,
-            1u32..4,
-            prop::bool::ANY,
-            prop::bool::ANY,
-            prop::bool::ANY,
-        ),
-        (
-            0usize..3,
-            prop::bool::ANY,
-            prop::bool::ANY,
-            prop::bool::ANY,
-            0u32..3,
-        ),
+        (1u32..9, 1u32..4, prop::bool::ANY, prop::bool::ANY, prop::bool::ANY),
+        (0usize..3, prop::bool::ANY, prop::bool::ANY, prop::bool::ANY, 0u32..3),
     )
-        .prop_map(
-            |(
-                (n_layer, n_head, width, block_pow, vocab),
-                (batch, ga, bias, manual, ckpt),
-                (dtype, drop, sgd, xs, eval_b),
-            )| Config {
+        .prop_map(|((n_layer, n_head, width, block_pow, vocab), (batch, ga, bias, manual, ckpt), (dtype, drop, sgd, xs, eval_b))| {
+            Config {
                 n_layer,
                 n_head,
                 n_embd: n_head * 16 * width,
@@ -43,31 +27,18 @@ fn arb_config() -> impl Strategy<Value = Config> {
                 eval_batch_size: if eval_b == 0 { None } else { Some(eval_b * 3) },
                 eval_block_size: None,
                 dtype: Dtype::ALL[dtype],
-                attention: if manual {
-                    Attention::Manual
-                } else {
-                    Attention::Flash
-                },
+                attention: if manual { Attention::Manual } else { Attention::Flash },
                 compile: false,
                 activation_checkpointing: ckpt,
-                optimizer: if sgd {
-                    Optimizer::Sgd
-                } else {
-                    Optimizer::Adamw
-                },
+                optimizer: if sgd { Optimizer::Sgd } else { Optimizer::Adamw },
                 expandable_segments: xs,
-            },
-        )
+            }
+        })
 }
 
 fn peaks(cfg: &Config) -> [u64; 4] {
     let s = simulate(cfg, &device::default_gpu().target());
-    [
-        s.train.bytes,
-        s.eval.bytes,
-        s.first_iter.bytes,
-        s.eval_at_start.bytes,
-    ]
+    [s.train.bytes, s.eval.bytes, s.first_iter.bytes, s.eval_at_start.bytes]
 }
 
 fn no_smaller(a: [u64; 4], b: [u64; 4]) -> bool {
@@ -139,23 +110,9 @@ proptest! {
 /// Validated-but-huge configs (the overflow guard's edge) simulate without overflow.
 #[test]
 fn largest_valid_sizes_do_not_overflow() {
-    let cfg = Config {
-        n_layer: 64,
-        n_head: 64,
-        n_embd: 8192,
-        block_size: 8192,
-        vocab_size: 1 << 20,
-        batch_size: 64,
-        ..Config::default()
-    };
+    let cfg = Config { n_layer: 64, n_head: 64, n_embd: 8192, block_size: 8192, vocab_size: 1 << 20, batch_size: 64, ..Config::default() };
     cfg.validate().unwrap();
-    let p = plan(&PlanRequest {
-        config: cfg,
-        gpus: vec![],
-        other_usage_bytes: 0,
-        with_fixes: true,
-    })
-    .unwrap();
+    let p = plan(&PlanRequest { config: cfg, gpus: vec![], other_usage_bytes: 0, with_fixes: true }).unwrap();
     assert!(!p.cards[0].fits);
     assert!(p.train.peak_allocated_bytes > 1 << 40);
 }
@@ -163,38 +120,13 @@ fn largest_valid_sizes_do_not_overflow() {
 #[test]
 fn validation_messages_are_single_lines() {
     let bad = [
-        Config {
-            n_head: 5,
-            ..Config::default()
-        },
-        Config {
-            dropout: 1.0,
-            ..Config::default()
-        },
-        Config {
-            dropout: f64::NAN,
-            ..Config::default()
-        },
-        Config {
-            batch_size: 0,
-            ..Config::default()
-        },
-        Config {
-            vocab_size: u32::MAX,
-            ..Config::default()
-        },
-        Config {
-            eval_block_size: Some(4096),
-            ..Config::default()
-        },
-        Config {
-            n_layer: 1000,
-            n_embd: 65536,
-            n_head: 1,
-            block_size: 1 << 20,
-            batch_size: 65536,
-            ..Config::default()
-        },
+        Config { n_head: 5, ..Config::default() },
+        Config { dropout: 1.0, ..Config::default() },
+        Config { dropout: f64::NAN, ..Config::default() },
+        Config { batch_size: 0, ..Config::default() },
+        Config { vocab_size: u32::MAX, ..Config::default() },
+        Config { eval_block_size: Some(4096), ..Config::default() },
+        Config { n_layer: 1000, n_embd: 65536, n_head: 1, block_size: 1 << 20, batch_size: 65536, ..Config::default() },
     ];
     for cfg in bad {
         let err = cfg.validate().expect_err("invalid");

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use vramfit_core::sim::{simulate, Target};
+use vramfit_core::sim::{simulate, simulate_exact, Target};
 use vramfit_core::{Attention, Config, Dtype, Gpu, Optimizer};
 
 /// One measured row and what core predicts for it.
@@ -35,11 +35,7 @@ pub fn data_dir() -> PathBuf {
 /// Every `*.json` data file, sorted by name.
 pub fn data_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir())
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "json"))
-                .collect()
-        })
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect())
         .unwrap_or_default();
     files.sort();
     files
@@ -73,20 +69,26 @@ fn config_from_row(c: &Value) -> Option<Config> {
     Some(cfg)
 }
 
+/// The GPU preset a data file was measured on.
+fn gpu_for(provenance: &Value) -> Option<Gpu> {
+    let device = provenance.get("device_name").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    if device.contains("h100") {
+        return Gpu::find("h100-80gb");
+    }
+    None
+}
+
 /// The simulation target a data file was measured on.
 fn target_for(provenance: &Value) -> Option<Target> {
-    let method = provenance
-        .get("method")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let method = provenance.get("method").and_then(Value::as_str).unwrap_or("");
+    if method == "cpu-fake-cudalike" {
+        // The harness's prediction of CUDA's behaviour, not a measurement.
+        return None;
+    }
     if method.starts_with("cpu") {
         return Some(Target::cpu_trace());
     }
-    let device = provenance
-        .get("device_name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let device = provenance.get("device_name").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
     if device.contains("h100") {
         return Gpu::find("h100-80gb").map(|g| g.target());
     }
@@ -111,40 +113,38 @@ pub fn comparisons() -> Vec<Comparison> {
             let Some(cfg) = config_from_row(&row["config"]) else {
                 continue;
             };
-            let labels: Vec<String> = row
+            let mut labels: Vec<String> = row
                 .get("labels")
                 .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
                 .unwrap_or_default();
-            let sim = simulate(&cfg, &target);
+            if cfg.compile {
+                labels.push("compile (modelled as eager: an estimate)".into());
+            }
+            let sim = if target.cuda_kernels { simulate_exact(&cfg, &target) } else { simulate(&cfg, &target) };
             let id = row["id"].as_str().unwrap_or("?").to_string();
+            let mut push = |window: &'static str, measured: u64, predicted: u64| {
+                out.push(Comparison { file: file.clone(), id: id.clone(), labels: labels.clone(), window, measured, predicted });
+            };
             for (window, key, predicted) in [
                 ("train", "train_peak_allocated_bytes", sim.train.bytes),
                 ("eval", "eval_peak_allocated_bytes", sim.eval.bytes),
-                (
-                    "first_iter",
-                    "first_iter_peak_allocated_bytes",
-                    sim.first_iter.bytes,
-                ),
-                (
-                    "eval_at_start",
-                    "eval0_peak_allocated_bytes",
-                    sim.eval_at_start.bytes,
-                ),
+                ("first_iter", "first_iter_peak_allocated_bytes", sim.first_iter.bytes),
+                ("eval_at_start", "eval0_peak_allocated_bytes", sim.eval_at_start.bytes),
             ] {
                 if let Some(measured) = row.get(key).and_then(Value::as_u64) {
-                    out.push(Comparison {
-                        file: file.clone(),
-                        id: id.clone(),
-                        labels: labels.clone(),
-                        window,
-                        measured,
-                        predicted,
-                    });
+                    push(window, measured, predicted);
+                }
+            }
+            // The caching allocator's reserve (never released during the loop) and the
+            // process's line in nvidia-smi after the steady iteration, where measured.
+            let reserved = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
+            if let (Some(measured), true) = (row.get("max_reserved_bytes_overall").and_then(Value::as_u64), reserved > 0) {
+                push("reserved", measured, reserved);
+                if let (Some(smi_mib), Some(gpu)) =
+                    (row.get("nvidia_smi_after_train_mib").and_then(Value::as_u64), gpu_for(&doc["provenance"]))
+                {
+                    push("nvidia_smi", smi_mib << 20, reserved + gpu.context_bytes);
                 }
             }
         }

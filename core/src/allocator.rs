@@ -1,0 +1,218 @@
+//! PyTorch's CUDA caching allocator, as far as its byte counts go.
+//!
+//! `torch.cuda.max_memory_allocated()` counts *blocks*, not requests: a request is rounded up
+//! to 512 bytes, served from a cached free block (best fit) or a new segment, and the block is
+//! split only when enough would be left over. A block handed out whole counts whole. And
+//! `max_memory_reserved()` (most of nvidia-smi's per-process figure) counts the segments the
+//! allocator got from `cudaMalloc` and keeps. Both follow from a small set of rules,
+//! implemented here as in `c10/cuda/CUDACachingAllocator.cpp` (PyTorch 2.x, default settings,
+//! one stream):
+//!
+//! * requests are rounded up to multiples of 512 B (`kMinBlockSize`);
+//! * requests of at most 1 MiB (`kSmallSize`) use the small pool, whose segments are 2 MiB
+//!   (`kSmallBuffer`); larger ones use the large pool, with 20 MiB segments (`kLargeBuffer`)
+//!   below 10 MiB (`kMinLargeAlloc`) and their own segment rounded up to 2 MiB (`kRoundLarge`)
+//!   above;
+//! * a request takes the smallest free block of its pool that is large enough (ties: lowest
+//!   address); without one, a new segment;
+//! * the block is split if the rest is at least 512 B (small pool) or more than 1 MiB (large
+//!   pool); otherwise the whole block is handed out and counted;
+//! * a freed block merges with free neighbours of its segment; segments are never returned
+//!   (no `empty_cache()` in a training loop that fits).
+
+use std::collections::BTreeSet;
+
+const MIN_BLOCK: u64 = 512;
+const SMALL_SIZE: u64 = 1 << 20;
+const SMALL_BUFFER: u64 = 2 << 20;
+const LARGE_BUFFER: u64 = 20 << 20;
+const MIN_LARGE_ALLOC: u64 = 10 << 20;
+const ROUND_LARGE: u64 = 2 << 20;
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size: u64,
+    /// Address: segment index in the high bits, offset in the low (segments are ordered by
+    /// creation, as cudaMalloc tends to hand out increasing addresses).
+    addr: u64,
+    prev: u32,
+    next: u32,
+    free: bool,
+    small: bool,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The allocator's state.
+#[derive(Clone, Debug, Default)]
+pub struct CachingAllocator {
+    blocks: Vec<Block>,
+    /// Free blocks by (size, address, index), per pool.
+    free_small: BTreeSet<(u64, u64, u32)>,
+    free_large: BTreeSet<(u64, u64, u32)>,
+    /// Indices of dead block records, for reuse.
+    spare: Vec<u32>,
+    segments: u64,
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
+/// Rounds a request the way the allocator does.
+pub fn round_size(bytes: u64) -> u64 {
+    if bytes < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        bytes.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    }
+}
+
+fn segment_size(size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+impl CachingAllocator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn pool(&mut self, small: bool) -> &mut BTreeSet<(u64, u64, u32)> {
+        if small {
+            &mut self.free_small
+        } else {
+            &mut self.free_large
+        }
+    }
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        if let Some(i) = self.spare.pop() {
+            self.blocks[i as usize] = b;
+            i
+        } else {
+            self.blocks.push(b);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    /// Serves a request; returns the block's handle and its size (what `allocated` counts).
+    pub fn malloc(&mut self, bytes: u64) -> (u32, u64) {
+        let size = round_size(bytes);
+        let small = size <= SMALL_SIZE;
+        let found = self.pool(small).range((size, 0, 0)..).next().copied();
+        let idx = match found {
+            Some(key) => {
+                self.pool(small).remove(&key);
+                key.2
+            }
+            None => {
+                let seg = segment_size(size);
+                let addr = self.segments << 40;
+                self.segments += 1;
+                self.reserved += seg;
+                self.new_block(Block { size: seg, addr, prev: NONE, next: NONE, free: true, small })
+            }
+        };
+        let block = self.blocks[idx as usize];
+        let remaining = block.size - size;
+        let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
+        if split {
+            // The request keeps the front; the rest becomes a free block after it.
+            let rest = Block { size: remaining, addr: block.addr + size, prev: idx, next: block.next, free: true, small };
+            let r = self.new_block(rest);
+            if block.next != NONE {
+                self.blocks[block.next as usize].prev = r;
+            }
+            let b = &mut self.blocks[idx as usize];
+            b.size = size;
+            b.next = r;
+            self.pool(small).insert((remaining, rest.addr, r));
+        }
+        let b = &mut self.blocks[idx as usize];
+        b.free = false;
+        let counted = b.size;
+        self.allocated += counted;
+        (idx, counted)
+    }
+
+    /// Returns a block; it merges with free neighbours in its segment.
+    pub fn free(&mut self, idx: u32) {
+        let mut b = self.blocks[idx as usize];
+        debug_assert!(!b.free);
+        self.allocated -= b.size;
+        let small = b.small;
+        // Merge with the previous block.
+        if b.prev != NONE && self.blocks[b.prev as usize].free {
+            let p = b.prev;
+            let pb = self.blocks[p as usize];
+            self.pool(small).remove(&(pb.size, pb.addr, p));
+            b.size += pb.size;
+            b.addr = pb.addr;
+            b.prev = pb.prev;
+            if pb.prev != NONE {
+                self.blocks[pb.prev as usize].next = idx;
+            }
+            self.spare.push(p);
+        }
+        // Merge with the next block.
+        if b.next != NONE && self.blocks[b.next as usize].free {
+            let n = b.next;
+            let nb = self.blocks[n as usize];
+            self.pool(small).remove(&(nb.size, nb.addr, n));
+            b.size += nb.size;
+            b.next = nb.next;
+            if nb.next != NONE {
+                self.blocks[nb.next as usize].prev = idx;
+            }
+            self.spare.push(n);
+        }
+        b.free = true;
+        self.blocks[idx as usize] = b;
+        self.pool(small).insert((b.size, b.addr, idx));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_requests_share_a_2_mib_segment() {
+        let mut a = CachingAllocator::new();
+        let (x, sx) = a.malloc(100);
+        let (_, sy) = a.malloc(1000);
+        assert_eq!((sx, sy), (512, 1024));
+        assert_eq!(a.reserved, 2 << 20);
+        a.free(x);
+        assert_eq!(a.allocated, 1024);
+    }
+
+    #[test]
+    fn large_blocks_are_not_split_when_less_than_1_mib_would_remain() {
+        let mut a = CachingAllocator::new();
+        // 11.5 MiB -> a 12 MiB segment, 0.5 MiB would remain: handed out (and counted) whole.
+        let (_, s) = a.malloc(11 * (1 << 20) + (1 << 19));
+        assert_eq!(s, 12 << 20);
+        // 10.5 MiB -> 12 MiB segment, 1.5 MiB would remain: split.
+        let (_, s) = a.malloc(10 * (1 << 20) + (1 << 19));
+        assert_eq!(s, 10 * (1 << 20) + (1 << 19));
+        assert_eq!(a.reserved, 24 << 20);
+    }
+
+    #[test]
+    fn freed_blocks_merge_and_are_reused_best_fit() {
+        let mut a = CachingAllocator::new();
+        let (x, _) = a.malloc(3 << 20); // from a 20 MiB segment
+        let (y, _) = a.malloc(3 << 20);
+        a.free(x);
+        a.free(y); // merges with x and the 14 MiB rest: one free 20 MiB block
+        let (_, s) = a.malloc(19 << 20 | 1 << 19); // 19.5 MiB: fits the 20 MiB block, 0.5 left: whole
+        assert_eq!(s, 20 << 20);
+        assert_eq!(a.reserved, 20 << 20);
+        assert_eq!(a.allocated, 20 << 20);
+    }
+}
