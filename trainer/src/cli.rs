@@ -19,10 +19,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Will it fit? Peaks per window, what they are made of, fit per card, and fixes.
-    #[command(
-        after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
-        (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12."
-    )]
+    #[command(after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
+        (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12.")]
     Plan(PlanArgs),
 }
 
@@ -90,11 +88,7 @@ pub struct RunArgs {
     #[arg(long = "batch-size", alias = "batch_size", value_name = "N")]
     pub batch_size: Option<u32>,
     /// Micro-steps per optimizer step [default: 40].
-    #[arg(
-        long = "gradient-accumulation-steps",
-        alias = "gradient_accumulation_steps",
-        value_name = "N"
-    )]
+    #[arg(long = "gradient-accumulation-steps", alias = "gradient_accumulation_steps", value_name = "N")]
     pub gradient_accumulation_steps: Option<u32>,
     /// Sequences per estimate_loss forward [default: batch-size].
     #[arg(long = "eval-batch-size", alias = "eval_batch_size", value_name = "N")]
@@ -182,12 +176,7 @@ pub enum Parsed {
 pub fn parse() -> Parsed {
     match Cli::try_parse() {
         Ok(cli) => Parsed::Run(cli),
-        Err(err)
-            if matches!(
-                err.kind(),
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-            ) =>
-        {
+        Err(err) if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             // Printing help can only fail if stdout is gone; there is nothing left to tell.
             let _ = err.print();
             Parsed::Exit(0)
@@ -234,10 +223,7 @@ mod tests {
             ("block_size", d.block_size.to_string()),
             ("vocab_size", d.vocab_size.to_string()),
             ("batch_size", d.batch_size.to_string()),
-            (
-                "gradient_accumulation_steps",
-                d.gradient_accumulation_steps.to_string(),
-            ),
+            ("gradient_accumulation_steps", d.gradient_accumulation_steps.to_string()),
             ("eval_iters", d.eval_iters.to_string()),
             ("dropout", format!("{:?}", d.dropout)),
             ("dtype", d.dtype.name().to_string()),
@@ -245,10 +231,7 @@ mod tests {
             ("optimizer", d.optimizer.name().to_string()),
             ("bias", d.bias.to_string()),
             ("compile", d.compile.to_string()),
-            (
-                "activation_checkpointing",
-                d.activation_checkpointing.to_string(),
-            ),
+            ("activation_checkpointing", d.activation_checkpointing.to_string()),
             ("expandable_segments", d.expandable_segments.to_string()),
         ];
         let cmd = Cli::command();
@@ -256,20 +239,14 @@ mod tests {
         for (id, value) in expected {
             let arg = plan.get_arguments().find(|a| a.get_id() == id).expect(id);
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-            assert!(
-                help.contains(&format!("[default: {value}]")),
-                "{id}: {help}"
-            );
+            assert!(help.contains(&format!("[default: {value}]")), "{id}: {help}");
         }
     }
 
     #[test]
     fn clap_errors_become_one_line() {
         let msg = "error: unexpected argument '--n-layr' found\n\n  tip: a similar argument exists: '--n-layer'\n\nUsage: vramfit plan --n-layer <N>\n\nFor more information, try '--help'.\n";
-        assert_eq!(
-            one_line(msg),
-            "unexpected argument '--n-layr' found (tip: a similar argument exists: '--n-layer')"
-        );
+        assert_eq!(one_line(msg), "unexpected argument '--n-layr' found (tip: a similar argument exists: '--n-layer')");
         assert_eq!(one_line(""), "invalid arguments");
     }
 }

@@ -37,10 +37,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
 
     if let Some(path) = &run.config {
         let shown = path.display();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config file {shown}: {e}"))?;
-        let file = nanogpt::parse_config_file(&text, &state.config)
-            .map_err(|e| format!("config file {shown}: {e}"))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {shown}: {e}"))?;
+        let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
         state.config = file.config;
         extra = file.extra;
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
@@ -57,13 +55,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     } else {
         card.gpu.clone()
     };
-    Ok(Inputs {
-        config: state.config,
-        gpus,
-        other_usage_mib: card.other_usage_mib.unwrap_or(state.other_usage_mib),
-        extra,
-        notices,
-    })
+    Ok(Inputs { config: state.config, gpus, other_usage_mib: card.other_usage_mib.unwrap_or(state.other_usage_mib), extra, notices })
 }
 
 /// Explicit flags override whatever the file and the link said.
@@ -81,18 +73,12 @@ fn apply_flags(cfg: &mut Config, run: &RunArgs) {
     set(&mut cfg.bias, run.bias);
     set(&mut cfg.dropout, run.dropout);
     set(&mut cfg.batch_size, run.batch_size);
-    set(
-        &mut cfg.gradient_accumulation_steps,
-        run.gradient_accumulation_steps,
-    );
+    set(&mut cfg.gradient_accumulation_steps, run.gradient_accumulation_steps);
     set(&mut cfg.eval_iters, run.eval_iters);
     set(&mut cfg.dtype, run.dtype);
     set(&mut cfg.attention, run.attention);
     set(&mut cfg.compile, run.compile);
-    set(
-        &mut cfg.activation_checkpointing,
-        run.activation_checkpointing,
-    );
+    set(&mut cfg.activation_checkpointing, run.activation_checkpointing);
     set(&mut cfg.optimizer, run.optimizer);
     set(&mut cfg.expandable_segments, run.expandable_segments);
     if run.eval_batch_size.is_some() {

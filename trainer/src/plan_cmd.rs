@@ -9,11 +9,7 @@ use vramfit_core::plan::{self, PlanRequest};
 pub fn run(args: &PlanArgs) -> Result<String, String> {
     if args.list_gpus {
         let presets = device::presets();
-        return if args.json {
-            to_json(&presets)
-        } else {
-            Ok(report::gpu_list(&presets))
-        };
+        return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
     let inputs = inputs::resolve(&args.run, &args.card)?;
     for notice in &inputs.notices {

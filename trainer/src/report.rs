@@ -29,12 +29,7 @@ fn thousands(n: u64) -> String {
 /// `7.16 GiB (7,333 MiB)`, with a leading `~` for an estimate.
 fn size(bytes: u64, estimate: bool) -> String {
     let mib = (bytes as f64 / MIB).round() as u64;
-    format!(
-        "{}{:.2} GiB ({} MiB)",
-        tilde(estimate),
-        bytes as f64 / GIB,
-        thousands(mib)
-    )
+    format!("{}{:.2} GiB ({} MiB)", tilde(estimate), bytes as f64 / GIB, thousands(mib))
 }
 
 fn tilde(estimate: bool) -> &'static str {
@@ -62,30 +57,17 @@ struct Estimates {
 
 impl Estimates {
     fn of(plan: &Plan) -> Estimates {
-        let noted = |figure: &str| {
-            plan.notes
-                .iter()
-                .any(|n| n.figure == figure && n.source == Source::Estimate)
-        };
+        let noted = |figure: &str| plan.notes.iter().any(|n| n.figure == figure && n.source == Source::Estimate);
         let allocated = noted("peak_allocated_bytes");
         let reserved = allocated || noted("peak_reserved_bytes");
-        Estimates {
-            allocated,
-            reserved,
-            nvidia_smi: reserved || noted("nvidia_smi_bytes"),
-        }
+        Estimates { allocated, reserved, nvidia_smi: reserved || noted("nvidia_smi_bytes") }
     }
 }
 
 /// The four windows, in the order a run meets them... except the steady step, which leads
 /// because it is what people ask about.
 fn windows(plan: &Plan) -> [(&'static str, &WindowReport); 4] {
-    [
-        ("training step", &plan.train),
-        ("eval", &plan.eval),
-        ("first iteration", &plan.first_iter),
-        ("eval at start", &plan.eval_at_start),
-    ]
+    [("training step", &plan.train), ("eval", &plan.eval), ("first iteration", &plan.first_iter), ("eval at start", &plan.eval_at_start)]
 }
 
 /// A window's JSON key (`CardFit::worst_window`) as the report names it.
@@ -117,23 +99,9 @@ fn write_model(out: &mut String, plan: &Plan, inputs: &Inputs) -> std::fmt::Resu
     let (c, p) = (&plan.config, &plan.params);
     writeln!(out, "Model (exact counts, as nanoGPT prints them)")?;
     writeln!(out, "  number of parameters: {}", p.printed_millions())?;
-    writeln!(
-        out,
-        "  num decayed parameter tensors: {}, with {} parameters",
-        p.decayed_tensors,
-        thousands(p.decayed_params)
-    )?;
-    writeln!(
-        out,
-        "  num non-decayed parameter tensors: {}, with {} parameters",
-        p.no_decay_tensors,
-        thousands(p.no_decay_params)
-    )?;
-    writeln!(
-        out,
-        "  all parameters, position embeddings included: {}",
-        thousands(p.total)
-    )?;
+    writeln!(out, "  num decayed parameter tensors: {}, with {} parameters", p.decayed_tensors, thousands(p.decayed_params))?;
+    writeln!(out, "  num non-decayed parameter tensors: {}, with {} parameters", p.no_decay_tensors, thousands(p.no_decay_params))?;
+    writeln!(out, "  all parameters, position embeddings included: {}", thousands(p.total))?;
     writeln!(
         out,
         "  tokens per iteration will be: {} (gradient_accumulation_steps {} x batch_size {} x block_size {})",
@@ -165,45 +133,19 @@ fn write_model(out: &mut String, plan: &Plan, inputs: &Inputs) -> std::fmt::Resu
         py_bool(c.activation_checkpointing),
         py_bool(c.expandable_segments)
     )?;
-    writeln!(
-        out,
-        "  estimate_loss: eval_iters {} batches of {} x {} tokens",
-        c.eval_iters,
-        c.eval_batch(),
-        c.eval_block()
-    )?;
+    writeln!(out, "  estimate_loss: eval_iters {} batches of {} x {} tokens", c.eval_iters, c.eval_batch(), c.eval_block())?;
     if !inputs.extra.is_empty() {
-        let settings: Vec<String> = inputs
-            .extra
-            .iter()
-            .map(|(k, v)| format!("{k} = {v}"))
-            .collect();
-        writeln!(
-            out,
-            "  also in the config file, no effect on memory: {}",
-            settings.join(", ")
-        )?;
+        let settings: Vec<String> = inputs.extra.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        writeln!(out, "  also in the config file, no effect on memory: {}", settings.join(", "))?;
     }
     Ok(())
 }
 
-fn write_peaks(
-    out: &mut String,
-    plan: &Plan,
-    inputs: &Inputs,
-    est: &Estimates,
-) -> std::fmt::Result {
-    let card = inputs
-        .gpus
-        .first()
-        .map_or("the first card", |g| g.name.as_str());
+fn write_peaks(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) -> std::fmt::Result {
+    let card = inputs.gpus.first().map_or("the first card", |g| g.name.as_str());
     writeln!(out)?;
     writeln!(out, "Peaks on {card} (~ marks an estimate; see the notes)")?;
-    writeln!(
-        out,
-        "  {:<LABEL_WIDTH$}{:<24}{:<24}nvidia-smi (process)",
-        "", "allocated", "reserved"
-    )?;
+    writeln!(out, "  {:<LABEL_WIDTH$}{:<24}{:<24}nvidia-smi (process)", "", "allocated", "reserved")?;
     for (name, w) in windows(plan) {
         writeln!(
             out,
@@ -213,20 +155,9 @@ fn write_peaks(
             size(w.peak_reserved_bytes, est.reserved),
             size(w.nvidia_smi_bytes, est.nvidia_smi)
         )?;
-        let phase = w
-            .phase
-            .map(|p| format!("{} ", p.label()))
-            .unwrap_or_default();
-        let step = if w.micro_step > 0 {
-            format!(", micro-step {}", w.micro_step)
-        } else {
-            String::new()
-        };
-        writeln!(
-            out,
-            "  {:<LABEL_WIDTH$}peak during {phase}at {}{step}",
-            "", w.op
-        )?;
+        let phase = w.phase.map(|p| format!("{} ", p.label())).unwrap_or_default();
+        let step = if w.micro_step > 0 { format!(", micro-step {}", w.micro_step) } else { String::new() };
+        writeln!(out, "  {:<LABEL_WIDTH$}peak during {phase}at {}{step}", "", w.op)?;
     }
     Ok(())
 }
@@ -236,10 +167,7 @@ fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::
     const CELL: usize = 18;
     const MIB_WIDTH: usize = CELL - 7;
     writeln!(out)?;
-    writeln!(
-        out,
-        "What each peak is made of (allocated MiB, % of that peak)"
-    )?;
+    writeln!(out, "What each peak is made of (allocated MiB, % of that peak)")?;
     write!(out, "  {:<LABEL_WIDTH$}", "")?;
     for (name, _) in windows(plan) {
         write!(out, "{name:>CELL$}")?;
@@ -249,16 +177,8 @@ fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::
         write!(out, "  {:<LABEL_WIDTH$}", category.label())?;
         for (_, w) in windows(plan) {
             let bytes = w.breakdown.get(category);
-            let share = if w.peak_allocated_bytes == 0 {
-                0.0
-            } else {
-                100.0 * bytes as f64 / w.peak_allocated_bytes as f64
-            };
-            let mib = format!(
-                "{}{:.1}",
-                tilde(est.allocated && bytes > 0),
-                bytes as f64 / MIB
-            );
+            let share = if w.peak_allocated_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_allocated_bytes as f64 };
+            let mib = format!("{}{:.1}", tilde(est.allocated && bytes > 0), bytes as f64 / MIB);
             write!(out, "{mib:>MIB_WIDTH$} {share:>5.1}%")?;
         }
         writeln!(out)?;
@@ -273,27 +193,17 @@ fn gpu_of<'a>(inputs: &'a Inputs, fit: &CardFit) -> Option<&'a Gpu> {
 
 fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) -> std::fmt::Result {
     writeln!(out)?;
-    writeln!(
-        out,
-        "Fit (the process must fit at its worst window; other programs hold {} MiB)",
-        thousands(inputs.other_usage_mib)
-    )?;
+    writeln!(out, "Fit (the process must fit at its worst window; other programs hold {} MiB)", thousands(inputs.other_usage_mib))?;
     for fit in &plan.cards {
         let gpu = gpu_of(inputs, fit);
         let usable_est = gpu.is_some_and(|g| g.usable_source == Source::Estimate);
         let needed_est = est.reserved || gpu.is_some_and(|g| g.context_source == Source::Estimate);
         let verdict = match (fit.fits, fit.bf16_unsupported) {
             (true, _) => "fits",
-            (false, true) => {
-                "does NOT fit: bf16 is not supported before Ampere (use --dtype float16)"
-            }
+            (false, true) => "does NOT fit: bf16 is not supported before Ampere (use --dtype float16)",
             (false, false) => "does NOT fit",
         };
-        let margin = if fit.headroom_bytes >= 0 {
-            "headroom"
-        } else {
-            "short by"
-        };
+        let margin = if fit.headroom_bytes >= 0 { "headroom" } else { "short by" };
         writeln!(out, "  {} ({}): {verdict}", fit.gpu, fit.gpu_name)?;
         writeln!(
             out,
@@ -314,33 +224,16 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
                 first.gpu,
                 tilde(approx),
                 plan.config.batch_size,
-                if first.bf16_unsupported {
-                    "; memory only: bf16 still needs another dtype there"
-                } else {
-                    ""
-                }
+                if first.bf16_unsupported { "; memory only: bf16 still needs another dtype there" } else { "" }
             )?,
-            None => writeln!(
-                out,
-                "  largest micro-batch that fits {}: none, even batch_size 1 does not fit",
-                first.gpu
-            )?,
+            None => writeln!(out, "  largest micro-batch that fits {}: none, even batch_size 1 does not fit", first.gpu)?,
         }
     }
     Ok(())
 }
 
-fn write_fixes(
-    out: &mut String,
-    plan: &Plan,
-    inputs: &Inputs,
-    est: &Estimates,
-    with_fixes: bool,
-) -> std::fmt::Result {
-    let card = plan
-        .cards
-        .first()
-        .map_or("the first card", |c| c.gpu.as_str());
+fn write_fixes(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates, with_fixes: bool) -> std::fmt::Result {
+    let card = plan.cards.first().map_or("the first card", |c| c.gpu.as_str());
     writeln!(out)?;
     writeln!(out, "Fixes for {card}")?;
     let fits = plan.cards.first().is_some_and(|c| c.fits);
@@ -348,34 +241,12 @@ fn write_fixes(
         return writeln!(out, "  not computed (--no-fixes)");
     }
     if plan.fixes.is_empty() {
-        return writeln!(
-            out,
-            "  {}",
-            if fits {
-                "none needed: it fits"
-            } else {
-                "none found"
-            }
-        );
+        return writeln!(out, "  {}", if fits { "none needed: it fits" } else { "none found" });
     }
-    let needed_est = est.reserved
-        || inputs
-            .gpus
-            .first()
-            .is_some_and(|g| g.context_source == Source::Estimate);
+    let needed_est = est.reserved || inputs.gpus.first().is_some_and(|g| g.context_source == Source::Estimate);
     for (i, fix) in plan.fixes.iter().enumerate() {
-        let verdict = if fix.fits {
-            "fits"
-        } else {
-            "still does not fit"
-        };
-        writeln!(
-            out,
-            "  {}. {}: needs {}, {verdict}",
-            i + 1,
-            fix.title,
-            size(fix.needed_bytes, needed_est)
-        )?;
+        let verdict = if fix.fits { "fits" } else { "still does not fit" };
+        writeln!(out, "  {}. {}: needs {}, {verdict}", i + 1, fix.title, size(fix.needed_bytes, needed_est))?;
         writeln!(out, "     cost: {}", fix.cost)?;
         if !fix.stock_nanogpt {
             writeln!(out, "     needs a change to nanoGPT's train.py")?;
@@ -400,17 +271,9 @@ fn write_notes(out: &mut String, plan: &Plan) -> std::fmt::Result {
 /// `--list-gpus`: the presets, one per line.
 pub fn gpu_list(gpus: &[Gpu]) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<12}{:<34}{:>12}{:>14}  bf16",
-        "id", "name", "nvidia-smi", "usable"
-    );
+    let _ = writeln!(out, "{:<12}{:<34}{:>12}{:>14}  bf16", "id", "name", "nvidia-smi", "usable");
     for g in gpus {
-        let usable = format!(
-            "{}{:.2} GiB",
-            tilde(g.usable_source == Source::Estimate),
-            g.usable_bytes as f64 / GIB
-        );
+        let usable = format!("{}{:.2} GiB", tilde(g.usable_source == Source::Estimate), g.usable_bytes as f64 / GIB);
         let _ = writeln!(
             out,
             "{:<12}{:<34}{:>8} MiB{:>14}  {}",
@@ -421,10 +284,7 @@ pub fn gpu_list(gpus: &[Gpu]) -> String {
             if g.supports_bf16() { "yes" } else { "no" }
         );
     }
-    let _ = writeln!(
-        out,
-        "Any size: --gpu custom-<GiB> (e.g. custom-10) or --gpu 10gb. ~ marks an estimate."
-    );
+    let _ = writeln!(out, "Any size: --gpu custom-<GiB> (e.g. custom-10) or --gpu 10gb. ~ marks an estimate.");
     out
 }
 

@@ -11,10 +11,7 @@ use vramfit_core::link::{self, LinkState};
 use vramfit_core::{device, Attention, Config, Dtype, Optimizer};
 
 fn vramfit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramfit"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_vramfit")).args(args).output().expect("the binary runs")
 }
 
 /// Runs `vramfit plan --json --no-fixes <args>`, expecting success; returns stdout.
@@ -22,11 +19,7 @@ fn plan_json_text(args: &[&str]) -> String {
     let mut all = vec!["plan", "--json", "--no-fixes"];
     all.extend_from_slice(args);
     let out = vramfit(&all);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
@@ -63,14 +56,8 @@ fn default_plan_has_gpt2_parameter_counts() {
         let w = &plan[window];
         let allocated = w["peak_allocated_bytes"].as_u64().expect("a byte count");
         assert!(allocated > 0, "{window}");
-        assert!(
-            w["peak_reserved_bytes"].as_u64().unwrap() >= allocated,
-            "{window}"
-        );
-        assert!(
-            w["nvidia_smi_bytes"].as_u64().unwrap() >= w["peak_reserved_bytes"].as_u64().unwrap(),
-            "{window}"
-        );
+        assert!(w["peak_reserved_bytes"].as_u64().unwrap() >= allocated, "{window}");
+        assert!(w["nvidia_smi_bytes"].as_u64().unwrap() >= w["peak_reserved_bytes"].as_u64().unwrap(), "{window}");
         assert!(w["breakdown"].is_object(), "{window}");
     }
 }
@@ -151,11 +138,7 @@ fn snake_and_kebab_flags_give_identical_json() {
 
 #[test]
 fn larger_batch_gives_larger_training_peak() {
-    let peak = |b: &str| {
-        plan_json(&["--batch-size", b])["train"]["peak_allocated_bytes"]
-            .as_u64()
-            .unwrap()
-    };
+    let peak = |b: &str| plan_json(&["--batch-size", b])["train"]["peak_allocated_bytes"].as_u64().unwrap();
     assert!(peak("8") > peak("4"));
     assert!(peak("16") > peak("8"));
 }
@@ -176,10 +159,7 @@ fn flags_override_link_which_overrides_config_file() {
     assert_eq!(c["block_size"], 1024, "defaults fill the rest");
 
     // The same without the flag or the link.
-    assert_eq!(
-        plan_json(&["--config", file, "--link", "?L=4&B=4"])["config"]["n_layer"],
-        4
-    );
+    assert_eq!(plan_json(&["--config", file, "--link", "?L=4&B=4"])["config"]["n_layer"], 4);
     assert_eq!(plan_json(&["--config", file])["config"]["n_layer"], 6);
 }
 
@@ -244,25 +224,14 @@ fn encoded_link_equals_equivalent_flags() {
 #[test]
 fn several_gpus_are_all_checked() {
     let plan = plan_json(&["--gpu", "rtx-4070", "--gpu", "a100-80gb,custom-6"]);
-    let ids: Vec<&str> = plan["cards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["gpu"].as_str().unwrap())
-        .collect();
+    let ids: Vec<&str> = plan["cards"].as_array().unwrap().iter().map(|c| c["gpu"].as_str().unwrap()).collect();
     assert_eq!(ids, ["rtx-4070", "a100-80gb", "custom-6"]);
 }
 
 #[test]
 fn config_file_notices_go_to_stderr_and_do_not_fail() {
     let file = temp_file("notices.py", "import time\nn_layer = 4\nfoo = 1\n");
-    let out = vramfit(&[
-        "plan",
-        "--json",
-        "--no-fixes",
-        "--config",
-        file.to_str().unwrap(),
-    ]);
+    let out = vramfit(&["plan", "--json", "--no-fixes", "--config", file.to_str().unwrap()]);
     assert!(out.status.success());
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["config"]["n_layer"], 4);
@@ -334,16 +303,7 @@ fn bad_config_file_is_one_error_line() {
 
 #[test]
 fn bad_link_is_one_error_line() {
-    for link in [
-        "L=abc",
-        "?C=770&H=12",
-        "gpu=gtx-9999",
-        "L=4&L=5",
-        "unknown=1",
-        "v=2&L=4",
-        "drop=1.5&d=fp8",
-        "L=%0A%0Aerror",
-    ] {
+    for link in ["L=abc", "?C=770&H=12", "gpu=gtx-9999", "L=4&L=5", "unknown=1", "v=2&L=4", "drop=1.5&d=fp8", "L=%0A%0Aerror"] {
         let err = assert_one_error_line(&["plan", "--link", link]);
         assert!(err.starts_with("error: --link: "), "{err}");
     }
