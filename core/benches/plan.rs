@@ -42,7 +42,7 @@ fn accuracy_table() {
     let mut files: Vec<String> = rows.iter().map(|c| c.file.clone()).collect();
     files.dedup();
     for file in files {
-        for window in ["train", "eval", "first_iter", "eval_at_start"] {
+        for window in ["train", "eval", "first_iter", "eval_at_start", "reserved", "nvidia_smi"] {
             let errs: Vec<f64> =
                 rows.iter().filter(|c| c.file == file && c.window == window && !c.labelled()).map(|c| c.rel_error().abs()).collect();
             if errs.is_empty() {
@@ -107,7 +107,10 @@ fn timings() {
         let exact_ns = median_ns(11, 5, || {
             black_box(vramfit_core::sim::simulate_exact(black_box(cfg), &gpu.target()));
         });
-        println!("| exact simulation + breakdown (block-level caching allocator; the figures shown) | {name} | {:.2} us | <= 5 us |", exact_ns / 1e3);
+        println!(
+            "| exact simulation + breakdown (block-level caching allocator; the figures shown) | {name} | {:.2} us | <= 5 us |",
+            exact_ns / 1e3
+        );
         let search_ns = median_ns(31, 20, || {
             black_box(largest_micro_batch(black_box(cfg), &gpu, 0));
         });
