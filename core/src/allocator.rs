@@ -55,6 +55,11 @@ pub struct CachingAllocator {
     segments: u64,
     pub allocated: u64,
     pub reserved: u64,
+    /// `expandable_segments:True`: the large pool is one segment that grows in 2 MiB pages,
+    /// and its blocks are split whenever 512 bytes or more would be left over.
+    expandable: bool,
+    /// The large pool's last block (highest address) when expandable.
+    tail: u32,
 }
 
 /// Rounds a request the way the allocator does.
@@ -78,7 +83,35 @@ fn segment_size(size: u64) -> u64 {
 
 impl CachingAllocator {
     pub fn new() -> Self {
-        Self::default()
+        CachingAllocator { tail: NONE, ..Self::default() }
+    }
+
+    /// The allocator under `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
+    pub fn expandable() -> Self {
+        CachingAllocator { expandable: true, tail: NONE, ..Self::default() }
+    }
+
+    /// Grows the expandable large segment so that a block of `size` exists at its end.
+    fn grow(&mut self, size: u64) -> u32 {
+        let tail = self.tail;
+        if tail != NONE && self.blocks[tail as usize].free {
+            // The free block at the end grows by the pages it lacks.
+            let t = self.blocks[tail as usize];
+            self.free_large.remove(&(t.size, t.addr, tail));
+            let grow = (size - t.size).div_ceil(ROUND_LARGE) * ROUND_LARGE;
+            self.reserved += grow;
+            self.blocks[tail as usize].size += grow;
+            return tail;
+        }
+        let pages = size.div_ceil(ROUND_LARGE) * ROUND_LARGE;
+        self.reserved += pages;
+        let addr = if tail == NONE { 1 << 62 } else { self.blocks[tail as usize].addr + self.blocks[tail as usize].size };
+        let b = self.new_block(Block { size: pages, addr, prev: tail, next: NONE, free: true, small: false });
+        if tail != NONE {
+            self.blocks[tail as usize].next = b;
+        }
+        self.tail = b;
+        b
     }
 
     fn pool(&mut self, small: bool) -> &mut BTreeSet<(u64, u64, u32)> {
@@ -109,6 +142,7 @@ impl CachingAllocator {
                 self.pool(small).remove(&key);
                 key.2
             }
+            None if self.expandable && !small => self.grow(size),
             None => {
                 let seg = segment_size(size);
                 let addr = self.segments << 40;
@@ -119,13 +153,16 @@ impl CachingAllocator {
         };
         let block = self.blocks[idx as usize];
         let remaining = block.size - size;
-        let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
+        let split = if small || self.expandable { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
         if split {
             // The request keeps the front; the rest becomes a free block after it.
             let rest = Block { size: remaining, addr: block.addr + size, prev: idx, next: block.next, free: true, small };
             let r = self.new_block(rest);
             if block.next != NONE {
                 self.blocks[block.next as usize].prev = r;
+            }
+            if self.tail == idx {
+                self.tail = r;
             }
             let b = &mut self.blocks[idx as usize];
             b.size = size;
@@ -168,6 +205,9 @@ impl CachingAllocator {
             if nb.next != NONE {
                 self.blocks[nb.next as usize].prev = idx;
             }
+            if self.tail == n {
+                self.tail = idx;
+            }
             self.spare.push(n);
         }
         b.free = true;
@@ -179,6 +219,20 @@ impl CachingAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expandable_segments_grow_in_pages_and_split_exactly() {
+        let mut a = CachingAllocator::expandable();
+        let (x, s) = a.malloc(3 << 20);
+        assert_eq!((s, a.reserved), (3 << 20, 4 << 20));
+        // 1 MiB is left at the end; the next 2 MiB grows it by one page instead of a segment.
+        let (_, s) = a.malloc(2 << 20);
+        assert_eq!((s, a.reserved), (2 << 20, 6 << 20));
+        a.free(x);
+        // The freed 3 MiB at the front is reused for 2.5 MiB, split exactly.
+        let (_, s) = a.malloc(5 << 19);
+        assert_eq!((s, a.reserved), (5 << 19, 6 << 20));
+    }
 
     #[test]
     fn small_requests_share_a_2_mib_segment() {

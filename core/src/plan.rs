@@ -113,14 +113,10 @@ pub fn reserved_estimate(allocated: u64, expandable_segments: bool) -> u64 {
 }
 
 fn window(peak: &Peak, cfg: &Config, gpu: &Gpu) -> WindowReport {
-    // The block-level allocator model gives the reserve; with expandable segments (not
-    // modelled block by block) it is estimated.
-    let reserved = if cfg.expandable_segments || peak.reserved_bytes == 0 {
-        reserved_estimate(peak.bytes, cfg.expandable_segments)
-    } else {
-        peak.reserved_bytes
-    }
-    .max(peak.bytes);
+    // The block-level allocator model gives the reserve (a rough estimate only for a fast
+    // simulation, which has none).
+    let reserved =
+        if peak.reserved_bytes == 0 { reserved_estimate(peak.bytes, cfg.expandable_segments) } else { peak.reserved_bytes }.max(peak.bytes);
     WindowReport {
         peak_allocated_bytes: peak.bytes,
         peak_reserved_bytes: reserved,
@@ -384,7 +380,7 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
     if !cfg.expandable_segments {
         push(
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
-            "none: an environment variable; less fragmentation in the caching allocator".into(),
+            "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
             Config { expandable_segments: true, ..cfg.clone() },
             true,
         );
@@ -474,19 +470,16 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             ),
         });
     }
-    out.push(if cfg.expandable_segments {
-        Note {
-            figure: "peak_reserved_bytes".into(),
-            source: Source::Estimate,
-            detail: "expandable_segments:True is not simulated block by block: reserved is allocated rounded to 2 MiB pages".into(),
+    out.push(Note {
+        figure: "peak_reserved_bytes".into(),
+        source: Source::Measured,
+        detail: if cfg.expandable_segments {
+            "expandable_segments:True: one large segment growing in 2 MiB pages, simulated block by block and validated against \
+             max_memory_reserved() on an H100"
+        } else {
+            "the caching allocator's segments, simulated block by block and validated against max_memory_reserved() on an H100"
         }
-    } else {
-        Note {
-            figure: "peak_reserved_bytes".into(),
-            source: Source::Measured,
-            detail: "the caching allocator's segments, simulated block by block and validated against max_memory_reserved() on an H100"
-                .into(),
-        }
+        .into(),
     });
     out.push(Note {
         figure: "nvidia_smi_bytes".into(),

@@ -1766,7 +1766,7 @@ pub fn simulate(cfg: &Config, target: &Target) -> Simulation {
 pub fn simulate_exact(cfg: &Config, target: &Target) -> Simulation {
     let mut run = Run::new(cfg, *target, None);
     run.fold = false;
-    run.mem.allocator = Some(CachingAllocator::new());
+    run.mem.allocator = Some(if cfg.expandable_segments { CachingAllocator::expandable() } else { CachingAllocator::new() });
     simulate_run(&mut run)
 }
 
