@@ -8,11 +8,13 @@ fn main() {
     let mut json = serde_json::to_value(Config::default()).unwrap();
     let mut target = Gpu::find("h100-80gb").unwrap().target();
     let mut show_timeline = false;
+    let mut show_segments = false;
     for arg in std::env::args().skip(1) {
         let (k, v) = arg.split_once('=').expect("key=value");
         match k {
             "target" if v == "cpu" => target = Target::cpu_trace(),
             "timeline" => show_timeline = v == "1",
+            "segments" => show_segments = v == "1",
             _ => {
                 let val: serde_json::Value = serde_json::from_str(v).unwrap_or(serde_json::Value::String(v.into()));
                 json[k] = val;
@@ -26,6 +28,23 @@ fn main() {
     for (name, p) in [("eval_at_start", &sim.eval_at_start), ("first_iter", &sim.first_iter), ("eval", &sim.eval), ("train", &sim.train)] {
         println!("{name:>14}: {:>12} B = {:>10.2} MiB  at {:?} {} (micro {})", p.bytes, mib(p.bytes), p.phase, p.op, p.micro_step);
         println!("{:>16}{}", "", serde_json::to_string(&p.breakdown).unwrap());
+    }
+    if show_segments {
+        // Where the allocator reserves more: compare with segment_alloc events of a snapshot.
+        let mut last = 0;
+        for e in vramfit_core::sim::exact_events(&cfg, &target) {
+            if e.reserved > last {
+                println!(
+                    "segment {:>6} MiB total {:>6} MiB  {:?} {} (request {} B)",
+                    (e.reserved - last) >> 20,
+                    e.reserved >> 20,
+                    e.phase,
+                    e.op,
+                    e.requested
+                );
+                last = e.reserved;
+            }
+        }
     }
     if show_timeline {
         for p in timeline(&cfg, &target) {

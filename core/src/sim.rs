@@ -209,6 +209,17 @@ pub struct Simulation {
     pub eval_at_start: Peak,
 }
 
+/// One allocator event of an exact simulation: a block handed out (`block` > 0) or returned
+/// (`block` < 0), and the reserve after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocEvent {
+    pub op: String,
+    pub phase: Phase,
+    pub requested: u64,
+    pub block: i64,
+    pub reserved: u64,
+}
+
 /// One point of the live-memory curve: after each event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimelinePoint {
@@ -294,6 +305,8 @@ struct Mem<'t> {
     /// Allocator block handle per slot (exact simulations).
     handles: Vec<u32>,
     window_reserved: u64,
+    /// Every allocation and free with the allocator's reserve after it (debugging aid).
+    log: Option<Vec<AllocEvent>>,
     slots: Vec<(u64, Category)>,
     live: [u64; CATEGORY_COUNT],
     total: u64,
@@ -313,6 +326,7 @@ impl<'t> Mem<'t> {
             allocator: None,
             handles: Vec::new(),
             window_reserved: 0,
+            log: None,
             slots: Vec::with_capacity(512),
             live: [0; CATEGORY_COUNT],
             total: 0,
@@ -362,6 +376,9 @@ impl<'t> Mem<'t> {
             let reserved = a.reserved;
             self.handles.push(handle);
             self.window_reserved = self.window_reserved.max(reserved);
+            if let Some(log) = self.log.as_mut() {
+                log.push(AllocEvent { op: self.at.describe(), phase: self.at.phase, requested: bytes, block: block as i64, reserved });
+            }
             return self.push(block, cat);
         }
         let bytes = self.block_bytes(bytes);
@@ -405,6 +422,15 @@ impl<'t> Mem<'t> {
         self.total -= bytes;
         if let Some(a) = self.allocator.as_mut() {
             a.free(self.handles[id.0 as usize]);
+            if let Some(log) = self.log.as_mut() {
+                log.push(AllocEvent {
+                    op: self.at.describe(),
+                    phase: self.at.phase,
+                    requested: 0,
+                    block: -(bytes as i64),
+                    reserved: a.reserved,
+                });
+            }
         }
         self.record();
     }
@@ -1785,6 +1811,17 @@ fn simulate_run(run: &mut Run) -> Simulation {
     run.iteration();
     let train = run.mem.end_window();
     Simulation { train, eval, first_iter, eval_at_start }
+}
+
+/// Every allocator event of [`simulate_exact`], in order: what the caching allocator is asked
+/// for and when it reserves more (for comparing with `torch.cuda.memory._snapshot()` traces).
+pub fn exact_events(cfg: &Config, target: &Target) -> Vec<AllocEvent> {
+    let mut run = Run::new(cfg, *target, None);
+    run.fold = false;
+    run.mem.allocator = Some(if cfg.expandable_segments { CachingAllocator::expandable() } else { CachingAllocator::new() });
+    run.mem.log = Some(Vec::new());
+    simulate_run(&mut run);
+    run.mem.log.take().unwrap_or_default()
 }
 
 /// The live-memory curve of one steady-state training iteration followed by one
