@@ -1885,3 +1885,121 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod term_tests {
+    //! Single terms of the model, from first principles (the formulas in
+    //! ../shared/notes/pytorch-memory.md as corrected by the H100 measurements).
+    use super::*;
+
+    const R: u64 = 512;
+    fn r(bytes: u64) -> u64 {
+        bytes.div_ceil(R) * R
+    }
+
+    fn cfg() -> Config {
+        // Sizes chosen so that every tensor is a multiple of 512 bytes: the terms are exact.
+        Config {
+            n_layer: 3,
+            n_head: 4,
+            n_embd: 256,
+            block_size: 128,
+            vocab_size: 1024,
+            batch_size: 4,
+            gradient_accumulation_steps: 1,
+            compile: false,
+            ..Config::default()
+        }
+    }
+
+    /// Runs the loop up to the end of the first micro-step's forward of the steady iteration
+    /// and returns the live breakdown there.
+    fn after_forward(c: &Config) -> [u64; CATEGORY_COUNT] {
+        let mut run = Run::new(c, Target::cpu_trace(), None);
+        run.fold = false;
+        run.init();
+        run.estimate_loss();
+        run.iteration();
+        let h = run.forward(Mode::Train);
+        // `logits, loss = model(X, Y)`: the previous micro-step's tensors die.
+        run.mem.free(run.logits);
+        run.mem.free(run.loss);
+        (run.logits, run.loss) = (h.logits, h.loss);
+        run.mem.live
+    }
+
+    #[test]
+    fn saved_activations_per_layer_bf16_flash() {
+        // 36*BTC + 16*BT + 4*BHT bytes per layer, plus the embedding output saved by block 0
+        // is block 0's input (counted in the 36), plus ln_f's input is the last block's output
+        // (also counted: each block's 4*BTC input), plus ln_f stats, lm_head's bf16 input and
+        // the wte embedding's int64 positions.
+        let c = cfg();
+        let (b, t, ch, h, l) = (4u64, 128u64, 256u64, 4u64, 3u64);
+        let per_layer = 36 * b * t * ch + 16 * b * t + 4 * b * h * t;
+        let head = 4 * b * t * ch + 8 * b * t + 2 * b * t * ch;
+        let live = after_forward(&c);
+        assert_eq!(live[Category::SavedActivations.index()], l * per_layer + head);
+        assert_eq!(per_layer % R, 0);
+    }
+
+    #[test]
+    fn saved_activations_per_layer_fp32() {
+        let c = Config { dtype: Dtype::Float32, ..cfg() };
+        let (b, t, ch, h, l) = (4u64, 128u64, 256u64, 4u64, 3u64);
+        // 64*BTC + 16*BT + 4*BHT per layer; ln_f's fp32 output is saved by lm_head itself.
+        let per_layer = 64 * b * t * ch + 16 * b * t + 4 * b * h * t;
+        let head = 4 * b * t * ch + 8 * b * t + 4 * b * t * ch;
+        assert_eq!(after_forward(&c)[Category::SavedActivations.index()], l * per_layer + head);
+    }
+
+    #[test]
+    fn loss_head_is_eight_n_after_the_forward_under_autocast() {
+        // logits (2N) + log_softmax in bf16 (2N) + nll_loss's fp32 copy (4N), and the previous
+        // micro-step's logits are gone once the new ones are bound: 8N, plus the loss and
+        // nll_loss's total_weight (0-d tensors, one block each).
+        let c = cfg();
+        let n = 4u64 * 128 * 1024;
+        let live = after_forward(&c);
+        assert_eq!(live[Category::LogitsAndLoss.index()], 8 * n + 2 * R);
+    }
+
+    #[test]
+    fn eval_peak_holds_three_sets_of_logits() {
+        // During estimate_loss after a step: the training logits and loss (2N + a scalar), the
+        // previous eval batch's logits and loss (2N + a scalar), and the current batch's logits
+        // (2N), log-probs (2N), fp32 copy (4N), loss and total_weight.
+        let c = cfg();
+        let n = 4u64 * 128 * 1024;
+        let s = simulate(&c, &Target::cpu_trace());
+        assert_eq!(s.eval.phase, Some(Phase::EvalLoss));
+        assert_eq!(s.eval.breakdown.logits_and_loss, 12 * n + 4 * R);
+        // At iteration 0 there are no training logits yet.
+        assert_eq!(s.eval_at_start.breakdown.logits_and_loss, 10 * n + 3 * R);
+    }
+
+    #[test]
+    fn optimizer_state_and_gradients_are_per_parameter_tensor() {
+        let c = cfg();
+        let p = crate::params::count(&c);
+        let s = simulate(&c, &Target::cpu_trace());
+        // Every parameter tensor's size is a multiple of 512 bytes here except the vectors.
+        let expect_state: u64 = param_tensors(&c).iter().map(|t| t.count * (r(4) + 2 * r(t.elements() * 4))).sum();
+        assert_eq!(s.train.breakdown.optimizer_state, expect_state);
+        assert!(s.train.breakdown.parameters >= 4 * p.total);
+        // SGD keeps no state.
+        let sgd = simulate(&Config { optimizer: Optimizer::Sgd, ..c }, &Target::cpu_trace());
+        assert_eq!(sgd.train.breakdown.optimizer_state, 0);
+    }
+
+    #[test]
+    fn cublas_workspaces_appear_once_per_thread() {
+        let c = cfg();
+        let t = crate::device::Gpu::find("h100-80gb").unwrap().target();
+        let s = simulate(&c, &t);
+        assert_eq!(s.eval_at_start.breakdown.workspace, 32 << 20);
+        assert_eq!(s.train.breakdown.workspace, 64 << 20);
+        let biased = simulate(&Config { bias: true, ..c }, &t);
+        assert_eq!(biased.train.breakdown.workspace, (64 << 20) + (1 << 20));
+    }
+}
