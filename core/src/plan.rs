@@ -317,8 +317,25 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
     let Some(current) = need_of(cfg, gpu) else {
         return Vec::new();
     };
-    let bf16_blocked = cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16();
-    if current <= available && !bf16_blocked {
+    if cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16() {
+        // bf16 cannot run on this card at all: fp16 autocast (same memory) comes first, and any
+        // further fixes are for the fp16 config, since a fix that keeps bf16 fixes nothing.
+        let fp16 = Config { dtype: Dtype::Float16, ..cfg.clone() };
+        let need = need_of(&fp16, gpu).unwrap_or(current);
+        let mut out = vec![Fix {
+            title: format!("dtype = 'float16' ({} has no bf16)", gpu.name),
+            cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); same memory as bf16".into(),
+            needed_bytes: need,
+            fits: need <= available,
+            config: fp16.clone(),
+            stock_nanogpt: true,
+        }];
+        if need > available {
+            out.extend(fixes(&fp16, gpu, other_usage));
+        }
+        return out;
+    }
+    if current <= available {
         return Vec::new();
     }
     let fits_cfg = |c: &Config| need_of(c, gpu).is_some_and(|n| n <= available);
@@ -329,22 +346,11 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
             return;
         }
         if let Some(n) = need_of(&config, gpu) {
-            if n < current || bf16_blocked {
+            if n < current {
                 out.push(Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock });
             }
         }
     };
-
-    // bf16 on a card without it: fp16 autocast is the same memory and runs.
-    if bf16_blocked {
-        let c = Config { dtype: Dtype::Float16, ..cfg.clone() };
-        push(
-            format!("dtype = 'float16' ({} has no bf16)", gpu.name),
-            "fp16 needs loss scaling (nanoGPT's GradScaler does it); same memory as bf16".into(),
-            c,
-            true,
-        );
-    }
 
     // 1. Same tokens per iteration in smaller micro-batches: B' divides B*GA.
     let tokens = cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64;
