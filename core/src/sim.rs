@@ -950,8 +950,9 @@ impl<'c, 't> Run<'c, 't> {
         let ln1_mm = self.matmul_input(&d, ln1, graph);
         s.ln1_for_matmul = ln1_mm;
         (s.w_cast[0], s.b_cast[0]) = self.cast_weights(&d, Linear::Attn, graph);
-        self.ensure_workspace(false);
+        // The output is allocated before cuBLAS asks for its workspace (first matmul only).
         s.qkv = self.mem.alloc(3 * d.btc() * d.cb, saved);
+        self.ensure_workspace(false);
         if !graph && ln1_mm != ln1 {
             self.mem.free(ln1_mm);
         }
@@ -1194,8 +1195,8 @@ impl<'c, 't> Run<'c, 't> {
         } else {
             Id::NONE
         };
-        self.ensure_workspace(false);
         let logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+        self.ensure_workspace(false);
         if !graph && lnf_mm != lnf {
             self.mem.free(lnf_mm);
         }
@@ -1286,8 +1287,8 @@ impl<'c, 't> Run<'c, 't> {
     ) -> Id {
         let (o, i) = lin.shape();
         self.mem.at(Phase::Backward, lin.module(), layer, "backward");
-        self.ensure_workspace(true);
         let g_in = self.mem.alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
+        self.ensure_workspace(true);
         let g_w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
         let g_b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::Temporaries) } else { Id::NONE };
         self.mem.free(g_out);
@@ -1561,8 +1562,8 @@ impl<'c, 't> Run<'c, 't> {
 
         // lm_head: the tied wte weight's gradient (V, C) and the gradient of ln_f's output.
         self.mem.at(Phase::Backward, "lm_head", NO_LAYER, "backward");
-        self.ensure_workspace(true);
         let g_x = self.mem.alloc(d.btc() * d.cb, Category::Temporaries);
+        self.ensure_workspace(true);
         let g_w = self.mem.alloc(d.v * d.c * d.cb, Category::Temporaries);
         self.mem.free(g_logits);
         self.mem.free(h.lnf_for_matmul);
