@@ -107,6 +107,15 @@ impl CachingAllocator {
         CachingAllocator { tail: NONE, ..Self::default() }
     }
 
+    /// The allocator with or without `expandable_segments`, as the config asks.
+    pub fn configured(expandable_segments: bool) -> Self {
+        if expandable_segments {
+            Self::expandable()
+        } else {
+            Self::new()
+        }
+    }
+
     /// The allocator under `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
     pub fn expandable() -> Self {
         CachingAllocator { expandable: true, tail: NONE, ..Self::default() }

@@ -100,23 +100,9 @@ pub struct Plan {
 
 const MIB: u64 = 1 << 20;
 
-/// The caching allocator's reserve on top of allocated bytes: large tensors (>= 10 MiB) get
-/// their own segments rounded to 2 MiB, smaller ones share 2 MiB / 20 MiB segments, and freed
-/// blocks of one size are not always reusable for another. An estimate: 3% plus one 20 MiB
-/// segment, or about 2 MiB per segment with `expandable_segments:True`.
-pub fn reserved_estimate(allocated: u64, expandable_segments: bool) -> u64 {
-    if expandable_segments {
-        allocated.div_ceil(2 * MIB) * 2 * MIB + 2 * MIB
-    } else {
-        (allocated + allocated / 33 + 20 * MIB).div_ceil(2 * MIB) * 2 * MIB
-    }
-}
-
-fn window(peak: &Peak, cfg: &Config, gpu: &Gpu) -> WindowReport {
-    // The block-level allocator model gives the reserve (a rough estimate only for a fast
-    // simulation, which has none).
-    let reserved =
-        if peak.reserved_bytes == 0 { reserved_estimate(peak.bytes, cfg.expandable_segments) } else { peak.reserved_bytes }.max(peak.bytes);
+fn window(peak: &Peak, gpu: &Gpu) -> WindowReport {
+    // The exact simulation's block-level allocator model gives the reserve.
+    let reserved = peak.reserved_bytes.max(peak.bytes);
     WindowReport {
         peak_allocated_bytes: peak.bytes,
         peak_reserved_bytes: reserved,
@@ -145,15 +131,15 @@ fn windows(sim: &Simulation) -> [(&'static str, &Peak); 4] {
 
 /// What the process needs at its worst (nvidia-smi bytes; the reserve never shrinks, so the
 /// largest over the windows), and the window with the highest allocated peak.
-fn needed(sim: &Simulation, cfg: &Config, gpu: &Gpu) -> (u64, &'static str) {
+fn needed(sim: &Simulation, gpu: &Gpu) -> (u64, &'static str) {
     let w = windows(sim);
-    let need = w.iter().map(|(_, p)| window(p, cfg, gpu).nvidia_smi_bytes).max().unwrap_or(0);
+    let need = w.iter().map(|(_, p)| window(p, gpu).nvidia_smi_bytes).max().unwrap_or(0);
     let worst = w.iter().max_by_key(|(_, p)| p.bytes).map(|(n, _)| *n).unwrap_or("train");
     (need, worst)
 }
 
 fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> CardFit {
-    let (need, worst) = needed(sim, cfg, gpu);
+    let (need, worst) = needed(sim, gpu);
     let available = gpu.usable_bytes.saturating_sub(other_usage);
     let bf16_unsupported = cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16();
     CardFit {
@@ -176,7 +162,7 @@ pub fn fits(cfg: &Config, gpu: &Gpu, other_usage: u64) -> bool {
 /// What the exact simulation says a config needs (nvidia-smi bytes), if it is valid.
 fn need_exact(cfg: &Config, gpu: &Gpu) -> Option<u64> {
     cfg.validate().ok()?;
-    Some(needed(&simulate_on(cfg, gpu), cfg, gpu).0)
+    Some(needed(&simulate_on(cfg, gpu), gpu).0)
 }
 
 /// Searches run on the fast simulation, scaled by how much the exact one reserves per
@@ -191,10 +177,11 @@ struct Search<'g> {
 }
 
 impl<'g> Search<'g> {
-    fn calibrated(cfg: &Config, gpu: &'g Gpu, other_usage: u64) -> Search<'g> {
+    /// `need` is the exact need of `cfg` itself (the caller has it already).
+    fn calibrated(cfg: &Config, gpu: &'g Gpu, other_usage: u64, need: u64) -> Search<'g> {
         let available = gpu.usable_bytes.saturating_sub(other_usage);
         let fast = fast_peak(cfg, gpu).max(1);
-        let exact = need_exact(cfg, gpu).unwrap_or(0).saturating_sub(gpu.context_bytes);
+        let exact = need.saturating_sub(gpu.context_bytes);
         Search { gpu, available, reserve_per_byte: (exact as f64 / fast as f64).max(1.0) }
     }
 
@@ -246,7 +233,12 @@ fn fast_peak(cfg: &Config, gpu: &Gpu) -> u64 {
 /// The largest micro-batch (everything else unchanged) whose every window fits, or `None`
 /// if even batch 1 does not.
 pub fn largest_micro_batch(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Option<u32> {
-    let search = Search::calibrated(cfg, gpu, other_usage);
+    largest_micro_batch_given(cfg, gpu, other_usage, need_exact(cfg, gpu)?)
+}
+
+/// [`largest_micro_batch`] when the config's exact need is known.
+fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<u32> {
+    let search = Search::calibrated(cfg, gpu, other_usage, need);
     search.largest(1, crate::config::MAX_BATCH, |b| Config { batch_size: b, ..cfg.clone() })
 }
 
@@ -270,18 +262,20 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
             card_fit(&s, cfg, g, req.other_usage_bytes)
         })
         .collect();
-    let fixes = if req.with_fixes { crate::plan::fixes(cfg, primary, req.other_usage_bytes) } else { Vec::new() };
+    // The request's own exact need, computed once for the fixes and the batch search.
+    let need = needed(&sim, primary).0;
+    let fixes = if req.with_fixes { fixes_given(cfg, primary, req.other_usage_bytes, need) } else { Vec::new() };
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         config: cfg.clone(),
         params: params::count(cfg),
         tokens_per_iter: cfg.tokens_per_iter(),
-        train: window(&sim.train, cfg, primary),
-        eval: window(&sim.eval, cfg, primary),
-        first_iter: window(&sim.first_iter, cfg, primary),
-        eval_at_start: window(&sim.eval_at_start, cfg, primary),
+        train: window(&sim.train, primary),
+        eval: window(&sim.eval, primary),
+        first_iter: window(&sim.first_iter, primary),
+        eval_at_start: window(&sim.eval_at_start, primary),
         cards,
-        largest_micro_batch: largest_micro_batch(cfg, primary, req.other_usage_bytes),
+        largest_micro_batch: largest_micro_batch_given(cfg, primary, req.other_usage_bytes, need),
         fixes,
         notes: notes(cfg, primary),
     })
@@ -305,23 +299,24 @@ fn largest_where(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
     Some(good)
 }
 
-fn need_of(cfg: &Config, gpu: &Gpu) -> Option<u64> {
-    need_exact(cfg, gpu)
-}
-
 /// Ranked fixes for a config on a card: the cheapest change first. Each carries the changed
 /// config, what it needs and whether that fits. Fixes that change nothing are left out; for a
 /// config that already fits the list is empty.
 pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
+    match need_exact(cfg, gpu) {
+        Some(current) => fixes_given(cfg, gpu, other_usage, current),
+        None => Vec::new(),
+    }
+}
+
+/// [`fixes`] when the config's exact need (`current`) is known.
+fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<Fix> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
-    let Some(current) = need_of(cfg, gpu) else {
-        return Vec::new();
-    };
     if cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16() {
         // bf16 cannot run on this card at all: fp16 autocast (same memory) comes first, and any
         // further fixes are for the fp16 config, since a fix that keeps bf16 fixes nothing.
         let fp16 = Config { dtype: Dtype::Float16, ..cfg.clone() };
-        let need = need_of(&fp16, gpu).unwrap_or(current);
+        let need = need_exact(&fp16, gpu).unwrap_or(current);
         let mut out = vec![Fix {
             title: format!("dtype = 'float16' ({} has no bf16)", gpu.name),
             cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); same memory as bf16".into(),
@@ -331,21 +326,21 @@ pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
             stock_nanogpt: true,
         }];
         if need > available {
-            out.extend(fixes(&fp16, gpu, other_usage));
+            out.extend(fixes_given(&fp16, gpu, other_usage, need));
         }
         return out;
     }
     if current <= available {
         return Vec::new();
     }
-    let fits_cfg = |c: &Config| need_of(c, gpu).is_some_and(|n| n <= available);
-    let search = Search::calibrated(cfg, gpu, other_usage);
+    let fits_cfg = |c: &Config| need_exact(c, gpu).is_some_and(|n| n <= available);
+    let search = Search::calibrated(cfg, gpu, other_usage, current);
     let mut out: Vec<Fix> = Vec::new();
     let mut push = |title: String, cost: String, config: Config, stock: bool| {
         if config == *cfg {
             return;
         }
-        if let Some(n) = need_of(&config, gpu) {
+        if let Some(n) = need_exact(&config, gpu) {
             if n < current {
                 out.push(Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock });
             }

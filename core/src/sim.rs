@@ -1793,7 +1793,7 @@ pub fn simulate(cfg: &Config, target: &Target) -> Simulation {
 pub fn simulate_exact(cfg: &Config, target: &Target) -> Simulation {
     let mut run = Run::new(cfg, *target, None);
     run.fold = false;
-    run.mem.allocator = Some(if cfg.expandable_segments { CachingAllocator::expandable() } else { CachingAllocator::new() });
+    run.mem.allocator = Some(CachingAllocator::configured(cfg.expandable_segments));
     simulate_run(&mut run)
 }
 
@@ -1819,7 +1819,7 @@ fn simulate_run(run: &mut Run) -> Simulation {
 pub fn exact_events(cfg: &Config, target: &Target) -> Vec<AllocEvent> {
     let mut run = Run::new(cfg, *target, None);
     run.fold = false;
-    run.mem.allocator = Some(if cfg.expandable_segments { CachingAllocator::expandable() } else { CachingAllocator::new() });
+    run.mem.allocator = Some(CachingAllocator::configured(cfg.expandable_segments));
     run.mem.log = Some(Vec::new());
     simulate_run(&mut run);
     run.mem.log.take().unwrap_or_default()
