@@ -206,6 +206,13 @@ impl CachingAllocator {
         (idx, counted)
     }
 
+    /// Where a live block lies: its segment's creation ordinal and its offset in the segment
+    /// (the expandable pool is segment `1 << 22`).
+    pub fn place(&self, idx: u32) -> (u64, u64) {
+        let addr = self.blocks[idx as usize].addr;
+        (addr >> 40, addr & ((1 << 40) - 1))
+    }
+
     /// Returns a block; it merges with free neighbours in its segment.
     pub fn free(&mut self, idx: u32) {
         let mut b = self.blocks[idx as usize];

@@ -218,6 +218,10 @@ pub struct AllocEvent {
     pub requested: u64,
     pub block: i64,
     pub reserved: u64,
+    /// Where the block lies: the segment's creation ordinal and the offset in it (to line the
+    /// model up with a snapshot's addresses).
+    pub segment: u64,
+    pub offset: u64,
 }
 
 /// One point of the live-memory curve: after each event.
@@ -377,7 +381,16 @@ impl<'t> Mem<'t> {
             self.handles.push(handle);
             self.window_reserved = self.window_reserved.max(reserved);
             if let Some(log) = self.log.as_mut() {
-                log.push(AllocEvent { op: self.at.describe(), phase: self.at.phase, requested: bytes, block: block as i64, reserved });
+                let (segment, offset) = a.place(handle);
+                log.push(AllocEvent {
+                    op: self.at.describe(),
+                    phase: self.at.phase,
+                    requested: bytes,
+                    block: block as i64,
+                    reserved,
+                    segment,
+                    offset,
+                });
             }
             return self.push(block, cat);
         }
@@ -421,7 +434,9 @@ impl<'t> Mem<'t> {
         self.live[cat.index()] -= bytes;
         self.total -= bytes;
         if let Some(a) = self.allocator.as_mut() {
-            a.free(self.handles[id.0 as usize]);
+            let handle = self.handles[id.0 as usize];
+            let (segment, offset) = a.place(handle);
+            a.free(handle);
             if let Some(log) = self.log.as_mut() {
                 log.push(AllocEvent {
                     op: self.at.describe(),
@@ -429,6 +444,8 @@ impl<'t> Mem<'t> {
                     requested: 0,
                     block: -(bytes as i64),
                     reserved: a.reserved,
+                    segment,
+                    offset,
                 });
             }
         }
@@ -1620,8 +1637,7 @@ impl<'c, 't> Run<'c, 't> {
     /// Micro-steps 3..GA repeat micro-step 2 exactly (gradients resident, the previous
     /// logits alive), so at most two are simulated.
     fn iteration(&mut self) {
-        let ga = self.cfg.gradient_accumulation_steps;
-        for micro in 1..=ga.min(2) {
+        for micro in 1..=self.cfg.gradient_accumulation_steps.min(2) {
             self.mem.at.micro_step = micro;
             let h = self.forward(Mode::Train);
             // `logits, loss = model(X, Y)`: the tensors previously under those names die now.
@@ -1791,10 +1807,16 @@ pub fn simulate(cfg: &Config, target: &Target) -> Simulation {
 /// and each window also reports `max_memory_reserved()`. Slower (no layer folding); the plan
 /// uses it for the figures it shows, searches use [`simulate`].
 pub fn simulate_exact(cfg: &Config, target: &Target) -> Simulation {
+    let mut run = exact_run(cfg, target);
+    simulate_run(&mut run)
+}
+
+/// The unfolded run with the block-level allocator.
+fn exact_run<'c, 't>(cfg: &'c Config, target: &Target) -> Run<'c, 't> {
     let mut run = Run::new(cfg, *target, None);
     run.fold = false;
     run.mem.allocator = Some(CachingAllocator::configured(cfg.expandable_segments));
-    simulate_run(&mut run)
+    run
 }
 
 fn simulate_run(run: &mut Run) -> Simulation {
@@ -1817,9 +1839,7 @@ fn simulate_run(run: &mut Run) -> Simulation {
 /// Every allocator event of [`simulate_exact`], in order: what the caching allocator is asked
 /// for and when it reserves more (for comparing with `torch.cuda.memory._snapshot()` traces).
 pub fn exact_events(cfg: &Config, target: &Target) -> Vec<AllocEvent> {
-    let mut run = Run::new(cfg, *target, None);
-    run.fold = false;
-    run.mem.allocator = Some(CachingAllocator::configured(cfg.expandable_segments));
+    let mut run = exact_run(cfg, target);
     run.mem.log = Some(Vec::new());
     simulate_run(&mut run);
     run.mem.log.take().unwrap_or_default()
