@@ -14,6 +14,8 @@
 //!    micro-batch that fits, and ranked fixes.
 //! 6. [`link`] and [`nanogpt`] — the page's shareable-link codec and a reader for nanoGPT
 //!    `config/*.py` files, so the page, `vramfit plan` and `vramfit train` read the same inputs.
+//! 7. [`trainer_model`] — the same event-level accounting for vramfit's own candle trainer
+//!    (`vramfit train`), whose tensors and lifetimes differ from PyTorch's.
 //!
 //! Nothing here does I/O, and no input panics: it compiles to wasm32 for the page.
 
@@ -25,6 +27,7 @@ pub mod nanogpt;
 pub mod params;
 pub mod plan;
 pub mod sim;
+pub mod trainer_model;
 
 pub use config::{Attention, Config, ConfigError, Dtype, Optimizer};
 pub use device::Gpu;
