@@ -22,6 +22,166 @@ pub enum Command {
     #[command(after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
         (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12.")]
     Plan(PlanArgs),
+    /// Train the model for real (CPU, or CUDA when built with --features cuda).
+    #[command(after_help = "With no --config and no --link, a small character model (2 layers, 4 heads, 64 wide, context 64, \
+        batch 16, 600 iterations) trains on the built-in corpus, and vocab_size is the data's; otherwise settings come from \
+        nanoGPT's defaults, then --config, then --link, then the flags. With --resume the checkpoint's settings replace all \
+        of those; flags may still change the training ones (not the model's shape). Threads: CANDLE_NUM_THREADS and \
+        RAYON_NUM_THREADS, or --threads.")]
+    Train(Box<TrainArgs>),
+    /// Generate text from a checkpoint written by `vramfit train`.
+    Sample(SampleArgs),
+}
+
+/// `vramfit train`'s flags: the run's settings as for `plan`, the data, and train.py's training settings.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// A text file (character vocabulary, or GPT-2 with --tokenizer gpt2) or a directory with nanoGPT's
+    /// train.bin and val.bin [default: the built-in corpus].
+    #[arg(long, value_name = "PATH")]
+    pub data: Option<PathBuf>,
+    /// How a text file becomes tokens: char or gpt2 [default: char].
+    #[arg(long, value_name = "KIND", value_parser = parse_tokenizer)]
+    pub tokenizer: Option<vramfit::data::Tokenizer>,
+    /// Continue from out_dir's checkpoint (same batches and results as an uninterrupted run on CPU).
+    #[arg(long)]
+    pub resume: bool,
+    /// Where the checkpoint, log.jsonl and loss.svg go [default: out].
+    #[arg(long = "out-dir", alias = "out_dir", value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// cpu or cuda [default: cpu].
+    #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<DeviceArg>,
+    /// Sets CANDLE_NUM_THREADS and RAYON_NUM_THREADS (CPU threads) for this run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+    /// Optimizer steps to take [default: 600000].
+    #[arg(long = "max-iters", alias = "max_iters", value_name = "N")]
+    pub max_iters: Option<u64>,
+    /// Peak learning rate [default: 6e-4].
+    #[arg(long = "learning-rate", alias = "learning_rate", value_name = "LR", value_parser = parse_non_negative)]
+    pub learning_rate: Option<f64>,
+    /// Cosine decay with warmup: true or false (constant learning rate) [default: true].
+    #[arg(long = "decay-lr", alias = "decay_lr", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub decay_lr: Option<bool>,
+    /// Linear warmup iterations [default: 2000].
+    #[arg(long = "warmup-iters", alias = "warmup_iters", value_name = "N")]
+    pub warmup_iters: Option<u64>,
+    /// Iteration at which the learning rate reaches min-lr [default: 600000].
+    #[arg(long = "lr-decay-iters", alias = "lr_decay_iters", value_name = "N")]
+    pub lr_decay_iters: Option<u64>,
+    /// Final learning rate [default: 6e-5].
+    #[arg(long = "min-lr", alias = "min_lr", value_name = "LR", value_parser = parse_non_negative)]
+    pub min_lr: Option<f64>,
+    /// AdamW weight decay of the 2-D parameters [default: 0.1].
+    #[arg(long = "weight-decay", alias = "weight_decay", value_name = "WD", value_parser = parse_non_negative)]
+    pub weight_decay: Option<f64>,
+    /// AdamW beta1 [default: 0.9].
+    #[arg(long, value_name = "B", value_parser = parse_beta)]
+    pub beta1: Option<f64>,
+    /// AdamW beta2 [default: 0.95].
+    #[arg(long, value_name = "B", value_parser = parse_beta)]
+    pub beta2: Option<f64>,
+    /// Clip gradients to this global norm; 0 disables [default: 1.0].
+    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "NORM", value_parser = parse_non_negative)]
+    pub grad_clip: Option<f64>,
+    /// Iterations between evaluations (and checkpoints) [default: 2000].
+    #[arg(long = "eval-interval", alias = "eval_interval", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub eval_interval: Option<u64>,
+    /// Iterations between progress lines when stderr is not a terminal [default: 1].
+    #[arg(long = "log-interval", alias = "log_interval", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_interval: Option<u64>,
+    /// Save at every evaluation, not only when val loss improves: true or false [default: true].
+    #[arg(
+        long = "always-save-checkpoint",
+        alias = "always_save_checkpoint",
+        value_name = "BOOL",
+        value_parser = parse_bool,
+        action = clap::ArgAction::Set
+    )]
+    pub always_save_checkpoint: Option<bool>,
+    /// Seed of the initialisation, the batches and dropout [default: 1337].
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Cross-entropy in chunks of rows, never holding all B*T*V logits: true or false [default: false].
+    #[arg(long = "chunked-loss", alias = "chunked_loss", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub chunked_loss: Option<bool>,
+    /// Rows (sequences x positions) per eval forward [default: the whole eval batch].
+    #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub eval_chunk_rows: Option<u64>,
+}
+
+/// `vramfit sample`'s flags (nanoGPT's sample.py names).
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// The directory `vramfit train` wrote the checkpoint to.
+    #[arg(long = "out-dir", alias = "out_dir", value_name = "DIR", default_value = "out")]
+    pub out_dir: PathBuf,
+    /// Text the samples continue [default: a newline].
+    #[arg(long, alias = "start", value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// Samples to draw.
+    #[arg(long = "num-samples", alias = "num_samples", value_name = "N", default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub num_samples: u32,
+    /// Tokens generated per sample.
+    #[arg(long = "max-new-tokens", alias = "max_new_tokens", value_name = "N", default_value_t = 300,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_new_tokens: u32,
+    /// Divides the logits: below 1 is more conservative, above 1 more random.
+    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = parse_temperature)]
+    pub temperature: f64,
+    /// Sample only among the K most likely tokens.
+    #[arg(long = "top-k", alias = "top_k", value_name = "K", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub top_k: u32,
+    /// Seed of the sampling.
+    #[arg(long, value_name = "N", default_value_t = 1337)]
+    pub seed: u64,
+    /// cpu or cuda [default: cpu].
+    #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<DeviceArg>,
+}
+
+/// `--device`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceArg {
+    Cpu,
+    Cuda,
+}
+
+fn parse_device(s: &str) -> Result<DeviceArg, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "cpu" => Ok(DeviceArg::Cpu),
+        "cuda" | "gpu" | "cuda:0" => Ok(DeviceArg::Cuda),
+        _ => Err("expected cpu or cuda".into()),
+    }
+}
+
+fn parse_tokenizer(s: &str) -> Result<vramfit::data::Tokenizer, String> {
+    vramfit::data::Tokenizer::parse(s).ok_or_else(|| "expected char or gpt2".into())
+}
+
+fn parse_non_negative(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err("expected a finite number >= 0".into()),
+    }
+}
+
+fn parse_beta(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if (0.0..1.0).contains(&x) => Ok(x),
+        _ => Err("expected a number in [0, 1)".into()),
+    }
+}
+
+fn parse_temperature(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err("expected a number > 0".into()),
+    }
 }
 
 /// `vramfit plan`'s flags.

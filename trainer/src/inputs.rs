@@ -1,7 +1,8 @@
 //! Turning flags, a config file and a link into one validated run description.
 //!
 //! Precedence, lowest first: nanoGPT's defaults, `--config FILE`, `--link`, explicit flags.
-//! `plan` uses it now; `train` and `sample` will read their settings the same way.
+//! `plan` and `train` read their settings this way (`train` starts from a small model when given
+//! neither a config file nor a link; see `train_cmd`).
 
 use crate::cli::{CardArgs, RunArgs};
 use vramfit_core::link::{self, LinkState};
@@ -59,7 +60,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
 }
 
 /// Explicit flags override whatever the file and the link said.
-fn apply_flags(cfg: &mut Config, run: &RunArgs) {
+pub fn apply_flags(cfg: &mut Config, run: &RunArgs) {
     fn set<T: Copy>(slot: &mut T, flag: Option<T>) {
         if let Some(v) = flag {
             *slot = v;

@@ -2,6 +2,17 @@
 //!
 //! - [`model`] — nanoGPT's GPT on candle with a hand-written backward (explicit tensor lifetimes).
 //! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks.
+//! - [`data`] (with [`corpus`], the built-in text) — tokens, vocabularies and nanoGPT's random batches.
+//! - [`optim`] — AdamW with nanoGPT's parameter groups, gradient clipping, the learning-rate schedule.
+//! - [`train`] — train.py's loop; [`checkpoint`] — atomic safetensors checkpoints for `--resume` and `sample`.
+//! - [`progress`] and [`lossplot`] — the progress bar, `log.jsonl` and `loss.svg`.
 
+pub mod checkpoint;
+pub mod corpus;
+pub mod data;
+pub mod lossplot;
 pub mod mem;
 pub mod model;
+pub mod optim;
+pub mod progress;
+pub mod train;

@@ -1,12 +1,20 @@
-//! `vramfit`: predicts a nanoGPT training run's GPU memory (`plan`); `train` and `sample`
-//! will follow as further subcommands.
+//! `vramfit`: predicts a nanoGPT training run's GPU memory (`plan`), trains it (`train`) and
+//! samples from the result (`sample`). The training machinery lives in the library half
+//! (`src/lib.rs`); this binary parses flags and reports.
 //!
-//! Exit codes: 0 success, 2 bad input (one `error: ...` line on stderr), 1 output failure.
+//! Exit codes: 0 success, 2 bad input (one `error: ...` line on stderr), 1 output or training
+//! failure, 130 training stopped by Ctrl-C (after saving a checkpoint).
 
 mod cli;
 mod inputs;
 mod plan_cmd;
 mod report;
+mod sample_cmd;
+mod train_cmd;
+
+/// Every heap allocation is counted, so `train` can show (and the pre-flight compare) measured memory.
+#[global_allocator]
+static ALLOCATOR: vramfit::mem::CountingAlloc = vramfit::mem::CountingAlloc;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -18,12 +26,25 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         cli::Command::Plan(args) => plan_cmd::run(args),
+        cli::Command::Train(args) => return finish(train_cmd::run(args)),
+        cli::Command::Sample(args) => return finish(sample_cmd::run(args)),
     };
     match result {
         Ok(text) => write_stdout(&text),
         Err(message) => {
             print_error(&message);
             ExitCode::from(2)
+        }
+    }
+}
+
+/// The exit of `train` and `sample`, which print as they go.
+fn finish(result: Result<u8, train_cmd::Failure>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            print_error(&failure.message);
+            ExitCode::from(failure.code)
         }
     }
 }

@@ -1,0 +1,186 @@
+//! Checkpoints: one safetensors file with the parameters (nanoGPT's names), AdamW's moments
+//! (`optimizer.exp_avg.<name>`, `optimizer.exp_avg_sq.<name>`) and, in the header's metadata
+//! under `vramfit`, a JSON document with everything else needed to continue or sample: the
+//! model config, the training settings, the data source and vocabulary, the iteration, the best
+//! validation loss and the batch RNG's state.
+//!
+//! Writing is atomic: the bytes go to a temporary file in the same directory, which is flushed to
+//! disk (fsync) and then renamed over the old checkpoint (rename is atomic within a file system on
+//! POSIX), and the directory is synced so the rename itself survives a power cut. A crash or kill
+//! at any moment leaves either the old checkpoint or the new one, never a torn file.
+
+use crate::data::{DataSource, Vocabulary};
+use crate::train::TrainSettings;
+use candle_core::{DType, Device, Tensor};
+use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use vramfit_core::Config;
+
+/// The checkpoint file's name inside `out_dir`.
+pub const FILE_NAME: &str = "ckpt.safetensors";
+
+/// The metadata key holding [`CheckpointMeta`] as JSON.
+const META_KEY: &str = "vramfit";
+
+/// Bumped when the layout changes; a checkpoint of another version is refused.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Test hook: `VRAMFIT_TEST_CRASH_IN_CHECKPOINT=mid-write` aborts the process after writing half
+/// of the temporary file, `=before-rename` after writing and syncing all of it. The tests use it
+/// to show a crash at those moments leaves the previous checkpoint loadable.
+const CRASH_HOOK: &str = "VRAMFIT_TEST_CRASH_IN_CHECKPOINT";
+
+/// Everything but the tensors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    pub format: u32,
+    pub config: Config,
+    pub settings: TrainSettings,
+    pub data: DataSource,
+    pub vocab: Vocabulary,
+    /// The next iteration to run.
+    pub iter_num: u64,
+    /// Whether the evaluation scheduled at `iter_num` (if any) already ran before saving.
+    pub evaluated: bool,
+    pub best_val_loss: Option<f32>,
+    /// State of the batch-sampling RNG (SplitMix64) at `iter_num`.
+    pub rng_state: u64,
+    /// AdamW steps taken (0: no moments saved).
+    pub optimizer_steps: u64,
+    /// Parameter names in the model's order.
+    pub param_names: Vec<String>,
+}
+
+/// A checkpoint in memory: the metadata and f32 tensors in `param_names` order.
+pub struct Checkpoint {
+    pub meta: CheckpointMeta,
+    pub params: Vec<Tensor>,
+    /// Empty when `optimizer_steps == 0`.
+    pub exp_avg: Vec<Tensor>,
+    pub exp_avg_sq: Vec<Tensor>,
+}
+
+/// An f32 tensor's little-endian bytes, for safetensors.
+struct F32View {
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl View for F32View {
+    fn dtype(&self) -> StDtype {
+        StDtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+fn to_view(t: &Tensor) -> candle_core::Result<F32View> {
+    let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(F32View { shape: t.dims().to_vec(), bytes: values.iter().flat_map(|x| x.to_le_bytes()).collect() })
+}
+
+/// The file's bytes.
+fn serialize(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
+    let names = &ckpt.meta.param_names;
+    let mut tensors: Vec<(String, F32View)> = Vec::new();
+    let mut add = |name: String, t: &Tensor| -> Result<(), String> {
+        tensors.push((name.clone(), to_view(t).map_err(|e| format!("cannot copy {name} for the checkpoint: {e}"))?));
+        Ok(())
+    };
+    for (name, t) in names.iter().zip(&ckpt.params) {
+        add(name.clone(), t)?;
+    }
+    for (name, t) in names.iter().zip(&ckpt.exp_avg) {
+        add(format!("optimizer.exp_avg.{name}"), t)?;
+    }
+    for (name, t) in names.iter().zip(&ckpt.exp_avg_sq) {
+        add(format!("optimizer.exp_avg_sq.{name}"), t)?;
+    }
+    let meta = serde_json::to_string(&ckpt.meta).map_err(|e| format!("cannot encode checkpoint metadata: {e}"))?;
+    let info = HashMap::from([(META_KEY.to_string(), meta)]);
+    safetensors::serialize(tensors, Some(info)).map_err(|e| format!("cannot encode checkpoint: {e}"))
+}
+
+/// Writes `ckpt` to `path` atomically (see the module docs).
+pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<(), String> {
+    let bytes = serialize(ckpt)?;
+    write_atomically(path, &bytes)
+}
+
+/// Temporary file, fsync, rename, fsync of the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let shown = path.display();
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
+    let temp: PathBuf = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let crash = std::env::var(CRASH_HOOK).ok();
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&temp)?;
+        if crash.as_deref() == Some("mid-write") {
+            file.write_all(&bytes[..bytes.len() / 2])?;
+            file.sync_all()?;
+            std::process::abort();
+        }
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        if crash.as_deref() == Some("before-rename") {
+            std::process::abort();
+        }
+        std::fs::rename(&temp, path)?;
+        // The rename is durable once the directory entry is on disk. Opening a directory to
+        // sync it works on Linux and macOS; elsewhere the rename is still atomic.
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        format!("cannot write checkpoint {shown}: {e}")
+    })
+}
+
+/// Reads a checkpoint; every problem (missing, not safetensors, not vramfit's, truncated,
+/// inconsistent) is one line.
+pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
+    let shown = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read checkpoint {shown}: {e}"))?;
+    let bad = |why: String| format!("{shown} is not a usable vramfit checkpoint: {why}");
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("{e}")))?;
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("{e}")))?;
+    let meta_json = header.metadata().as_ref().and_then(|m| m.get(META_KEY)).ok_or_else(|| bad("no vramfit metadata".into()))?;
+    let meta: CheckpointMeta = serde_json::from_str(meta_json).map_err(|e| bad(format!("metadata: {e}")))?;
+    if meta.format != FORMAT_VERSION {
+        return Err(bad(format!("format version {} (this vramfit reads {FORMAT_VERSION})", meta.format)));
+    }
+    meta.config.validate().map_err(|e| bad(format!("config: {e}")))?;
+    let tensor = |name: &str| -> Result<Tensor, String> {
+        let view = st.tensor(name).map_err(|_| bad(format!("tensor {name} is missing")))?;
+        if view.dtype() != StDtype::F32 {
+            return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
+        }
+        let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Tensor::from_vec(values, view.shape(), device).map_err(|e| bad(format!("tensor {name}: {e}")))
+    };
+    let params = meta.param_names.iter().map(|n| tensor(n)).collect::<Result<Vec<_>, _>>()?;
+    let (exp_avg, exp_avg_sq) = if meta.optimizer_steps > 0 {
+        (
+            meta.param_names.iter().map(|n| tensor(&format!("optimizer.exp_avg.{n}"))).collect::<Result<Vec<_>, _>>()?,
+            meta.param_names.iter().map(|n| tensor(&format!("optimizer.exp_avg_sq.{n}"))).collect::<Result<Vec<_>, _>>()?,
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Ok(Checkpoint { meta, params, exp_avg, exp_avg_sq })
+}

@@ -1,0 +1,146 @@
+//! What a training run shows and records: a progress bar on a terminal (loss, tokens/s, memory),
+//! plain progress lines otherwise, and `log.jsonl` in `out_dir` with one JSON object per
+//! iteration, evaluation and checkpoint (appended to on `--resume`).
+//!
+//! Memory is the counting allocator's live and peak heap bytes ([`crate::mem`]) when the binary
+//! installed it, else the process's resident set from `/proc/self/status` (Linux).
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+/// The log's file name inside `out_dir`.
+pub const LOG_FILE: &str = "log.jsonl";
+
+/// One optimizer step.
+#[derive(Clone, Debug, Serialize)]
+pub struct IterRecord {
+    pub iter: u64,
+    /// Mean loss over the iteration's micro-steps.
+    pub loss: f32,
+    pub lr: f64,
+    /// Global gradient norm before clipping (absent when clipping is off).
+    pub grad_norm: Option<f64>,
+    pub secs: f64,
+    pub tokens_per_s: f64,
+}
+
+/// One `estimate_loss`.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvalRecord {
+    pub iter: u64,
+    pub train_loss: f32,
+    pub val_loss: f32,
+    pub secs: f64,
+}
+
+/// Heap bytes (live, peak) from the counting allocator, else resident bytes (current, high-water).
+pub fn memory() -> Option<(u64, u64)> {
+    if crate::mem::installed() {
+        return Some((crate::mem::live(), crate::mem::peak()));
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |key: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..].trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The bar, the log file and the plain-text fallback.
+pub struct Progress {
+    bar: ProgressBar,
+    /// Whether the bar is drawn (stderr is a terminal); otherwise plain lines go to stdout.
+    interactive: bool,
+    log: Option<File>,
+    log_interval: u64,
+}
+
+impl Progress {
+    /// Opens (appends to) `out_dir/log.jsonl`; the bar counts iterations `start .. max_iters`.
+    pub fn new(out_dir: &Path, start: u64, max_iters: u64, log_interval: u64) -> Result<Progress, String> {
+        let path = out_dir.join(LOG_FILE);
+        let log = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let interactive = std::io::stderr().is_terminal();
+        let bar = if interactive {
+            let bar = ProgressBar::with_draw_target(Some(max_iters), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.set_position(start);
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        Ok(Progress { bar, interactive, log: Some(log), log_interval: log_interval.max(1) })
+    }
+
+    /// A progress that shows and records nothing (library callers and tests).
+    pub fn silent() -> Progress {
+        Progress { bar: ProgressBar::hidden(), interactive: false, log: None, log_interval: u64::MAX }
+    }
+
+    /// Prints a line on stdout without tearing the bar.
+    pub fn line(&self, text: &str) {
+        if self.log.is_none() {
+            return;
+        }
+        self.bar.suspend(|| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{text}");
+            let _ = out.flush();
+        });
+    }
+
+    fn record<T: Serialize>(&mut self, kind: &str, value: &T) {
+        let Some(log) = self.log.as_mut() else { return };
+        let mut object = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+        if let serde_json::Value::Object(map) = &mut object {
+            map.insert("kind".into(), kind.into());
+            if let Some((live, peak)) = memory() {
+                map.insert("mem_bytes".into(), live.into());
+                map.insert("mem_peak_bytes".into(), peak.into());
+            }
+        }
+        // A full disk must not stop training; the checkpoint write reports its own errors.
+        let _ = writeln!(log, "{object}");
+    }
+
+    pub fn iter(&mut self, rec: &IterRecord) {
+        self.record("iter", rec);
+        let mem = memory().map(|(live, peak)| format!(", mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
+        let text = format!("loss {:.4}, {:.0} tok/s{mem}", rec.loss, rec.tokens_per_s);
+        if self.interactive {
+            self.bar.set_message(text);
+            self.bar.set_position(rec.iter + 1);
+        } else if rec.iter % self.log_interval == 0 {
+            self.line(&format!("iter {}: {text}, {:.0} ms", rec.iter, rec.secs * 1000.0));
+        }
+    }
+
+    pub fn eval(&mut self, rec: &EvalRecord) {
+        self.record("eval", rec);
+        self.line(&format!("step {}: train loss {:.4}, val loss {:.4}", rec.iter, rec.train_loss, rec.val_loss));
+    }
+
+    pub fn checkpoint(&mut self, iter: u64, path: &Path, why: &str) {
+        #[derive(Serialize)]
+        struct Saved<'a> {
+            iter: u64,
+            path: String,
+            why: &'a str,
+        }
+        self.record("checkpoint", &Saved { iter, path: path.display().to_string(), why });
+        self.line(&format!("saved checkpoint at iteration {iter} to {} ({why})", path.display()));
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -1,0 +1,296 @@
+//! nanoGPT's `train.py` loop on [`Gpt`]: what `vramfit train` runs once its settings are resolved.
+//!
+//! One iteration, as in train.py:
+//! 1. if `iter_num % eval_interval == 0` (and once more at the end): estimate the train and val
+//!    loss over `eval_iters` batches of `eval_batch_size × eval_block_size` each, without
+//!    dropout or gradients; if val improved (or `always_save_checkpoint`), remember it and, past
+//!    iteration 0, write the checkpoint;
+//! 2. stop once `iter_num == max_iters` (train.py runs one more step after its last evaluation,
+//!    whose result it never saves; vramfit stops there, so `max_iters` steps are taken);
+//! 3. `gradient_accumulation_steps` micro-steps: a random batch, forward, loss, backward; the
+//!    gradients are summed and divided by the number of micro-steps (train.py divides each loss);
+//! 4. clip to `grad_clip` by global norm (unless 0), set the learning rate from the schedule and
+//!    take an AdamW step.
+//!
+//! Reproducibility: the parameters start from `seed`; batches and dropout masks come from one
+//! seeded RNG whose state is checkpointed after each evaluation, so `--resume` from a checkpoint
+//! continues exactly as the uninterrupted run would (bit-identical on CPU). Ctrl-C sets a flag the
+//! loop checks between iterations: it saves a checkpoint there and returns.
+
+use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
+use crate::data::{get_batch, Dataset, Tokens};
+use crate::model::{Gpt, HostRng, ModelOptions};
+use crate::optim::{clip_grad_norm, AdamW, AdamWSettings, LrSchedule};
+use crate::progress::{EvalRecord, IterRecord, Progress};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use vramfit_core::Config;
+
+/// train.py's settings that the memory model does not need (nanoGPT's names and meanings).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainSettings {
+    pub max_iters: u64,
+    pub lr: LrSchedule,
+    pub adamw: AdamWSettings,
+    /// 0 disables clipping.
+    pub grad_clip: f64,
+    pub eval_interval: u64,
+    /// Iterations between progress lines when stderr is not a terminal.
+    pub log_interval: u64,
+    pub always_save_checkpoint: bool,
+    pub seed: u64,
+    pub out_dir: PathBuf,
+    /// Cross-entropy over chunks of rows (memory saver).
+    pub chunked_loss: bool,
+    /// Rows per eval forward (memory saver); `None` = the whole eval batch.
+    pub eval_chunk_rows: Option<usize>,
+}
+
+impl Default for TrainSettings {
+    /// train.py's defaults (GPT-2 124M on OpenWebText).
+    fn default() -> Self {
+        TrainSettings {
+            max_iters: 600_000,
+            lr: LrSchedule { learning_rate: 6e-4, decay_lr: true, warmup_iters: 2000, lr_decay_iters: 600_000, min_lr: 6e-5 },
+            adamw: AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 },
+            grad_clip: 1.0,
+            eval_interval: 2000,
+            log_interval: 1,
+            always_save_checkpoint: true,
+            seed: 1337,
+            out_dir: PathBuf::from("out"),
+            chunked_loss: false,
+            eval_chunk_rows: None,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Iterations completed (the next one to run).
+    pub iter_num: u64,
+    pub best_val_loss: Option<f32>,
+    /// The last evaluation's (train, val) loss.
+    pub last_eval: Option<(f32, f32)>,
+    /// Ctrl-C stopped it (a checkpoint was saved).
+    pub interrupted: bool,
+    /// Where the checkpoint is (if one was ever written by this run or a previous one).
+    pub checkpoint: Option<PathBuf>,
+    /// Training tokens per second over this run's iterations.
+    pub tokens_per_s: f64,
+}
+
+/// One split's mean loss over `eval_iters` random batches.
+fn split_loss(model: &Gpt, tokens: &Tokens, cfg: &Config, rng: &mut HostRng, device: &Device) -> Result<f32, String> {
+    let (b, t) = (cfg.eval_batch() as usize, cfg.eval_block() as usize);
+    let mut sum = 0f64;
+    for _ in 0..cfg.eval_iters {
+        let (x, y) = get_batch(tokens, b, t, rng);
+        let (x, y) = (to_tensor(x, b, t, device)?, to_tensor(y, b, t, device)?);
+        sum += model.eval_loss(&x, &y).map_err(|e| format!("eval forward failed: {e}"))? as f64;
+    }
+    Ok((sum / cfg.eval_iters as f64) as f32)
+}
+
+fn to_tensor(ids: Vec<u32>, b: usize, t: usize, device: &Device) -> Result<Tensor, String> {
+    Tensor::from_vec(ids, (b, t), device).map_err(|e| format!("cannot move a batch to the device: {e}"))
+}
+
+/// Builds the model (and, when resuming, loads the checkpoint's weights and optimizer state).
+pub fn build(cfg: &Config, settings: &TrainSettings, device: &Device, resume: Option<&Checkpoint>) -> Result<(Gpt, AdamW), String> {
+    let opts = ModelOptions {
+        activation_checkpointing: cfg.activation_checkpointing,
+        chunked_loss: settings.chunked_loss,
+        eval_chunk_rows: settings.eval_chunk_rows,
+    };
+    let model = Gpt::new(cfg, opts, device, settings.seed).map_err(|e| format!("cannot build the model: {e}"))?;
+    let mut optimizer = AdamW::new(model.params(), settings.adamw);
+    if let Some(ckpt) = resume {
+        load_weights(&model, ckpt)?;
+        optimizer.restore(model.params(), ckpt.meta.optimizer_steps, ckpt.exp_avg.clone(), ckpt.exp_avg_sq.clone())?;
+    }
+    Ok((model, optimizer))
+}
+
+/// Copies a checkpoint's parameters into the model, checking names and shapes.
+pub fn load_weights(model: &Gpt, ckpt: &Checkpoint) -> Result<(), String> {
+    let params = model.params();
+    if ckpt.meta.param_names.len() != params.len() {
+        return Err(format!("the checkpoint has {} parameters, the model {}", ckpt.meta.param_names.len(), params.len()));
+    }
+    for ((name, var), (saved_name, saved)) in params.iter().zip(ckpt.meta.param_names.iter().zip(&ckpt.params)) {
+        if name != saved_name || var.dims() != saved.dims() {
+            return Err(format!("the checkpoint's {saved_name} {:?} does not match the model's {name} {:?}", saved.dims(), var.dims()));
+        }
+        var.set(&saved.to_device(var.device()).map_err(|e| e.to_string())?).map_err(|e| format!("cannot load {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Everything the loop needs.
+pub struct Run<'a> {
+    pub cfg: &'a Config,
+    pub settings: &'a TrainSettings,
+    pub data: &'a Dataset,
+    pub device: &'a Device,
+    pub model: &'a Gpt,
+    pub optimizer: &'a mut AdamW,
+    /// Set by the Ctrl-C handler.
+    pub interrupt: &'a AtomicBool,
+}
+
+/// Where the loop stands; what a checkpoint records besides the tensors.
+struct LoopState {
+    iter_num: u64,
+    evaluated: bool,
+    best_val_loss: Option<f32>,
+    rng: HostRng,
+}
+
+/// Runs the loop from `resume`'s state (or from the start) to `max_iters` or Ctrl-C.
+pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progress) -> Result<Summary, String> {
+    let Run { cfg, settings, data, device, model, optimizer, interrupt } = run;
+    let ckpt_path = settings.out_dir.join(checkpoint::FILE_NAME);
+    let mut state = match resume {
+        Some(meta) => LoopState {
+            iter_num: meta.iter_num,
+            evaluated: meta.evaluated,
+            best_val_loss: meta.best_val_loss,
+            rng: HostRng::new(meta.rng_state),
+        },
+        // A stream apart from the model's initialisation, which also starts from `seed`.
+        None => LoopState { iter_num: 0, evaluated: false, best_val_loss: None, rng: HostRng::new(settings.seed ^ 0x0062_6174_6368_6573) },
+    };
+    let mut saved_any = resume.is_some();
+    let (b, t, ga) = (cfg.batch_size as usize, cfg.block_size as usize, cfg.gradient_accumulation_steps as usize);
+    let tokens_per_iter = (b * t * ga) as f64;
+    let mut last_eval = None;
+    let (mut train_secs, mut train_iters) = (0f64, 0u64);
+
+    loop {
+        if interrupt.load(Ordering::SeqCst) {
+            save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
+            progress.checkpoint(state.iter_num, &ckpt_path, "interrupted");
+            crate::lossplot::write_for(&settings.out_dir);
+            return Ok(Summary {
+                iter_num: state.iter_num,
+                best_val_loss: state.best_val_loss,
+                last_eval,
+                interrupted: true,
+                checkpoint: Some(ckpt_path),
+                tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),
+            });
+        }
+        let finished = state.iter_num >= settings.max_iters;
+        let scheduled = settings.eval_interval > 0 && state.iter_num % settings.eval_interval == 0;
+        if (scheduled || finished) && !state.evaluated {
+            let started = Instant::now();
+            let train_loss = split_loss(model, &data.train, cfg, &mut state.rng, device)?;
+            let val_loss = split_loss(model, &data.val, cfg, &mut state.rng, device)?;
+            state.evaluated = true;
+            last_eval = Some((train_loss, val_loss));
+            progress.eval(&EvalRecord { iter: state.iter_num, train_loss, val_loss, secs: started.elapsed().as_secs_f64() });
+            let improved = state.best_val_loss.is_none_or(|best| val_loss < best);
+            if improved || settings.always_save_checkpoint {
+                state.best_val_loss = Some(val_loss);
+                if state.iter_num > 0 {
+                    save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
+                    saved_any = true;
+                    progress.checkpoint(state.iter_num, &ckpt_path, if improved { "best val loss" } else { "always_save_checkpoint" });
+                    crate::lossplot::write_for(&settings.out_dir);
+                }
+            }
+        }
+        if finished {
+            break;
+        }
+
+        let started = Instant::now();
+        let lr = settings.lr.at(state.iter_num);
+        let mut acc: Vec<Tensor> = Vec::new();
+        let mut loss_sum = 0f64;
+        for _ in 0..ga {
+            let (x, y) = get_batch(&data.train, b, t, &mut state.rng);
+            let dropout_seed = state.rng.next_u64();
+            let (x, y) = (to_tensor(x, b, t, device)?, to_tensor(y, b, t, device)?);
+            let (loss, grads) = model.loss_and_grads(&x, &y, dropout_seed).map_err(|e| format!("training step failed: {e}"))?;
+            if !loss.is_finite() {
+                return Err(format!("the loss became {loss} at iteration {}: try a lower --learning-rate", state.iter_num));
+            }
+            loss_sum += loss as f64;
+            acc = if acc.is_empty() {
+                grads
+            } else {
+                acc.iter().zip(&grads).map(|(a, g)| a + g).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?
+            };
+        }
+        if ga > 1 {
+            let inv = 1.0 / ga as f64;
+            acc = acc.iter().map(|g| g * inv).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?;
+        }
+        let grad_norm = if settings.grad_clip > 0.0 {
+            Some(clip_grad_norm(&mut acc, settings.grad_clip).map_err(|e| format!("gradient clipping failed: {e}"))?)
+        } else {
+            None
+        };
+        optimizer.step(model.params(), &acc, lr).map_err(|e| format!("optimizer step failed: {e}"))?;
+        drop(acc);
+        let secs = started.elapsed().as_secs_f64();
+        train_secs += secs;
+        train_iters += 1;
+        progress.iter(&IterRecord {
+            iter: state.iter_num,
+            loss: (loss_sum / ga as f64) as f32,
+            lr,
+            grad_norm,
+            secs,
+            tokens_per_s: tokens_per_iter / secs.max(1e-9),
+        });
+        state.iter_num += 1;
+        state.evaluated = false;
+    }
+    crate::lossplot::write_for(&settings.out_dir);
+    Ok(Summary {
+        iter_num: state.iter_num,
+        best_val_loss: state.best_val_loss,
+        last_eval,
+        interrupted: false,
+        checkpoint: saved_any.then_some(ckpt_path),
+        tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),
+    })
+}
+
+fn save(
+    path: &Path,
+    cfg: &Config,
+    settings: &TrainSettings,
+    data: &Dataset,
+    model: &Gpt,
+    optimizer: &AdamW,
+    state: &LoopState,
+) -> Result<(), String> {
+    let (steps, m, v) = optimizer.state();
+    let ckpt = Checkpoint {
+        meta: CheckpointMeta {
+            format: checkpoint::FORMAT_VERSION,
+            config: cfg.clone(),
+            settings: settings.clone(),
+            data: data.source.clone(),
+            vocab: data.vocab.clone(),
+            iter_num: state.iter_num,
+            evaluated: state.evaluated,
+            best_val_loss: state.best_val_loss,
+            rng_state: state.rng.state(),
+            optimizer_steps: steps,
+            param_names: model.params().iter().map(|(n, _)| n.clone()).collect(),
+        },
+        params: model.params().iter().map(|(_, v)| v.as_tensor().clone()).collect(),
+        exp_avg: m.to_vec(),
+        exp_avg_sq: v.to_vec(),
+    };
+    checkpoint::save(path, &ckpt)
+}

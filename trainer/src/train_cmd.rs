@@ -1,0 +1,401 @@
+//! `vramfit train`: resolve the settings, load the data, build the model, run the loop.
+//!
+//! Settings, lowest precedence first:
+//! - with neither `--config` nor `--link`: [`small_default`], a character model that learns the
+//!   built-in corpus in about a minute on two CPU cores; otherwise nanoGPT's train.py defaults;
+//! - the config file (its model settings through core's reader, its training settings here);
+//! - the link; then the flags.
+//!
+//! With `--resume` the checkpoint's settings replace all of that (`--config` and `--link` are
+//! refused), and flags may change the training settings and the batch shapes but not the model.
+//!
+//! Exit codes: 0 done, 2 bad input (one `error:` line), 1 training failed, 130 Ctrl-C (checkpoint saved).
+
+use crate::cli::{CardArgs, DeviceArg, RunArgs, TrainArgs};
+use crate::inputs;
+use candle_core::Device;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use vramfit::checkpoint::{self, Checkpoint};
+use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
+use vramfit::progress::Progress;
+use vramfit::train::{self, Run, TrainSettings};
+use vramfit_core::nanogpt::Value;
+use vramfit_core::{Attention, Config, Dtype};
+
+/// A failure and the exit code it maps to.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+fn input(message: impl Into<String>) -> Failure {
+    Failure { code: 2, message: message.into() }
+}
+
+fn failed(message: impl Into<String>) -> Failure {
+    Failure { code: 1, message: message.into() }
+}
+
+/// The run `vramfit train` does with no arguments: 2 layers × 64 wide (about 0.1 M parameters
+/// plus the character embedding), context 64, batch 16, 600 iterations at a peak learning rate
+/// of 1e-3 (nanoGPT's `train_shakespeare_char.py` choices, scaled down).
+pub fn small_default() -> (Config, TrainSettings) {
+    let cfg = Config {
+        n_layer: 2,
+        n_head: 4,
+        n_embd: 64,
+        block_size: 64,
+        bias: false,
+        dropout: 0.0,
+        batch_size: 16,
+        gradient_accumulation_steps: 1,
+        eval_iters: 20,
+        dtype: Dtype::Float32,
+        attention: Attention::Manual,
+        compile: false,
+        ..Config::default()
+    };
+    let mut settings = TrainSettings { max_iters: 600, eval_interval: 100, log_interval: 50, ..TrainSettings::default() };
+    settings.lr.learning_rate = 1e-3;
+    settings.lr.warmup_iters = 20;
+    settings.lr.lr_decay_iters = 600;
+    settings.lr.min_lr = 1e-4;
+    settings.adamw.beta2 = 0.99;
+    (cfg, settings)
+}
+
+/// Runs `vramfit train`; `Ok` carries the exit code (0, or 130 after Ctrl-C).
+pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
+    if let Some(n) = args.threads {
+        // Before candle starts its thread pools (they read these once).
+        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    let device = make_device(args.device)?;
+    let out_dir = args.out_dir.clone();
+    let resume = if args.resume {
+        if args.run.config.is_some() || args.run.link.is_some() {
+            return Err(input("--resume takes the settings from the checkpoint: drop --config/--link and change settings with flags"));
+        }
+        let dir = out_dir.clone().unwrap_or_else(|| PathBuf::from("out"));
+        let path = dir.join(checkpoint::FILE_NAME);
+        if !path.exists() {
+            return Err(input(format!("--resume: no checkpoint at {}", path.display())));
+        }
+        Some(checkpoint::load(&path, &device).map_err(input)?)
+    } else {
+        None
+    };
+
+    let (mut cfg, mut settings, explicit_vocab) = match &resume {
+        Some(ckpt) => {
+            let mut cfg = ckpt.meta.config.clone();
+            check_shape_flags(&cfg, &args.run)?;
+            inputs::apply_flags(&mut cfg, &args.run);
+            cfg.validate().map_err(|e| input(e.to_string()))?;
+            (cfg, ckpt.meta.settings.clone(), true)
+        }
+        None => resolve_fresh(args)?,
+    };
+    apply_training_flags(&mut settings, args);
+    if let Some(dir) = out_dir {
+        settings.out_dir = dir;
+    }
+    check_settings(&settings)?;
+
+    // The data, and the vocabulary size it implies.
+    let source = match (&args.data, &resume) {
+        (Some(path), _) => DataSource::from_path(path, args.tokenizer.unwrap_or(Tokenizer::Char)),
+        (None, Some(ckpt)) => ckpt.meta.data.clone(),
+        (None, None) => {
+            if args.tokenizer == Some(Tokenizer::Gpt2) {
+                return Err(input("--tokenizer gpt2 needs --data (the built-in corpus is character-level)"));
+            }
+            DataSource::Builtin { version: vramfit::corpus::CORPUS_VERSION }
+        }
+    };
+    let data = Dataset::load(&source).map_err(input)?;
+    if let Some(ckpt) = &resume {
+        if data.vocab != ckpt.meta.vocab {
+            return Err(input(format!("the data's vocabulary ({}) differs from the checkpoint's", describe_vocab(&data.vocab))));
+        }
+    }
+    let data_vocab = data.vocab.size() as u32;
+    if let Vocabulary::Chars { .. } = data.vocab {
+        if !explicit_vocab {
+            // nanoGPT takes vocab_size from the prepared data's meta.pkl the same way.
+            cfg.vocab_size = data_vocab;
+        }
+    }
+    if cfg.vocab_size < data_vocab && matches!(data.vocab, Vocabulary::Chars { .. }) {
+        return Err(input(format!("the data has {data_vocab} distinct characters but vocab_size is {}", cfg.vocab_size)));
+    }
+    cfg.validate().map_err(|e| input(e.to_string()))?;
+    data.check(cfg.vocab_size, cfg.block_size, cfg.eval_block()).map_err(input)?;
+
+    std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
+    print_header(&cfg, &settings, &data, &device, resume.as_ref());
+
+    // TODO(memory helper): the pre-flight goes here — predict with core's trainer model, compare
+    // with free memory, refuse with the breakdown and fixes (or --auto-fit).
+
+    let (model, mut optimizer) = train::build(&cfg, &settings, &device, resume.as_ref()).map_err(input)?;
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupt);
+    ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupt: saving a checkpoint after this iteration (Ctrl-C again to quit at once)");
+    })
+    .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
+
+    let start = resume.as_ref().map_or(0, |c| c.meta.iter_num);
+    if resume.is_none() {
+        // A fresh run starts a fresh log (the checkpoint is replaced at the first save).
+        let _ = std::fs::remove_file(settings.out_dir.join(vramfit::progress::LOG_FILE));
+    }
+    let mut progress = Progress::new(&settings.out_dir, start, settings.max_iters, settings.log_interval).map_err(failed)?;
+    let entropy = data.unigram_entropy();
+    let summary = train::run(
+        Run {
+            cfg: &cfg,
+            settings: &settings,
+            data: &data,
+            device: &device,
+            model: &model,
+            optimizer: &mut optimizer,
+            interrupt: &interrupt,
+        },
+        resume.as_ref().map(|c| &c.meta),
+        &mut progress,
+    )
+    .map_err(failed)?;
+    progress.finish();
+
+    let mut lines = Vec::new();
+    if summary.interrupted {
+        lines.push(format!(
+            "interrupted at iteration {}: continue with --resume --out-dir {}",
+            summary.iter_num,
+            settings.out_dir.display()
+        ));
+    } else {
+        lines.push(format!("done: {} iterations, {:.0} tokens/s", summary.iter_num, summary.tokens_per_s));
+    }
+    if let Some((_, val)) = summary.last_eval {
+        lines.push(format!(
+            "val loss {val:.4} nats (best {:.4}); a model that ignores context scores the unigram entropy, {entropy:.4}",
+            summary.best_val_loss.unwrap_or(val)
+        ));
+    }
+    match &summary.checkpoint {
+        Some(path) => lines.push(format!("checkpoint: {}  (vramfit sample --out-dir {})", path.display(), settings.out_dir.display())),
+        None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
+    }
+    lines.push(format!(
+        "log: {}, loss curve: {}",
+        settings.out_dir.join(vramfit::progress::LOG_FILE).display(),
+        settings.out_dir.join(vramfit::lossplot::SVG_FILE).display()
+    ));
+    for l in lines {
+        progress.line(&l);
+    }
+    Ok(if summary.interrupted { 130 } else { 0 })
+}
+
+pub fn make_device(arg: Option<DeviceArg>) -> Result<Device, Failure> {
+    match arg.unwrap_or(DeviceArg::Cpu) {
+        DeviceArg::Cpu => Ok(Device::Cpu),
+        DeviceArg::Cuda => cuda_device(),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device() -> Result<Device, Failure> {
+    Device::new_cuda(0).map_err(|e| input(format!("--device cuda: {e}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device() -> Result<Device, Failure> {
+    Err(input("--device cuda: this vramfit was built without CUDA (build with `cargo build --release -p vramfit --features cuda`)"))
+}
+
+/// Defaults, config file, link and flags for a run that is not resumed; the bool says whether
+/// vocab_size was given explicitly (flag or link) rather than left to the data.
+fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Failure> {
+    let run = &args.run;
+    let explicit_vocab = run.vocab_size.is_some() || run.link.is_some();
+    if run.config.is_none() && run.link.is_none() {
+        let (mut cfg, settings) = small_default();
+        inputs::apply_flags(&mut cfg, run);
+        cfg.validate().map_err(|e| input(e.to_string()))?;
+        return Ok((cfg, settings, explicit_vocab));
+    }
+    let no_cards = CardArgs { gpu: Vec::new(), other_usage_mib: None };
+    let resolved = inputs::resolve(run, &no_cards).map_err(input)?;
+    for notice in &resolved.notices {
+        crate::print_note(notice);
+    }
+    let mut settings = TrainSettings::default();
+    apply_config_extras(&mut settings, &resolved.extra)?;
+    Ok((resolved.config, settings, explicit_vocab))
+}
+
+/// With `--resume`, flags may not change the model the checkpoint holds.
+fn check_shape_flags(cfg: &Config, run: &RunArgs) -> Result<(), Failure> {
+    let checks: [(&str, Option<u64>, u64); 5] = [
+        ("n_layer", run.n_layer.map(u64::from), cfg.n_layer as u64),
+        ("n_head", run.n_head.map(u64::from), cfg.n_head as u64),
+        ("n_embd", run.n_embd.map(u64::from), cfg.n_embd as u64),
+        ("block_size", run.block_size.map(u64::from), cfg.block_size as u64),
+        ("vocab_size", run.vocab_size.map(u64::from), cfg.vocab_size as u64),
+    ];
+    for (name, flag, saved) in checks {
+        if let Some(v) = flag.filter(|&v| v != saved) {
+            return Err(input(format!("--resume: the checkpoint's model has {name} = {saved}, not {v}")));
+        }
+    }
+    if let Some(b) = run.bias.filter(|&b| b != cfg.bias) {
+        return Err(input(format!("--resume: the checkpoint's model has bias = {}, not {b}", cfg.bias)));
+    }
+    Ok(())
+}
+
+/// train.py settings a nanoGPT config file set (`learning_rate = 1e-3`, ...).
+fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)]) -> Result<(), Failure> {
+    fn number(key: &str, v: &Value) -> Result<f64, Failure> {
+        match v {
+            Value::Int(n) if *n >= 0 => Ok(*n as f64),
+            Value::Float(x) if x.is_finite() && *x >= 0.0 => Ok(*x),
+            other => Err(input(format!("config file: {key} must be a number >= 0 (got {other})"))),
+        }
+    }
+    fn count(key: &str, v: &Value) -> Result<u64, Failure> {
+        match v {
+            Value::Int(n) if *n >= 0 => Ok(*n as u64),
+            other => Err(input(format!("config file: {key} must be a whole number >= 0 (got {other})"))),
+        }
+    }
+    fn boolean(key: &str, v: &Value) -> Result<bool, Failure> {
+        match v {
+            Value::Bool(b) => Ok(*b),
+            other => Err(input(format!("config file: {key} must be True or False (got {other})"))),
+        }
+    }
+    for (key, v) in extra {
+        match key.as_str() {
+            "max_iters" => s.max_iters = count(key, v)?,
+            "learning_rate" => s.lr.learning_rate = number(key, v)?,
+            "decay_lr" => s.lr.decay_lr = boolean(key, v)?,
+            "warmup_iters" => s.lr.warmup_iters = count(key, v)?,
+            "lr_decay_iters" => s.lr.lr_decay_iters = count(key, v)?,
+            "min_lr" => s.lr.min_lr = number(key, v)?,
+            "weight_decay" => s.adamw.weight_decay = number(key, v)?,
+            "beta1" => s.adamw.beta1 = number(key, v)?,
+            "beta2" => s.adamw.beta2 = number(key, v)?,
+            "grad_clip" => s.grad_clip = number(key, v)?,
+            "eval_interval" => s.eval_interval = count(key, v)?,
+            "log_interval" => s.log_interval = count(key, v)?,
+            "always_save_checkpoint" => s.always_save_checkpoint = boolean(key, v)?,
+            "seed" => s.seed = count(key, v)?,
+            "out_dir" => match v {
+                Value::Str(dir) => s.out_dir = PathBuf::from(dir),
+                other => return Err(input(format!("config file: out_dir must be a string (got {other})"))),
+            },
+            "dataset" | "init_from" | "device" | "eval_only" | "wandb_log" | "wandb_project" | "wandb_run_name" | "backend" => {
+                crate::print_note(&format!("config file: {key} = {v} is not used by vramfit train (data: --data; device: --device)"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn apply_training_flags(s: &mut TrainSettings, a: &TrainArgs) {
+    fn set<T: Copy>(slot: &mut T, flag: Option<T>) {
+        if let Some(v) = flag {
+            *slot = v;
+        }
+    }
+    set(&mut s.max_iters, a.max_iters);
+    set(&mut s.lr.learning_rate, a.learning_rate);
+    set(&mut s.lr.decay_lr, a.decay_lr);
+    set(&mut s.lr.warmup_iters, a.warmup_iters);
+    set(&mut s.lr.lr_decay_iters, a.lr_decay_iters);
+    set(&mut s.lr.min_lr, a.min_lr);
+    set(&mut s.adamw.weight_decay, a.weight_decay);
+    set(&mut s.adamw.beta1, a.beta1);
+    set(&mut s.adamw.beta2, a.beta2);
+    set(&mut s.grad_clip, a.grad_clip);
+    set(&mut s.eval_interval, a.eval_interval);
+    set(&mut s.log_interval, a.log_interval);
+    set(&mut s.always_save_checkpoint, a.always_save_checkpoint);
+    set(&mut s.seed, a.seed);
+    set(&mut s.chunked_loss, a.chunked_loss);
+    if let Some(rows) = a.eval_chunk_rows {
+        s.eval_chunk_rows = Some(rows as usize);
+    }
+}
+
+/// What the flag parsers cannot see: values from config files, and combinations.
+fn check_settings(s: &TrainSettings) -> Result<(), Failure> {
+    if !(0.0..1.0).contains(&s.adamw.beta1) || !(0.0..1.0).contains(&s.adamw.beta2) {
+        return Err(input(format!("beta1 and beta2 must be in [0, 1) (got {} and {})", s.adamw.beta1, s.adamw.beta2)));
+    }
+    if s.eval_interval == 0 || s.log_interval == 0 {
+        return Err(input("eval_interval and log_interval must be at least 1"));
+    }
+    if s.lr.decay_lr && s.lr.lr_decay_iters < s.lr.warmup_iters {
+        return Err(input(format!("lr_decay_iters ({}) must be at least warmup_iters ({})", s.lr.lr_decay_iters, s.lr.warmup_iters)));
+    }
+    Ok(())
+}
+
+fn describe_vocab(v: &Vocabulary) -> String {
+    match v {
+        Vocabulary::Chars { chars } => format!("{} characters", chars.chars().count()),
+        Vocabulary::Gpt2 => "GPT-2 BPE".into(),
+    }
+}
+
+fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device, resume: Option<&Checkpoint>) {
+    let params = vramfit_core::params::count(cfg);
+    let threads = candle_core::utils::get_num_threads();
+    let device_name = if device.is_cpu() { format!("cpu ({threads} threads)") } else { "cuda:0".to_string() };
+    println!(
+        "model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2}M parameters ({} as nanoGPT prints)",
+        cfg.n_layer,
+        cfg.n_head,
+        cfg.n_embd,
+        cfg.block_size,
+        cfg.vocab_size,
+        params.total as f64 / 1e6,
+        params.printed
+    );
+    println!(
+        "data: {}, {} train / {} val tokens, vocabulary {}",
+        data.source.describe(),
+        data.train.len(),
+        data.val.len(),
+        describe_vocab(&data.vocab)
+    );
+    println!(
+        "training: batch {} x block {} x {} micro-steps = {} tokens per iteration, {} iterations, lr {:e}, on {device_name}",
+        cfg.batch_size,
+        cfg.block_size,
+        cfg.gradient_accumulation_steps,
+        cfg.tokens_per_iter(),
+        s.max_iters,
+        s.lr.learning_rate
+    );
+    if cfg.dtype != Dtype::Float32 {
+        println!("note: the trainer computes in float32 (dtype {} is what a PyTorch run of this config would use)", cfg.dtype.name());
+    }
+    if let Some(ckpt) = resume {
+        println!("resuming from iteration {} (best val loss {:?})", ckpt.meta.iter_num, ckpt.meta.best_val_loss);
+    }
+}
