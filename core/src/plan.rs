@@ -185,39 +185,62 @@ impl<'g> Search<'g> {
         Search { gpu, available, reserve_per_byte: (exact as f64 / fast as f64).max(1.0) }
     }
 
-    fn fast_ok(&self, cfg: &Config) -> bool {
-        cfg.validate().is_ok()
-            && (fast_peak(cfg, self.gpu) as f64 * self.reserve_per_byte) as u64 + self.gpu.context_bytes <= self.available
-    }
-
-    fn exact_ok(&self, cfg: &Config) -> bool {
-        need_exact(cfg, self.gpu).is_some_and(|n| n <= self.available)
+    fn fast_ok(&self, cfg: &Config, reserve_per_byte: f64) -> bool {
+        cfg.validate().is_ok() && (fast_peak(cfg, self.gpu) as f64 * reserve_per_byte) as u64 + self.gpu.context_bytes <= self.available
     }
 
     /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation.
+    ///
+    /// The fast simulation finds a candidate; the exact one measures its need there, which
+    /// recalibrates the reserve per allocated byte for a second fast search (the ratio drifts
+    /// with the batch size as the allocator's rounding and segments change). The answer is
+    /// then confirmed by stepping with the exact simulation, or bisected on it if the proxy
+    /// was far off.
     fn largest(&self, lo: u32, hi: u32, make: impl Fn(u32) -> Config) -> Option<u32> {
         if lo > hi {
             return None;
         }
-        let mut v = largest_where(lo, hi, |v| self.fast_ok(&make(v))).unwrap_or(lo);
+        let fast_search = |ratio: f64| largest_where(lo, hi, |v| self.fast_ok(&make(v), ratio)).unwrap_or(lo);
+        let exact_need = |v: u32| need_exact(&make(v), self.gpu);
+        let mut v = fast_search(self.reserve_per_byte);
+        let mut known: Option<(u32, Option<u64>)> = None;
+        for _ in 0..2 {
+            let need = exact_need(v);
+            known = Some((v, need));
+            let Some(need) = need else { break };
+            let ratio = (need.saturating_sub(self.gpu.context_bytes) as f64 / fast_peak(&make(v), self.gpu).max(1) as f64).max(1.0);
+            let next = fast_search(ratio);
+            if next == v {
+                break;
+            }
+            v = next;
+            known = None;
+        }
+        let exact_ok = |x: u32| {
+            let need = match known {
+                Some((k, need)) if k == x => need,
+                _ => exact_need(x),
+            };
+            need.is_some_and(|n| n <= self.available)
+        };
         let mut steps = 0;
-        while !self.exact_ok(&make(v)) {
+        while !exact_ok(v) {
             if v == lo {
                 return None;
             }
             if steps == 4 {
                 // The proxy was far off: bisect on the exact simulation below v.
-                return largest_where(lo, v - 1, |x| self.exact_ok(&make(x)));
+                return largest_where(lo, v - 1, exact_ok);
             }
             v -= 1;
             steps += 1;
         }
         steps = 0;
-        while v < hi && self.exact_ok(&make(v + 1)) {
+        while v < hi && exact_ok(v + 1) {
             v += 1;
             steps += 1;
             if steps == 4 {
-                return largest_where(v, hi, |x| self.exact_ok(&make(x)));
+                return largest_where(v, hi, exact_ok);
             }
         }
         Some(v)
