@@ -194,9 +194,10 @@ fn ln_backward(dy: &Tensor, saved: &LnSaved, w: &Tensor, with_bias: bool) -> Res
     let mean_dxhat_xhat = dxhat.mul(&saved.xhat)?.mean_keepdim(D::Minus1)?;
     let centred = dxhat.broadcast_sub(&mean_dxhat)?;
     drop(dxhat);
-    let dx = centred.sub(&saved.xhat.broadcast_mul(&mean_dxhat_xhat)?)?;
+    let unscaled = centred.sub(&saved.xhat.broadcast_mul(&mean_dxhat_xhat)?)?;
     drop(centred);
-    let dx = dx.broadcast_mul(&saved.rstd)?;
+    let dx = unscaled.broadcast_mul(&saved.rstd)?;
+    drop(unscaled);
     Ok((dx, dw, db))
 }
 
@@ -221,10 +222,10 @@ fn linear_backward(dy: &Tensor, x: &Tensor, w: &Tensor, with_bias: bool) -> Resu
 fn gelu_backward(dy: &Tensor, u: &Tensor) -> Result<Tensor> {
     let cdf = u.affine(std::f64::consts::FRAC_1_SQRT_2, 0.0)?.erf()?.affine(0.5, 0.5)?;
     let pdf = u.sqr()?.affine(-0.5, 0.0)?.exp()?.affine(1.0 / (std::f64::consts::TAU).sqrt(), 0.0)?;
-    let slope = u.mul(&pdf)?;
+    let u_pdf = u.mul(&pdf)?;
     drop(pdf);
-    let slope = slope.add(&cdf)?;
-    drop(cdf);
+    let slope = u_pdf.add(&cdf)?;
+    drop((u_pdf, cdf));
     dy.mul(&slope)
 }
 
@@ -498,9 +499,10 @@ impl Gpt {
         drop(dy);
         // Softmax backward: ds = att * (datt - sum(datt * att, -1)).
         let row_dot = datt.mul(&s.att)?.sum_keepdim(D::Minus1)?;
-        let ds = datt.broadcast_sub(&row_dot)?;
+        let centred = datt.broadcast_sub(&row_dot)?;
         drop((datt, row_dot));
-        let ds = ds.mul(&s.att)?;
+        let ds = centred.mul(&s.att)?;
+        drop(centred);
         let dq = ds.matmul(&s.k)?.affine(1.0 / (hs as f64).sqrt(), 0.0)?;
         let dk = ds.t()?.matmul(&s.q_scaled)?;
         drop(ds);
@@ -639,15 +641,20 @@ impl Gpt {
         drop(mask);
 
         // Embedding backward: dropout, then position rows and token rows.
-        let demb = match drop_draw {
-            Some(d) => dx.mul(&d.mask(0, &[n, self.n_embd], &self.device)?.ok_or_else(|| candle_core::Error::Msg("mask".into()))?)?,
+        let demb = match drop_draw.map(|d| d.mask(0, &[n, self.n_embd], &self.device)).transpose()?.flatten() {
+            Some(mask) => {
+                let masked = dx.mul(&mask)?;
+                drop((dx, mask));
+                masked
+            }
             None => dx,
         };
         let dpos = demb.reshape((b, t, self.n_embd))?.sum(0)?;
         grads[1] = Some(if t < self.block_size { dpos.pad_with_zeros(0, 0, self.block_size - t)? } else { dpos });
         let flat = idx.flatten_all()?;
-        grads[0] = Some(dwte_head.index_add(&flat, &demb, 0)?);
-        drop(demb);
+        let dwte = dwte_head.index_add(&flat, &demb, 0)?;
+        drop((dwte_head, demb));
+        grads[0] = Some(dwte);
 
         let grads = grads
             .into_iter()

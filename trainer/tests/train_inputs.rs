@@ -1,0 +1,131 @@
+//! Bad input to `train` and `sample` (data files, checkpoints, flags): one `error:` line on
+//! stderr, nothing on stdout, exit code 2 — never a panic.
+
+mod train_support;
+
+use std::path::Path;
+use train_support::*;
+
+fn train_err(out_dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["train", "--out-dir", out_dir.to_str().unwrap()];
+    args.extend_from_slice(&TINY);
+    args.extend_from_slice(extra);
+    one_error_line(&run(&args))
+}
+
+fn assert_has(line: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(line.contains(part), "{line:?} lacks {part:?}");
+    }
+}
+
+#[test]
+fn bad_data_files() {
+    let dir = scratch("bad-data");
+    let out = dir.join("out");
+    let missing = dir.join("missing.txt");
+    assert_has(&train_err(&out, &["--data", missing.to_str().unwrap()]), &["cannot read data file", "missing.txt"]);
+
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    assert_has(&train_err(&out, &["--data", empty.to_str().unwrap()]), &["empty.txt", "is empty"]);
+
+    // 40 characters: the val split (4) cannot hold block_size + 1 = 17 tokens.
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "abcdefghij".repeat(4)).unwrap();
+    assert_has(&train_err(&out, &["--data", short.to_str().unwrap()]), &["val split", "fewer than block_size + 1 = 17"]);
+
+    let binary = dir.join("binary.txt");
+    std::fs::write(&binary, [0xffu8, 0xfe, 0x00, 0x80].repeat(100)).unwrap();
+    assert_has(&train_err(&out, &["--data", binary.to_str().unwrap()]), &["not UTF-8"]);
+
+    // More distinct characters than an explicit vocab_size.
+    let text = dir.join("text.txt");
+    std::fs::write(&text, "the quick brown fox jumps over the lazy dog. ".repeat(20)).unwrap();
+    assert_has(&train_err(&out, &["--data", text.to_str().unwrap(), "--vocab-size", "10"]), &["distinct characters", "vocab_size is 10"]);
+
+    // nanoGPT .bin files: an id at or above vocab_size, an odd byte count, a missing val.bin.
+    let bins = dir.join("bins");
+    std::fs::create_dir_all(&bins).unwrap();
+    let ids: Vec<u8> = (0..200u16).map(|i| i % 50).chain([60_000]).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(bins.join("train.bin"), &ids).unwrap();
+    std::fs::write(bins.join("val.bin"), &ids[..100]).unwrap();
+    assert_has(
+        &train_err(&out, &["--data", bins.to_str().unwrap()]),
+        &["token id 60000 at position 200", "train split", "vocab_size 50304"],
+    );
+    std::fs::write(bins.join("train.bin"), &ids[..41]).unwrap();
+    assert_has(&train_err(&out, &["--data", bins.to_str().unwrap()]), &["odd number of bytes"]);
+    std::fs::remove_file(bins.join("val.bin")).unwrap();
+    std::fs::write(bins.join("train.bin"), &ids[..100]).unwrap();
+    assert_has(&train_err(&out, &["--data", bins.to_str().unwrap()]), &["cannot read data file", "val.bin"]);
+    assert!(!out.join("ckpt.safetensors").exists());
+}
+
+#[test]
+fn bad_checkpoints() {
+    let dir = scratch("bad-ckpt");
+    // No checkpoint at all.
+    assert_has(&train_err(&dir, &["--resume"]), &["--resume: no checkpoint"]);
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &["no checkpoint at"]);
+
+    // Not safetensors, a truncated one, and a safetensors file that is not vramfit's.
+    let ckpt = dir.join("ckpt.safetensors");
+    std::fs::write(&ckpt, "this is not a checkpoint").unwrap();
+    assert_has(&train_err(&dir, &["--resume"]), &["not a usable vramfit checkpoint"]);
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &["not a usable vramfit checkpoint"]);
+
+    let good = scratch("bad-ckpt-good");
+    train_ok(&good, &["--max-iters", "2", "--eval-interval", "2"]);
+    let bytes = std::fs::read(good.join("ckpt.safetensors")).unwrap();
+    std::fs::write(&ckpt, &bytes[..bytes.len() - 100]).unwrap();
+    assert_has(&train_err(&dir, &["--resume"]), &["not a usable vramfit checkpoint"]);
+
+    let foreign = candle_core::Tensor::zeros(4, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    candle_core::safetensors::save(&std::collections::HashMap::from([("w".to_string(), foreign)]), &ckpt).unwrap();
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &["no vramfit metadata"]);
+
+    // A good checkpoint resumed with a different model shape, or with --config.
+    let resume_wider = run(&["train", "--out-dir", good.to_str().unwrap(), "--resume", "--n-embd", "32"]);
+    assert_has(&one_error_line(&resume_wider), &["n_embd = 16, not 32"]);
+    let cfg = dir.join("cfg.py");
+    std::fs::write(&cfg, "max_iters = 4\n").unwrap();
+    assert_has(&train_err(&good, &["--resume", "--config", cfg.to_str().unwrap()]), &["--resume takes the settings from the checkpoint"]);
+    // Resuming on other data with another vocabulary.
+    let other = dir.join("other.txt");
+    std::fs::write(&other, "0123456789".repeat(100)).unwrap();
+    assert_has(&train_err(&good, &["--resume", "--data", other.to_str().unwrap()]), &["vocabulary", "differs from the checkpoint's"]);
+    // A prompt with a character the vocabulary lacks.
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", good.to_str().unwrap(), "--prompt", "ZZZ"])), &["--prompt", "'Z'"]);
+}
+
+#[test]
+fn bad_flags() {
+    let dir = scratch("bad-flags");
+    for (flags, expect) in [
+        (vec!["--learning-rate=-1"], "expected a finite number >= 0"),
+        (vec!["--beta2", "1.5"], "expected a number in [0, 1)"),
+        (vec!["--device", "tpu"], "expected cpu or cuda"),
+        (vec!["--tokenizer", "bpe"], "expected char or gpt2"),
+        (vec!["--eval-interval", "0"], "--eval-interval"),
+        (vec!["--max-iters", "lots"], "--max-iters"),
+        (vec!["--dropout", "1.5"], "dropout must be in [0, 1)"),
+        (vec!["--warmup-iters", "100", "--lr-decay-iters", "50"], "lr_decay_iters (50) must be at least warmup_iters (100)"),
+        (vec!["--tokenizer", "gpt2"], "--tokenizer gpt2 needs --data"),
+        (vec!["--eval-block-size", "32"], "eval_block_size (32) cannot exceed block_size (16)"),
+    ] {
+        assert_has(&train_err(&dir, &flags), &[expect]);
+    }
+    #[cfg(not(feature = "cuda"))]
+    assert_has(&train_err(&dir, &["--device", "cuda"]), &["built without CUDA"]);
+    for (flags, expect) in [
+        (vec!["--temperature", "0"], "expected a number > 0"),
+        (vec!["--top-k", "0"], "--top-k"),
+        (vec!["--num-samples=0"], "--num-samples"),
+    ] {
+        let mut args = vec!["sample", "--out-dir", dir.to_str().unwrap()];
+        args.extend(flags);
+        assert_has(&one_error_line(&run(&args)), &[expect]);
+    }
+    assert!(!dir.join("ckpt.safetensors").exists());
+}
