@@ -1,0 +1,137 @@
+//! Where `train` gets its settings and data: a page link made by core's codec, a nanoGPT config
+//! file, a text file with GPT-2 BPE, nanoGPT's .bin files; and what a run leaves behind
+//! (log.jsonl, loss.svg, a checkpoint `sample` reads).
+
+mod train_support;
+
+use train_support::*;
+use vramfit_core::link::{self, LinkState};
+use vramfit_core::{Attention, Config, Dtype};
+
+#[test]
+fn train_link_trains_the_links_config_unchanged() {
+    let dir = scratch("link");
+    let config = Config {
+        n_layer: 2,
+        n_head: 2,
+        n_embd: 8,
+        block_size: 12,
+        vocab_size: 40,
+        bias: true,
+        dropout: 0.0,
+        batch_size: 3,
+        gradient_accumulation_steps: 2,
+        eval_iters: 2,
+        eval_batch_size: Some(2),
+        eval_block_size: Some(8),
+        dtype: Dtype::Float32,
+        attention: Attention::Manual,
+        compile: false,
+        ..Config::default()
+    };
+    let url = format!("http://127.0.0.1:8080/?{}", link::encode(&LinkState { config: config.clone(), ..LinkState::default() }));
+    let out =
+        run(&["train", "--link", &url, "--out-dir", dir.to_str().unwrap(), "--max-iters", "2", "--eval-interval", "2", "--threads", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (meta, _) = checkpoint_tensors(&dir);
+    assert_eq!(meta.config, config);
+    // Biases exist because the link said bias=1; 2 layers of 12 tensors + 4 outside.
+    assert_eq!(meta.param_names.len(), 2 * 12 + 4);
+    assert!(meta.param_names.iter().any(|n| n == "transformer.h.1.mlp.c_fc.bias"));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("batch 3 x block 12 x 2 micro-steps = 72 tokens per iteration"), "{stdout}");
+}
+
+#[test]
+fn config_file_sets_training_settings() {
+    let dir = scratch("config-file");
+    let cfg = dir.join("train_tiny.py");
+    std::fs::write(
+        &cfg,
+        "# a nanoGPT-style config\nout_dir = 'ignored-by-flag'\nn_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 16\n\
+         batch_size = 4\ngradient_accumulation_steps = 1\neval_iters = 2\neval_interval = 3\nmax_iters = 3\n\
+         learning_rate = 2e-3\nwarmup_iters = 1\nlr_decay_iters = 3\nmin_lr = 2e-4\nbeta2 = 0.99\nweight_decay = 0.05\n\
+         dataset = 'shakespeare_char'\n",
+    )
+    .unwrap();
+    let out = run(&["train", "--config", cfg.to_str().unwrap(), "--out-dir", dir.to_str().unwrap(), "--threads", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("note: config file: dataset"), "{}", text(&out.stderr));
+    let (meta, _) = checkpoint_tensors(&dir);
+    assert_eq!((meta.iter_num, meta.settings.max_iters, meta.settings.eval_interval), (3, 3, 3));
+    assert_eq!((meta.settings.lr.learning_rate, meta.settings.lr.min_lr, meta.settings.adamw.beta2), (2e-3, 2e-4, 0.99));
+    assert_eq!(meta.settings.adamw.weight_decay, 0.05);
+    // Char data: vocab_size comes from the data (as nanoGPT takes it from meta.pkl).
+    assert_eq!(
+        meta.config.vocab_size as usize,
+        match &meta.vocab {
+            vramfit::data::Vocabulary::Chars { chars } => chars.chars().count(),
+            other => panic!("{other:?}"),
+        }
+    );
+    // The logged learning rates follow nanoGPT's schedule: warmup 1 → lr/2 at iteration 0, then cosine.
+    let lrs: Vec<f64> = log_records(&dir, "iter").iter().map(|r| r["lr"].as_f64().unwrap()).collect();
+    assert_eq!(lrs.len(), 3);
+    assert!((lrs[0] - 1e-3).abs() < 1e-12 && (lrs[1] - 2e-3).abs() < 1e-12, "{lrs:?}");
+    assert!((lrs[2] - (2e-4 + 0.5 * (2e-3 - 2e-4))).abs() < 1e-12, "{lrs:?}");
+}
+
+#[test]
+fn gpt2_text_and_bin_files_train_and_sample() {
+    let dir = scratch("gpt2");
+    let text_file = dir.join("story.txt");
+    std::fs::write(&text_file, "Once upon a time there was a small model that wanted to learn. ".repeat(40)).unwrap();
+    let out = dir.join("out-gpt2");
+    train_ok(&out, &["--data", text_file.to_str().unwrap(), "--tokenizer", "gpt2", "--max-iters", "1", "--eval-interval", "1"]);
+    let (meta, _) = checkpoint_tensors(&out);
+    assert_eq!(meta.vocab, vramfit::data::Vocabulary::Gpt2);
+    assert_eq!(meta.config.vocab_size, 50304);
+    let sample =
+        run(&["sample", "--out-dir", out.to_str().unwrap(), "--prompt", "Once upon", "--num-samples", "1", "--max-new-tokens", "3"]);
+    assert!(sample.status.success(), "{}", text(&sample.stderr));
+    assert!(text(&sample.stdout).starts_with("Once upon"), "{}", text(&sample.stdout));
+
+    // nanoGPT's prepared data: uint16 little-endian ids, any vocab_size above the largest.
+    let bins = dir.join("bins");
+    std::fs::create_dir_all(&bins).unwrap();
+    let ids: Vec<u8> = (0..400u16).map(|i| (i * 7) % 97).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(bins.join("train.bin"), &ids).unwrap();
+    std::fs::write(bins.join("val.bin"), &ids[..200]).unwrap();
+    let out = dir.join("out-bin");
+    train_ok(&out, &["--data", bins.to_str().unwrap(), "--vocab-size", "97", "--max-iters", "1", "--eval-interval", "1"]);
+    assert_eq!(checkpoint_tensors(&out).0.config.vocab_size, 97);
+}
+
+/// The run `vramfit train` does with no arguments learns: shortened here to 100 iterations (the
+/// full 600 are a benchmark figure), val loss must fall well below the unigram entropy of the
+/// corpus, which is what any model that ignores context scores at best.
+#[test]
+fn default_run_learns_and_leaves_log_svg_and_samples() {
+    let dir = scratch("default");
+    let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "100", "--eval-interval", "100", "--threads", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("built-in corpus"), "{stdout}");
+    let evals = log_records(&dir, "eval");
+    assert_eq!(evals.len(), 2);
+    let (first, last) = (evals[0]["val_loss"].as_f64().unwrap(), evals[1]["val_loss"].as_f64().unwrap());
+    let entropy: f64 =
+        stdout.split("unigram entropy, ").nth(1).and_then(|s| s.split_whitespace().next()?.parse().ok()).expect("entropy printed");
+    assert!(first > entropy, "an untrained model is worse than unigram: {first} vs {entropy}");
+    assert!(last < entropy - 0.4, "val loss {last} not clearly below the unigram entropy {entropy}");
+    let iters = log_records(&dir, "iter");
+    assert_eq!(iters.len(), 100);
+    assert!(iters.iter().all(|r| r["tokens_per_s"].as_f64().unwrap() > 0.0 && r["mem_bytes"].as_u64().unwrap() > 0));
+
+    let svg = std::fs::read_to_string(dir.join("loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("val (estimate_loss)"));
+
+    let sample = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--num-samples", "2", "--max-new-tokens", "80", "--seed", "5"]);
+    assert!(sample.status.success(), "{}", text(&sample.stderr));
+    let samples = text(&sample.stdout);
+    assert_eq!(samples.matches("---------------").count(), 2);
+    // Corpus words show up after this little training; the same seed gives the same text.
+    assert!([" the ", " and ", " he ", " she "].iter().any(|w| samples.contains(w)), "{samples}");
+    let again = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--num-samples", "2", "--max-new-tokens", "80", "--seed", "5"]);
+    assert_eq!(text(&again.stdout), samples);
+}
