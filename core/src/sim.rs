@@ -1158,6 +1158,9 @@ impl<'c, 't> Run<'c, 't> {
     /// Afterwards `self.logits`/`self.loss` hold the new tensors (the old ones died at the
     /// assignment, as in Python).
     fn forward(&mut self, mode: Mode) -> HeadSaved {
+        if self.cfg.compile {
+            return self.compiled_forward(mode);
+        }
         let d = self.dims(mode);
         let graph = mode == Mode::Train;
         let phase = if graph { Phase::Forward } else { Phase::EvalForward };
@@ -1548,6 +1551,9 @@ impl<'c, 't> Run<'c, 't> {
     /// `scaler.scale(loss).backward()` for one micro-step. `old_x`/`old_y` are the batch this
     /// forward read, which the graph keeps after `X, Y = get_batch()` rebinds the names.
     fn backward(&mut self, h: HeadSaved, old_x: Id, old_y: Id, root: Id) {
+        if self.cfg.compile {
+            return self.compiled_backward(h, old_x, old_y, root);
+        }
         let d = self.dims(Mode::Train);
         let resident = self.grads_resident;
         self.mem.at(Phase::Backward, "loss", NO_LAYER, "backward");
@@ -1629,6 +1635,113 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(g);
         self.mem.free(old_x);
         self.mem.free(g_wte);
+    }
+
+    // --- torch.compile: a coarse model fitted to three H100 measurements ------------------------
+    //
+    // Inductor fuses the pointwise ops of a block and its min-cut partitioner decides what the
+    // backward keeps, so eager's op-by-op lifetimes do not apply. What the measurements pin
+    // down (tests/reference/data/cuda-h100-compile.json, torch 2.11, bf16 and fp16, flash
+    // attention): per layer the graph keeps about 37 bytes per element of B*T*C at 2-byte
+    // compute precision; the loss keeps no fp32 copy of the logits, and the backward's peak
+    // holds three B*T*V tensors in the compute dtype (the logits, their gradient and one
+    // more). Everything here is an estimate, labelled as such wherever it is shown.
+
+    /// The compiled forward: embeddings, blocks and loss as one graph.
+    fn compiled_forward(&mut self, mode: Mode) -> HeadSaved {
+        let d = self.dims(mode);
+        let graph = mode == Mode::Train;
+        let phase = if graph { Phase::Forward } else { Phase::EvalForward };
+        self.mem.at(phase, "compiled GPT.forward", NO_LAYER, "embeddings");
+        // The fp32 residual stream, reused from block to block inside the graph.
+        let mut x = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+        for i in 0..self.cfg.n_layer {
+            self.mem.at(phase, "transformer.h.{i} (compiled)", i, "");
+            if graph {
+                // What the partitioner saves (only the block input under checkpointing).
+                let bytes = if self.cfg.activation_checkpointing { d.btc() * 4 } else { compiled_saved_bytes(&d) };
+                self.blocks[i as usize].x_in = self.mem.alloc(bytes, Category::SavedActivations);
+            }
+            // The block's widest intermediate: the MLP's hidden activations.
+            let hidden = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
+            self.ensure_workspace(false);
+            let next = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+            self.mem.free(hidden);
+            self.mem.free(x);
+            x = next;
+        }
+        self.mem.at(phase, "lm_head (compiled)", NO_LAYER, "");
+        // The tied weight's cast is made inside the graph and dropped with it.
+        let wte_cast = if d.autocast { self.mem.alloc(d.v * d.c * d.cb, Category::CastWeights) } else { Id::NONE };
+        let logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+        let loss_phase = if graph { Phase::Loss } else { Phase::EvalLoss };
+        self.mem.at(loss_phase, "cross_entropy (compiled)", NO_LAYER, "");
+        // Training keeps the log-sum-exp per row for the backward.
+        let lse = if graph { self.mem.alloc(d.bt() * 4, Category::LogitsAndLoss) } else { Id::NONE };
+        let loss = self.mem.alloc(4, Category::LogitsAndLoss);
+        self.mem.free(wte_cast);
+        self.mem.free(x);
+        HeadSaved {
+            logits,
+            loss,
+            pos: Id::NONE,
+            emb_drop_mask: Id::NONE,
+            lnf_in: lse,
+            lnf_stats: [Id::NONE; 2],
+            lnf_for_matmul: Id::NONE,
+            wte_cast: Id::NONE,
+            log_probs: Id::NONE,
+            nll_input: Id::NONE,
+            nll_total_weight: Id::NONE,
+        }
+    }
+
+    /// The compiled backward: the loss's three B*T*V tensors, then block by block the saved
+    /// tensors go and fp32 gradients arrive.
+    fn compiled_backward(&mut self, h: HeadSaved, old_x: Id, old_y: Id, root: Id) {
+        let d = self.dims(Mode::Train);
+        let resident = self.grads_resident;
+        self.mem.at(Phase::Backward, "cross_entropy (compiled)", NO_LAYER, "backward");
+        let g_logits = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+        let scratch = self.mem.alloc(d.n() * d.cb, Category::LogitsAndLoss);
+        self.mem.free(root);
+        self.mem.free(old_y);
+        self.mem.free(h.lnf_in);
+        self.mem.at(Phase::Backward, "lm_head (compiled)", NO_LAYER, "backward");
+        self.ensure_workspace(true);
+        let g_x = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+        let g_wte = self.mem.alloc(d.v * d.c * 4, Category::Temporaries);
+        self.mem.free(scratch);
+        self.mem.free(g_logits);
+        self.grad_arrives(g_wte, resident);
+        for elems in [d.c, if d.bias { d.c } else { 0 }] {
+            // ln_f's weight and bias.
+            if elems > 0 {
+                let g = self.mem.alloc(elems * 4, Category::Temporaries);
+                self.grad_arrives(g, resident);
+            }
+        }
+        for i in (0..self.cfg.n_layer).rev() {
+            self.mem.at(Phase::Backward, "transformer.h.{i} (compiled)", i, "backward");
+            if self.cfg.activation_checkpointing {
+                // The block's forward runs again for its backward.
+                let again = self.mem.alloc(compiled_saved_bytes(&d), Category::SavedActivations);
+                self.mem.free(again);
+            }
+            let saved = std::mem::replace(&mut self.blocks[i as usize].x_in, Id::NONE);
+            for elems in layer_param_elems(&d) {
+                if elems > 0 {
+                    let g = self.mem.alloc(elems * 4, Category::Temporaries);
+                    self.grad_arrives(g, resident);
+                }
+            }
+            self.mem.free(saved);
+        }
+        self.mem.at(Phase::Backward, "transformer.wte+wpe (compiled)", NO_LAYER, "backward");
+        let g_wpe = self.mem.alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
+        self.grad_arrives(g_wpe, resident);
+        self.mem.free(g_x);
+        self.mem.free(old_x);
     }
 
     // --- the loop ------------------------------------------------------------------------------
@@ -1743,6 +1856,21 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(id);
         }
     }
+}
+
+/// Bytes one compiled block keeps for its backward: 37 bytes per element of B*T*C at 2-byte
+/// compute precision, scaled with it (fitted to the H100 compile rows; an estimate).
+fn compiled_saved_bytes(d: &Dims) -> u64 {
+    d.btc() * d.cb * COMPILED_SAVED_HALF_UNITS / 2
+}
+
+/// Half-units of B*T*C (in the compute dtype) a compiled block saves.
+const COMPILED_SAVED_HALF_UNITS: u64 = 37;
+
+/// Elements of one block's parameter tensors, in backward order (zeros where bias is off).
+fn layer_param_elems(d: &Dims) -> [u64; 12] {
+    let (c, b) = (d.c, if d.bias { 1 } else { 0 });
+    [4 * c * c, c * b, 4 * c * c, 4 * c * b, c, c * b, c * c, c * b, 3 * c * c, 3 * c * b, c, c * b]
 }
 
 /// One tensor `model.to(device)` moves.
@@ -1997,6 +2125,25 @@ mod term_tests {
         assert_eq!(s.eval.breakdown.logits_and_loss, 12 * n + 4 * R);
         // At iteration 0 there are no training logits yet.
         assert_eq!(s.eval_at_start.breakdown.logits_and_loss, 10 * n + 3 * R);
+    }
+
+    #[test]
+    fn compiled_run_keeps_three_logits_at_the_backward_and_fitted_bytes_per_layer() {
+        // bf16 under compile: at the steady step's peak (the start of the backward) the logits,
+        // their gradient and one more B*T*V tensor in bf16 (6N) plus the loss and its scaled
+        // copy are live (the per-row log-sum-exp is spent once the gradient exists); each block
+        // keeps 37 bytes per element of B*T*C; no fp32 copy of the logits exists anywhere.
+        // (A vocabulary large enough for the loss to dominate the backward.)
+        let c = Config { compile: true, vocab_size: 16384, ..cfg() };
+        let (n, btc) = (4u64 * 128 * 16384, 4u64 * 128 * 256);
+        let s = simulate(&c, &Target::cpu_trace());
+        assert_eq!(s.train.phase, Some(Phase::Backward));
+        assert_eq!(s.train.breakdown.logits_and_loss, 6 * n + 2 * R);
+        assert_eq!(s.train.breakdown.saved_activations, 3 * btc * 37);
+        // The eval batch after a step: the training logits, the previous and the current eval
+        // batch's logits (2N each) and three losses; nothing is saved without a graph.
+        assert_eq!(s.eval.breakdown.logits_and_loss, 6 * n + 3 * R);
+        assert_eq!(s.eval.breakdown.saved_activations, 0);
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub fn comparisons() -> Vec<Comparison> {
                 .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
                 .unwrap_or_default();
             if cfg.compile {
-                labels.push("compile (modelled as eager: an estimate)".into());
+                labels.push("compile (coarse model fitted to these rows: in-sample, an estimate)".into());
             }
             let sim = if target.cuda_kernels { simulate_exact(&cfg, &target) } else { simulate(&cfg, &target) };
             let id = row["id"].as_str().unwrap_or("?").to_string();
