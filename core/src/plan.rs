@@ -431,6 +431,18 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
         );
     }
 
+    // 5b. torch.compile: fused blocks save less and the loss keeps no fp32 copy of the logits.
+    if !cfg.compile {
+        push(
+            "compile = True".into(),
+            "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an estimate: the compile model \
+             is fitted to three H100 runs"
+                .into(),
+            Config { compile: true, ..cfg.clone() },
+            true,
+        );
+    }
+
     // 6. A shorter eval context.
     if let Some(et) = search.largest(1, cfg.eval_block().saturating_sub(1), |t| Config { eval_block_size: Some(t), ..cfg.clone() }) {
         push(
