@@ -81,9 +81,10 @@ fn timings() {
     println!("|---|---|---:|---:|");
     let gpu = device::default_gpu();
     let configs = [
-        ("GPT-2 124M, B12, GA40 (nanoGPT default)", Config::default()),
+        ("GPT-2 124M, B12, GA40, eager", Config { compile: false, ..Config::default() }),
+        ("GPT-2 124M, B12, GA40, compile (nanoGPT's defaults)", Config::default()),
         (
-            "shakespeare-char",
+            "shakespeare-char, eager",
             Config {
                 n_layer: 6,
                 n_head: 6,
@@ -93,10 +94,14 @@ fn timings() {
                 batch_size: 64,
                 gradient_accumulation_steps: 1,
                 dropout: 0.2,
+                compile: false,
                 ..Config::default()
             },
         ),
-        ("GPT-2 1.5B (48 layers)", Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, ..Config::default() }),
+        (
+            "GPT-2 1.5B (48 layers), eager",
+            Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, compile: false, ..Config::default() },
+        ),
     ];
     for (name, cfg) in &configs {
         let req = PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
