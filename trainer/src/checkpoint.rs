@@ -151,6 +151,18 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     })
 }
 
+/// Removes temporary files a crashed or killed run left in `dir` (`.ckpt.safetensors.tmp-<pid>`);
+/// `train` calls it before writing there. Returns how many it removed.
+pub fn remove_stale_temps(dir: &Path) -> usize {
+    let prefix = format!(".{FILE_NAME}.tmp-");
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 /// Reads a checkpoint; every problem (missing, not safetensors, not vramfit's, truncated,
 /// inconsistent) is one line.
 pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {

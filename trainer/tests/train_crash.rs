@@ -29,8 +29,10 @@ fn crash_at(moment: &str) {
 
     let sample = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--num-samples", "1", "--max-new-tokens", "5"]);
     assert!(sample.status.success(), "{}", text(&sample.stderr));
-    train_ok(&dir, &["--resume", "--max-iters", "8"]);
+    let resumed = train_ok(&dir, &["--resume", "--max-iters", "8"]);
+    assert!(text(&resumed.stderr).contains("removed 1 temporary checkpoint file"), "{}", text(&resumed.stderr));
     assert_eq!(checkpoint_tensors(&dir).0.iter_num, 8);
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp-")));
 }
 
 #[test]
