@@ -1,7 +1,741 @@
-//! The memory of vramfit's own trainer (`trainer/src/model.rs` on candle), allocation by allocation.
+//! The memory of vramfit's own trainer (`trainer/src/model.rs` on candle, the loop in
+//! `trainer/src/train.rs` and `optim.rs`), allocation by allocation.
+//!
+//! The trainer differs from PyTorch eager in what it keeps: its backward is hand-written, each block's
+//! saved tensors live until that block's backward returns, the loss head takes its gradient during the
+//! forward (chunk by chunk with the chunked loss), gradient accumulation sums into fresh tensors, and
+//! AdamW is written with out-of-place tensor ops. Every tensor below is one allocation the trainer
+//! makes, in the trainer's order, with its shape in a comment; the tracker adds and removes bytes and
+//! keeps the high-water mark per window, as [`crate::sim`] does for PyTorch.
+//!
+//! Measured on CPU (f32, a counting allocator): see `trainer/benches/trainer_memory.rs` and
+//! `tests/reference/data/trainer-cpu.json`. On CUDA the same tensors are allocated from CUDA's pool;
+//! those figures are estimates (not measured).
+
+use crate::config::Config;
+use crate::params::param_tensors;
+use crate::sim::{Breakdown, Category, Peak, Phase, Simulation, TimelinePoint};
 
 /// Rows of logits the trainer's chunked loss computes at once: about 16 Mi logits (64 MiB in f32)
 /// per chunk, and never fewer than 256 rows, so the chunk's matmuls stay efficient.
 pub fn loss_chunk_rows(vocab_size: u32) -> u64 {
     ((1u64 << 24) / u64::from(vocab_size.max(1))).max(256)
+}
+
+/// The trainer's settings that change memory beyond [`Config`] (whose `activation_checkpointing`
+/// the trainer honours too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TrainerOptions {
+    /// Logits for [`loss_chunk_rows`] rows at a time instead of the whole micro-batch.
+    pub chunked_loss: bool,
+    /// Rows per eval forward (whole sequences); `None` = the whole eval batch.
+    pub eval_chunk_rows: Option<u64>,
+    /// Gradient clipping on (`grad_clip > 0`): one gradient-sized temporary at a time.
+    pub grad_clip: bool,
+}
+
+/// Bytes of one f32 element (the trainer's CPU dtype; token ids are u32, also 4 bytes).
+const F32: u64 = 4;
+
+/// Live bytes by category, the high-water mark of the current window and the timeline.
+struct Tracker {
+    sizes: Vec<(Category, u64)>,
+    live: [u64; 9],
+    total: u64,
+    phase: Phase,
+    op: &'static str,
+    micro_step: u32,
+    peak: Peak,
+    timeline: Vec<TimelinePoint>,
+    record_timeline: bool,
+}
+
+/// A handle to one allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Id(usize);
+
+fn cat_index(c: Category) -> usize {
+    Category::ALL.iter().position(|&x| x == c).unwrap_or(0)
+}
+
+impl Tracker {
+    fn new(record_timeline: bool) -> Tracker {
+        Tracker {
+            sizes: Vec::new(),
+            live: [0; 9],
+            total: 0,
+            phase: Phase::Init,
+            op: "init",
+            micro_step: 0,
+            peak: Peak::default(),
+            timeline: Vec::new(),
+            record_timeline,
+        }
+    }
+    fn at(&mut self, phase: Phase, op: &'static str) {
+        self.phase = phase;
+        self.op = op;
+    }
+    fn alloc(&mut self, cat: Category, elems: u64) -> Id {
+        let bytes = elems * F32;
+        self.sizes.push((cat, bytes));
+        self.live[cat_index(cat)] += bytes;
+        self.total += bytes;
+        if self.total > self.peak.bytes {
+            self.peak = Peak {
+                bytes: self.total,
+                phase: Some(self.phase),
+                op: self.op.to_string(),
+                micro_step: self.micro_step,
+                breakdown: self.breakdown(),
+                reserved_bytes: 0,
+            };
+        }
+        self.point();
+        Id(self.sizes.len() - 1)
+    }
+    fn free(&mut self, id: Id) {
+        if let Some(entry) = self.sizes.get_mut(id.0) {
+            let (cat, bytes) = *entry;
+            entry.1 = 0;
+            self.live[cat_index(cat)] -= bytes;
+            self.total -= bytes;
+            self.point();
+        }
+    }
+    fn free_all(&mut self, ids: &[Id]) {
+        for &id in ids {
+            self.free(id);
+        }
+    }
+    fn point(&mut self) {
+        if self.record_timeline {
+            self.timeline.push(TimelinePoint {
+                phase: self.phase,
+                op: self.op.to_string(),
+                micro_step: self.micro_step,
+                live_bytes: self.total,
+            });
+        }
+    }
+    fn breakdown(&self) -> Breakdown {
+        let l = &self.live;
+        Breakdown {
+            parameters: l[0],
+            gradients: l[1],
+            optimizer_state: l[2],
+            saved_activations: l[3],
+            logits_and_loss: l[4],
+            cast_weights: l[5],
+            temporaries: l[6],
+            batch: l[7],
+            workspace: l[8],
+        }
+    }
+    /// Ends the current window and starts the next one at what is live now.
+    fn new_window(&mut self) -> Peak {
+        let start = Peak {
+            bytes: self.total,
+            phase: Some(self.phase),
+            op: self.op.to_string(),
+            micro_step: self.micro_step,
+            breakdown: self.breakdown(),
+            reserved_bytes: 0,
+        };
+        std::mem::replace(&mut self.peak, start)
+    }
+}
+
+use Category::{Batch, Gradients, LogitsAndLoss, OptimizerState, Parameters, SavedActivations, Temporaries};
+
+/// The model's sizes.
+#[derive(Clone, Copy)]
+struct Dims {
+    l: u64,
+    c: u64,
+    h: u64,
+    v: u64,
+    block: u64,
+    bias: bool,
+    dropout: bool,
+}
+
+/// Tensors one block's forward leaves alive (`BlockSaved` in model.rs) plus its output.
+struct BlockTensors {
+    saved: Vec<Id>,
+    out: Id,
+}
+
+/// `ln_forward`: returns (y, [xhat, rstd]).
+fn ln_forward(m: &mut Tracker, d: &Dims, n: u64, keep: bool, cat: Category) -> (Id, [Id; 2]) {
+    let mean_sum = m.alloc(Temporaries, n); // x.sum_keepdim [N,1]
+    let mean = m.alloc(Temporaries, n); // * 1/C
+    m.free(mean_sum);
+    let centred = m.alloc(Temporaries, n * d.c); // x - mean
+    m.free(mean);
+    let sq = m.alloc(Temporaries, n * d.c); // centred.sqr()
+    let var_sum = m.alloc(Temporaries, n);
+    let var = m.alloc(Temporaries, n);
+    m.free_all(&[sq, var_sum]);
+    let plus_eps = m.alloc(Temporaries, n);
+    let sqrt = m.alloc(Temporaries, n);
+    let rstd = m.alloc(cat, n);
+    m.free_all(&[plus_eps, sqrt, var]);
+    let xhat = m.alloc(cat, n * d.c);
+    m.free(centred);
+    let mut y = m.alloc(cat, n * d.c); // xhat * w
+    if d.bias {
+        let yb = m.alloc(cat, n * d.c); // + b
+        m.free(y);
+        y = yb;
+    }
+    if !keep {
+        m.free_all(&[xhat, rstd]);
+    }
+    (y, [xhat, rstd])
+}
+
+/// `linear`: x @ w^T (+ b): returns y [N, out].
+fn linear(m: &mut Tracker, d: &Dims, n: u64, out: u64, cat: Category) -> Id {
+    let y = m.alloc(cat, n * out);
+    if d.bias {
+        let yb = m.alloc(cat, n * out);
+        m.free(y);
+        return yb;
+    }
+    y
+}
+
+/// A dropout mask of `elems` (when dropout is on).
+fn mask(m: &mut Tracker, d: &Dims, elems: u64, cat: Category) -> Option<Id> {
+    d.dropout.then(|| m.alloc(cat, elems))
+}
+
+/// `block_forward`: with `keep`, the saved tensors stay; without, only the output.
+fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> BlockTensors {
+    let n = b * t;
+    let c = d.c;
+    let att_elems = b * d.h * t * t;
+    let s = SavedActivations;
+    let mut saved = Vec::new();
+    let (ln1_out, ln1) = ln_forward(m, d, n, keep, s);
+    let qkv = linear(m, d, n, 3 * c, Temporaries);
+    let q = m.alloc(Temporaries, n * c); // contiguous copy of q
+    let q_scaled = m.alloc(s, n * c);
+    m.free(q);
+    let k = m.alloc(s, n * c);
+    let v = m.alloc(s, n * c);
+    m.free(qkv);
+    let scores = m.alloc(Temporaries, att_elems);
+    let masked = m.alloc(Temporaries, att_elems);
+    m.free(scores);
+    let att = m.alloc(s, att_elems);
+    m.free(masked);
+    let att_mask = mask(m, d, att_elems, s);
+    let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
+    let y = m.alloc(Temporaries, n * c);
+    if let Some(id) = att_dropped {
+        m.free(id);
+    }
+    let heads = m.alloc(s, n * c);
+    m.free(y);
+    let proj = linear(m, d, n, c, Temporaries);
+    let r1 = mask(m, d, n * c, s);
+    let proj_dropped = r1.map(|_| m.alloc(Temporaries, n * c));
+    if proj_dropped.is_some() {
+        m.free(proj);
+    }
+    let x1 = m.alloc(s, n * c);
+    m.free(proj_dropped.unwrap_or(proj));
+    let (ln2_out, ln2) = ln_forward(m, d, n, keep, s);
+    let fc_out = linear(m, d, n, 4 * c, s);
+    let gelu_out = m.alloc(s, n * 4 * c);
+    let mlp = linear(m, d, n, c, Temporaries);
+    let r2 = mask(m, d, n * c, s);
+    let mlp_dropped = r2.map(|_| m.alloc(Temporaries, n * c));
+    if mlp_dropped.is_some() {
+        m.free(mlp);
+    }
+    let out = m.alloc(s, n * c);
+    m.free(mlp_dropped.unwrap_or(mlp));
+    saved.extend([ln1_out, q_scaled, k, v, att, heads, x1, ln2_out, fc_out, gelu_out]);
+    saved.extend(att_mask.into_iter().chain(r1).chain(r2));
+    if keep {
+        saved.extend(ln1.into_iter().chain(ln2));
+    } else {
+        m.free_all(&saved);
+        saved.clear();
+    }
+    BlockTensors { saved, out }
+}
+
+/// `ln_backward` for dy [N, C]: returns dx; the weight (and bias) gradients go to `grads`.
+fn ln_backward(m: &mut Tracker, d: &Dims, n: u64, grads: &mut Vec<Id>) -> Id {
+    let prod = m.alloc(Temporaries, n * d.c); // dy * xhat
+    grads.push(m.alloc(Gradients, d.c)); // .sum(0)
+    m.free(prod);
+    if d.bias {
+        grads.push(m.alloc(Gradients, d.c));
+    }
+    let dxhat = m.alloc(Temporaries, n * d.c);
+    let s1 = m.alloc(Temporaries, n);
+    let mean1 = m.alloc(Temporaries, n);
+    m.free(s1);
+    let prod2 = m.alloc(Temporaries, n * d.c);
+    let s2 = m.alloc(Temporaries, n);
+    let mean2 = m.alloc(Temporaries, n);
+    m.free_all(&[prod2, s2]);
+    let centred = m.alloc(Temporaries, n * d.c);
+    m.free(dxhat);
+    let xm = m.alloc(Temporaries, n * d.c); // xhat * mean2
+    let unscaled = m.alloc(Temporaries, n * d.c);
+    m.free_all(&[xm, centred]);
+    let dx = m.alloc(Temporaries, n * d.c);
+    m.free_all(&[unscaled, mean1, mean2]);
+    dx
+}
+
+/// `linear_backward` for dy [N, out] and w [out, in]: returns dx [N, in].
+fn linear_backward(m: &mut Tracker, d: &Dims, n: u64, out: u64, inp: u64, grads: &mut Vec<Id>) -> Id {
+    grads.push(m.alloc(Gradients, out * inp));
+    if d.bias {
+        grads.push(m.alloc(Gradients, out));
+    }
+    m.alloc(Temporaries, n * inp)
+}
+
+/// `block_backward`: consumes `saved` and `dx2`; returns dx.
+fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2: Id, grads: &mut Vec<Id>) -> Id {
+    let n = b * t;
+    let c = d.c;
+    let att_elems = b * d.h * t * t;
+    let dmlp = d.dropout.then(|| m.alloc(Temporaries, n * c));
+    let dgelu = linear_backward(m, d, n, c, 4 * c, grads);
+    if let Some(id) = dmlp {
+        m.free(id);
+    }
+    // gelu_backward: cdf = erf chain (3 alive at the statement's end), pdf chain (4), then the products.
+    let a1 = m.alloc(Temporaries, n * 4 * c);
+    let a2 = m.alloc(Temporaries, n * 4 * c);
+    let cdf = m.alloc(Temporaries, n * 4 * c);
+    m.free_all(&[a1, a2]);
+    let p1 = m.alloc(Temporaries, n * 4 * c);
+    let p2 = m.alloc(Temporaries, n * 4 * c);
+    let p3 = m.alloc(Temporaries, n * 4 * c);
+    let pdf = m.alloc(Temporaries, n * 4 * c);
+    m.free_all(&[p1, p2, p3]);
+    let u_pdf = m.alloc(Temporaries, n * 4 * c);
+    m.free(pdf);
+    let slope = m.alloc(Temporaries, n * 4 * c);
+    m.free_all(&[u_pdf, cdf]);
+    let dfc = m.alloc(Temporaries, n * 4 * c);
+    m.free_all(&[slope, dgelu]);
+    let dln2 = linear_backward(m, d, n, 4 * c, c, grads);
+    m.free(dfc);
+    let dx1_ln = ln_backward(m, d, n, grads);
+    m.free(dln2);
+    let dx1 = m.alloc(Temporaries, n * c);
+    m.free_all(&[dx2, dx1_ln]);
+    let dproj = d.dropout.then(|| m.alloc(Temporaries, n * c));
+    let dheads = linear_backward(m, d, n, c, c, grads);
+    if let Some(id) = dproj {
+        m.free(id);
+    }
+    let dy = m.alloc(Temporaries, n * c);
+    m.free(dheads);
+    let att_dropped = d.dropout.then(|| m.alloc(Temporaries, att_elems));
+    let dv = m.alloc(Temporaries, n * c);
+    if let Some(id) = att_dropped {
+        m.free(id);
+    }
+    let mut datt = m.alloc(Temporaries, att_elems); // dy @ v^T
+    if d.dropout {
+        let masked = m.alloc(Temporaries, att_elems);
+        m.free(datt);
+        datt = masked;
+    }
+    m.free(dy);
+    let prod = m.alloc(Temporaries, att_elems);
+    let row_dot = m.alloc(Temporaries, b * d.h * t);
+    m.free(prod);
+    let centred = m.alloc(Temporaries, att_elems);
+    m.free_all(&[datt, row_dot]);
+    let ds = m.alloc(Temporaries, att_elems);
+    m.free(centred);
+    let dq_raw = m.alloc(Temporaries, n * c);
+    let dq = m.alloc(Temporaries, n * c);
+    m.free(dq_raw);
+    let dk = m.alloc(Temporaries, n * c);
+    m.free(ds);
+    let mut merged = Vec::new();
+    for g in [dq, dk, dv] {
+        merged.push(m.alloc(Temporaries, n * c));
+        m.free(g);
+    }
+    let dqkv = m.alloc(Temporaries, 3 * n * c);
+    m.free_all(&merged);
+    let dln1 = linear_backward(m, d, n, 3 * c, c, grads);
+    m.free(dqkv);
+    let dx_ln = ln_backward(m, d, n, grads);
+    m.free(dln1);
+    let dx = m.alloc(Temporaries, n * c);
+    m.free_all(&[dx1, dx_ln]);
+    m.free_all(&saved);
+    dx
+}
+
+/// The loss head in training: ln_f, logits by chunks, the gradient taken as it goes.
+/// Returns (dx, head gradients: dwte, ln_f weight (and bias)).
+fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id>) {
+    m.at(Phase::Loss, "loss head: ln_f");
+    let (hf, ln) = ln_forward(m, d, n, true, SavedActivations);
+    let mut dh_chunks = Vec::new();
+    let mut dwte: Option<Id> = None;
+    let mut start = 0;
+    while start < n {
+        let rows = chunk_rows.min(n - start);
+        m.at(Phase::Loss, "loss head: logits and softmax");
+        let logits = m.alloc(LogitsAndLoss, rows * d.v);
+        let probs = m.alloc(LogitsAndLoss, rows * d.v);
+        m.free(logits);
+        let small: Vec<Id> = (0..6).map(|_| m.alloc(Temporaries, rows)).collect(); // gather, clamp, log, -1s
+        m.at(Phase::Loss, "loss head: gradient");
+        let dh_raw = m.alloc(Temporaries, rows * d.c);
+        let dh = m.alloc(Temporaries, rows * d.c);
+        m.free(dh_raw);
+        dh_chunks.push(dh);
+        let h_scaled = m.alloc(Temporaries, rows * d.c);
+        let part = m.alloc(Gradients, d.v * d.c); // dlogits^T @ h
+                                                  // gemm packs the transposed dlogits (rows x V) into a buffer of its own for this product
+                                                  // (measured: the training peak of large-vocabulary configs is one rows*V above the tensors).
+        let packed = m.alloc(Category::Workspace, rows * d.v);
+        m.free_all(&[packed, probs, h_scaled]);
+        dwte = Some(match dwte {
+            Some(sum) => {
+                let new = m.alloc(Gradients, d.v * d.c);
+                m.free_all(&[sum, part]);
+                new
+            }
+            None => part,
+        });
+        m.free_all(&small);
+        start += rows;
+    }
+    let dh = if dh_chunks.len() > 1 {
+        let cat = m.alloc(Temporaries, n * d.c);
+        m.free_all(&dh_chunks);
+        cat
+    } else {
+        dh_chunks.first().copied().unwrap_or(Id(usize::MAX))
+    };
+    let mut grads = Vec::new();
+    grads.extend(dwte);
+    let dx = ln_backward(m, d, n, &mut grads);
+    m.free_all(&[dh, hf]);
+    m.free_all(&ln);
+    (dx, grads)
+}
+
+/// One micro-step (`Gpt::loss_and_grads`); returns the gradient tensors it hands back.
+fn micro_step(m: &mut Tracker, d: &Dims, b: u64, t: u64, chunked: bool, ckpt: bool) -> Vec<Id> {
+    let n = b * t;
+    m.at(Phase::Forward, "batch");
+    let batch = [m.alloc(Batch, n), m.alloc(Batch, n)]; // x, y (u32)
+    m.at(Phase::Forward, "causal mask");
+    let causal = m.alloc(Temporaries, t * t);
+    m.at(Phase::Forward, "embedding");
+    let tok = m.alloc(Temporaries, n * d.c);
+    let mut x = m.alloc(SavedActivations, n * d.c);
+    m.free(tok);
+    if d.dropout {
+        let mk = m.alloc(Temporaries, n * d.c);
+        let xd = m.alloc(SavedActivations, n * d.c);
+        m.free_all(&[mk, x]);
+        x = xd;
+    }
+    let mut inputs = Vec::new();
+    let mut saved = Vec::new();
+    m.at(Phase::Forward, "transformer blocks forward");
+    for _ in 0..d.l {
+        let bt = block_forward(m, d, b, t, !ckpt);
+        inputs.push(x);
+        saved.push(bt.saved);
+        x = bt.out;
+    }
+    let chunk = if chunked { loss_chunk_rows(d.v as u32).min(n) } else { n };
+    let (mut dx, mut grads) = head_train(m, d, n, chunk);
+    m.free(x);
+    m.at(Phase::Backward, "transformer blocks backward");
+    for _ in 0..d.l {
+        let input = inputs.pop().unwrap_or(Id(usize::MAX));
+        let mut s = saved.pop().unwrap_or_default();
+        if ckpt {
+            m.at(Phase::Backward, "block recompute");
+            let bt = block_forward(m, d, b, t, true);
+            m.free(bt.out);
+            s = bt.saved;
+            m.at(Phase::Backward, "transformer blocks backward");
+        }
+        dx = block_backward(m, d, b, t, s, dx, &mut grads);
+        m.free(input);
+    }
+    m.free(causal);
+    m.at(Phase::Backward, "embedding backward");
+    if d.dropout {
+        let mk = m.alloc(Temporaries, n * d.c);
+        let demb = m.alloc(Temporaries, n * d.c);
+        m.free_all(&[dx, mk]);
+        dx = demb;
+    }
+    grads.push(m.alloc(Gradients, t * d.c)); // dpos
+    if t < d.block {
+        let zeros = m.alloc(Temporaries, (d.block - t) * d.c);
+        grads.push(m.alloc(Gradients, d.block * d.c));
+        m.free(zeros);
+    }
+    // wte: index_add copies the head's dwte (grads[0] of the head).
+    let dwte = m.alloc(Gradients, d.v * d.c);
+    let head_dwte = grads.remove(0);
+    m.free_all(&[head_dwte, dx]);
+    grads.push(dwte);
+    m.free_all(&batch);
+    grads
+}
+
+/// Eval forward of one batch (`Gpt::eval_loss`), in groups of whole sequences.
+fn eval_batch(m: &mut Tracker, d: &Dims, b: u64, t: u64, chunk_rows: Option<u64>) {
+    // Eval runs without dropout: no masks.
+    let d = &Dims { dropout: false, ..*d };
+    let batch = [m.alloc(Batch, b * t), m.alloc(Batch, b * t)];
+    let seqs_per_group = chunk_rows.map(|r| (r / t).clamp(1, b)).unwrap_or(b);
+    let mut start = 0;
+    while start < b {
+        let seqs = seqs_per_group.min(b - start);
+        let n = seqs * t;
+        m.at(Phase::EvalForward, "eval forward");
+        let causal = m.alloc(Temporaries, t * t);
+        let tok = m.alloc(Temporaries, n * d.c);
+        let mut x = m.alloc(SavedActivations, n * d.c);
+        m.free(tok);
+        for _ in 0..d.l {
+            let bt = block_forward(m, d, seqs, t, false);
+            m.free(x);
+            x = bt.out;
+        }
+        m.free(causal);
+        m.at(Phase::EvalLoss, "eval loss head");
+        let (hf, _) = ln_forward(m, d, n, false, SavedActivations);
+        let logits = m.alloc(LogitsAndLoss, n * d.v);
+        let probs = m.alloc(LogitsAndLoss, n * d.v);
+        m.free(logits);
+        let small: Vec<Id> = (0..5).map(|_| m.alloc(Temporaries, n)).collect();
+        m.free_all(&small);
+        m.free_all(&[probs, hf, x]);
+        start += seqs;
+    }
+    m.free_all(&batch);
+}
+
+/// One optimizer iteration: micro-steps with accumulation, clipping, AdamW.
+fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, sizes: &[u64], state: &mut Vec<Id>) {
+    let (b, t) = (u64::from(cfg.batch_size), u64::from(cfg.block_size));
+    let ga = cfg.gradient_accumulation_steps.max(1);
+    let mut acc: Vec<Id> = Vec::new();
+    for k in 1..=ga {
+        m.micro_step = k;
+        let grads = micro_step(m, d, b, t, opts.chunked_loss, cfg.activation_checkpointing);
+        if acc.is_empty() {
+            acc = grads;
+        } else {
+            m.at(Phase::Backward, "gradient accumulation");
+            let sums: Vec<Id> = sizes.iter().map(|&s| m.alloc(Gradients, s)).collect();
+            m.free_all(&acc);
+            m.free_all(&grads);
+            acc = sums;
+        }
+    }
+    m.micro_step = 0;
+    if ga > 1 {
+        m.at(Phase::Backward, "gradient accumulation: mean");
+        let scaled: Vec<Id> = sizes.iter().map(|&s| m.alloc(Gradients, s)).collect();
+        m.free_all(&acc);
+        acc = scaled;
+    }
+    if opts.grad_clip {
+        m.at(Phase::ClipGrad, "clip_grad_norm");
+        for &s in sizes {
+            let sq = m.alloc(Temporaries, s);
+            m.free(sq);
+        }
+    }
+    m.at(Phase::OptimizerStep, "AdamW");
+    if state.is_empty() {
+        for &s in sizes {
+            state.push(m.alloc(OptimizerState, s));
+            state.push(m.alloc(OptimizerState, s));
+        }
+    }
+    for (i, &s) in sizes.iter().enumerate() {
+        // m*b1, g*(1-b1), new m; v*b2, g^2, *(1-b2), new v; sqrt, denom; p*decay, m/denom, *lr, p'.
+        let t1 = m.alloc(Temporaries, s);
+        let t2 = m.alloc(Temporaries, s);
+        let new_m = m.alloc(OptimizerState, s);
+        m.free_all(&[t1, t2]);
+        let t3 = m.alloc(Temporaries, s);
+        let t4 = m.alloc(Temporaries, s);
+        let t5 = m.alloc(Temporaries, s);
+        let new_v = m.alloc(OptimizerState, s);
+        m.free_all(&[t3, t4, t5]);
+        let sq = m.alloc(Temporaries, s);
+        let denom = m.alloc(Temporaries, s);
+        m.free(sq);
+        let u1 = m.alloc(Temporaries, s);
+        let u2 = m.alloc(Temporaries, s);
+        let u3 = m.alloc(Temporaries, s);
+        let u4 = m.alloc(Temporaries, s);
+        m.free_all(&[u1, u2, u3, u4, denom]);
+        m.free_all(&[state[2 * i], state[2 * i + 1]]);
+        state[2 * i] = new_m;
+        state[2 * i + 1] = new_v;
+    }
+    m.at(Phase::ZeroGrad, "gradients dropped");
+    m.free_all(&acc);
+}
+
+/// Parameter tensor sizes in `Gpt::params` order (elements).
+fn param_sizes(cfg: &Config) -> Vec<u64> {
+    let table = param_tensors(cfg);
+    let get = |name: &str| table.iter().find(|p| p.name == name).map(|p| p.elements()).unwrap_or(0);
+    let mut out = vec![get("transformer.wte.weight"), get("transformer.wpe.weight")];
+    let per_layer: &[&str] = if cfg.bias {
+        &[
+            "ln_1.weight",
+            "ln_1.bias",
+            "attn.c_attn.weight",
+            "attn.c_attn.bias",
+            "attn.c_proj.weight",
+            "attn.c_proj.bias",
+            "ln_2.weight",
+            "ln_2.bias",
+            "mlp.c_fc.weight",
+            "mlp.c_fc.bias",
+            "mlp.c_proj.weight",
+            "mlp.c_proj.bias",
+        ]
+    } else {
+        &["ln_1.weight", "attn.c_attn.weight", "attn.c_proj.weight", "ln_2.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"]
+    };
+    for _ in 0..cfg.n_layer {
+        for name in per_layer {
+            out.push(get(&format!("transformer.h.{{i}}.{name}")));
+        }
+    }
+    out.push(get("transformer.ln_f.weight"));
+    if cfg.bias {
+        out.push(get("transformer.ln_f.bias"));
+    }
+    out
+}
+
+/// The trainer's memory for `cfg` on CPU (f32): a steady training iteration, the first (AdamW
+/// creates its state), eval at the start and after a step. Bytes are the trainer's heap, excluding
+/// the process's baseline (code, data set, tokenizer tables).
+pub fn simulate(cfg: &Config, opts: &TrainerOptions) -> Simulation {
+    run(cfg, opts, false).0
+}
+
+/// [`simulate`] and its live-bytes curve, one point per allocation or free.
+pub fn simulate_with_timeline(cfg: &Config, opts: &TrainerOptions) -> (Simulation, Vec<TimelinePoint>) {
+    run(cfg, opts, true)
+}
+
+fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<TimelinePoint>) {
+    // Sizes of zero would leave nothing to simulate (and `clamp(1, 0)` panics): count them as 1.
+    // Callers validate configs first; this keeps an unvalidated one from panicking.
+    let cfg = &Config {
+        n_layer: cfg.n_layer,
+        n_head: cfg.n_head.max(1),
+        batch_size: cfg.batch_size.max(1),
+        block_size: cfg.block_size.max(1),
+        eval_batch_size: Some(cfg.eval_batch().max(1)),
+        eval_block_size: Some(cfg.eval_block().max(1)),
+        ..cfg.clone()
+    };
+    let d = Dims {
+        l: u64::from(cfg.n_layer),
+        c: u64::from(cfg.n_embd),
+        h: u64::from(cfg.n_head),
+        v: u64::from(cfg.vocab_size),
+        block: u64::from(cfg.block_size),
+        bias: cfg.bias,
+        dropout: cfg.dropout > 0.0,
+    };
+    let sizes = param_sizes(cfg);
+    let mut m = Tracker::new(timeline);
+    m.at(Phase::Init, "parameters");
+    for &s in &sizes {
+        m.alloc(Parameters, s);
+    }
+    let (eb, et) = (u64::from(cfg.eval_batch()), u64::from(cfg.eval_block()));
+    m.new_window();
+    eval_batch(&mut m, &d, eb, et, opts.eval_chunk_rows);
+    let eval_at_start = m.new_window();
+    let mut state = Vec::new();
+    iteration(&mut m, cfg, &d, opts, &sizes, &mut state);
+    let first_iter = m.new_window();
+    eval_batch(&mut m, &d, eb, et, opts.eval_chunk_rows);
+    let eval = m.new_window();
+    iteration(&mut m, cfg, &d, opts, &sizes, &mut state);
+    let train = m.new_window();
+    (Simulation { train, eval, first_iter, eval_at_start }, m.timeline)
+}
+
+/// The highest of the four windows: what a run of `cfg` needs.
+pub fn peak_bytes(sim: &Simulation) -> u64 {
+    [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.bytes).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Config {
+        Config {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+            block_size: 64,
+            vocab_size: 100,
+            batch_size: 4,
+            gradient_accumulation_steps: 2,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn parameters_and_adam_state_are_counted_exactly() {
+        let cfg = small();
+        let sim = simulate(&cfg, &TrainerOptions::default());
+        let params = crate::params::count(&cfg).total * 4;
+        assert_eq!(sim.train.breakdown.parameters, params);
+        // In a steady iteration AdamW's two moments exist throughout.
+        assert!(sim.train.breakdown.optimizer_state >= 2 * params);
+        assert_eq!(sim.eval_at_start.breakdown.optimizer_state, 0);
+        assert_eq!(sim.eval.breakdown.optimizer_state, 2 * params);
+    }
+
+    #[test]
+    fn degenerate_configs_do_not_panic() {
+        let cfg = Config { batch_size: 0, block_size: 0, n_head: 0, eval_batch_size: Some(0), ..small() };
+        let _ = simulate(&cfg, &TrainerOptions { chunked_loss: true, eval_chunk_rows: Some(0), grad_clip: true });
+    }
+
+    #[test]
+    fn timeline_ends_where_it_started_after_the_last_window() {
+        let (sim, points) = simulate_with_timeline(&small(), &TrainerOptions::default());
+        assert!(!points.is_empty());
+        let max = points.iter().map(|p| p.live_bytes).max().unwrap_or(0);
+        assert_eq!(max, peak_bytes(&sim));
+    }
 }
