@@ -739,3 +739,66 @@ mod tests {
         assert_eq!(max, peak_bytes(&sim));
     }
 }
+
+/// `--auto-fit`: the largest micro-batch (at most `cfg.batch_size`) whose predicted peak fits in
+/// `budget_bytes`, with gradient accumulation raised so an iteration still sees at least as many
+/// tokens (`batch_size * gradient_accumulation_steps`). `None` when even a micro-batch of 1 does
+/// not fit. The eval batch follows the micro-batch when it was not set separately.
+pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Option<Config> {
+    let need = |b: u32| {
+        let mut c = cfg.clone();
+        c.batch_size = b;
+        peak_bytes(&simulate(&c, opts))
+    };
+    if need(1) > budget_bytes {
+        return None;
+    }
+    // Peak grows with the micro-batch: binary search the largest that fits.
+    let (mut lo, mut hi) = (1u32, cfg.batch_size.max(1));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if need(mid) <= budget_bytes {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let sequences = u64::from(cfg.batch_size.max(1)) * u64::from(cfg.gradient_accumulation_steps.max(1));
+    let ga = sequences.div_ceil(u64::from(lo));
+    let mut fitted = cfg.clone();
+    fitted.batch_size = lo;
+    fitted.gradient_accumulation_steps = u32::try_from(ga).unwrap_or(u32::MAX);
+    Some(fitted)
+}
+
+#[cfg(test)]
+mod auto_fit_tests {
+    use super::*;
+
+    #[test]
+    fn auto_fit_picks_the_largest_fitting_micro_batch_and_keeps_tokens() {
+        let cfg = Config {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+            block_size: 128,
+            vocab_size: 500,
+            batch_size: 32,
+            gradient_accumulation_steps: 2,
+            ..Config::default()
+        };
+        let opts = TrainerOptions::default();
+        let with = |b: u32| peak_bytes(&simulate(&Config { batch_size: b, ..cfg.clone() }, &opts));
+        // A budget between the needs of micro-batches 7 and 8 must give 7.
+        let budget = (with(7) + with(8)) / 2;
+        let fitted = auto_fit(&cfg, &opts, budget).expect("fits");
+        assert_eq!(fitted.batch_size, 7);
+        assert!(with(7) <= budget && with(8) > budget);
+        assert_eq!(fitted.gradient_accumulation_steps, 10); // ceil(64 / 7)
+        assert!(fitted.batch_size * fitted.gradient_accumulation_steps >= 64);
+        // Enough memory: unchanged.
+        assert_eq!(auto_fit(&cfg, &opts, u64::MAX), Some(cfg.clone()));
+        // Too little for one sequence.
+        assert_eq!(auto_fit(&cfg, &opts, with(1) - 1), None);
+    }
+}

@@ -1,6 +1,7 @@
 //! The trainer's library half: what `vramfit train`/`sample`, the tests and the benches share.
 //!
 //! - [`model`] — nanoGPT's GPT on candle with a hand-written backward (explicit tensor lifetimes).
+//! - [`preflight`] — predicts the run's memory with core before allocating; refuses or `--auto-fit`s.
 //! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks.
 //! - [`data`] (with [`corpus`], the built-in text) — tokens, vocabularies and nanoGPT's random batches.
 //! - [`optim`] — AdamW with nanoGPT's parameter groups, gradient clipping, the learning-rate schedule.
@@ -14,5 +15,6 @@ pub mod lossplot;
 pub mod mem;
 pub mod model;
 pub mod optim;
+pub mod preflight;
 pub mod progress;
 pub mod train;

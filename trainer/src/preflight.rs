@@ -1,0 +1,153 @@
+//! Pre-flight: before `train` allocates anything, predict its memory with
+//! `vramfit_core::trainer_model` and compare with what the machine has free.
+//!
+//! - [`preflight`]: fits → the config to run; does not fit → one error line with the breakdown and the
+//!   fixes, or with `--auto-fit` the largest micro-batch that fits (gradient accumulation raised to
+//!   keep tokens per iteration).
+//! - [`available_cpu_bytes`]: `MemAvailable` from /proc/meminfo (Linux); `None` elsewhere.
+//! - [`measured_line`]: "measured peak vs predicted" for after the first iterations.
+
+use vramfit_core::sim::Simulation;
+use vramfit_core::trainer_model::{self, TrainerOptions};
+use vramfit_core::{Category, Config};
+
+/// What pre-flight decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preflight {
+    /// The config to train: the input, or the auto-fitted one.
+    pub config: Config,
+    pub predicted_peak: u64,
+    /// A note to print when the config was changed by `--auto-fit`.
+    pub note: Option<String>,
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The categories of the highest window, largest first, as one line.
+pub fn breakdown_line(sim: &Simulation) -> String {
+    let peak = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].into_iter().max_by_key(|p| p.bytes).unwrap_or(&sim.train);
+    let mut parts: Vec<(Category, u64)> = Category::ALL.iter().map(|&c| (c, peak.breakdown.get(c))).filter(|(_, b)| *b > 0).collect();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
+    let listed: Vec<String> = parts.iter().map(|(c, b)| format!("{} {}", c.label().to_lowercase(), mib(*b))).collect();
+    let phase = peak.phase.map(|p| p.label()).unwrap_or("init");
+    format!("peak in {phase} ({}): {}", peak.op, listed.join(", "))
+}
+
+/// Checks `cfg` against `available` bytes. `Err` is one line for `error: ...`.
+pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: bool) -> Result<Preflight, String> {
+    let sim = trainer_model::simulate(cfg, opts);
+    let need = trainer_model::peak_bytes(&sim);
+    if need <= available {
+        return Ok(Preflight { config: cfg.clone(), predicted_peak: need, note: None });
+    }
+    if auto_fit {
+        if let Some(fitted) = trainer_model::auto_fit(cfg, opts, available) {
+            let fitted_need = trainer_model::peak_bytes(&trainer_model::simulate(&fitted, opts));
+            let note = format!(
+                "--auto-fit: batch_size {} -> {}, gradient_accumulation_steps {} -> {} (predicted {} of {} available)",
+                cfg.batch_size,
+                fitted.batch_size,
+                cfg.gradient_accumulation_steps,
+                fitted.gradient_accumulation_steps,
+                mib(fitted_need),
+                mib(available)
+            );
+            return Ok(Preflight { config: fitted, predicted_peak: fitted_need, note: Some(note) });
+        }
+    }
+    let mut fixes = Vec::new();
+    if let Some(fitted) = trainer_model::auto_fit(cfg, opts, available) {
+        fixes.push(format!(
+            "--batch_size {} --gradient_accumulation_steps {} (or --auto-fit)",
+            fitted.batch_size, fitted.gradient_accumulation_steps
+        ));
+    }
+    if !cfg.activation_checkpointing {
+        let c = Config { activation_checkpointing: true, ..cfg.clone() };
+        let n = trainer_model::peak_bytes(&trainer_model::simulate(&c, opts));
+        if n < need {
+            fixes.push(format!("--activation_checkpointing ({})", mib(n)));
+        }
+    }
+    if !opts.chunked_loss {
+        let o = TrainerOptions { chunked_loss: true, ..*opts };
+        let n = trainer_model::peak_bytes(&trainer_model::simulate(cfg, &o));
+        if n < need {
+            fixes.push(format!("--chunked-loss ({})", mib(n)));
+        }
+    }
+    let fixes =
+        if fixes.is_empty() { "no single fix fits: use a smaller model".to_string() } else { format!("fixes: {}", fixes.join("; ")) };
+    Err(format!("this run needs {} but {} is available; {}; {}", mib(need), mib(available), breakdown_line(&sim), fixes))
+}
+
+/// `MemAvailable` in bytes, from /proc/meminfo; `None` if it cannot be read (not Linux).
+pub fn available_cpu_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// "memory: measured peak X, predicted Y (+e%)" for after the first iterations; `measured` is the
+/// counting allocator's peak minus what was live before the model was built.
+pub fn measured_line(measured: u64, predicted: u64) -> String {
+    let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
+    format!("memory: measured peak {}, predicted {} ({err:+.1}%)", mib(measured), mib(predicted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+            block_size: 128,
+            vocab_size: 500,
+            batch_size: 16,
+            gradient_accumulation_steps: 1,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn fits_refuses_and_auto_fits() {
+        let opts = TrainerOptions::default();
+        let need = trainer_model::peak_bytes(&trainer_model::simulate(&cfg(), &opts));
+        let ok = preflight(&cfg(), &opts, need, false).expect("fits exactly");
+        assert_eq!(ok.config, cfg());
+        let err = preflight(&cfg(), &opts, need / 2, false).expect_err("does not fit");
+        assert!(err.contains("needs") && err.contains("peak in") && err.contains("fixes:"), "{err}");
+        assert!(!err.contains('\n'));
+        let fitted = preflight(&cfg(), &opts, need / 2, true).expect("auto-fit");
+        assert!(fitted.config.batch_size < 16 && fitted.predicted_peak <= need / 2);
+        assert!(fitted.config.batch_size * fitted.config.gradient_accumulation_steps >= 16);
+        assert!(fitted.note.is_some());
+        assert!(preflight(&cfg(), &opts, 1000, true).is_err());
+    }
+
+    #[test]
+    fn reads_mem_available() {
+        let text = "MemTotal:       16000000 kB\nMemFree:         1000 kB\nMemAvailable:    8000000 kB\n";
+        assert_eq!(parse_mem_available(text), Some(8_000_000 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: lots kB\n"), None);
+        if cfg!(target_os = "linux") {
+            assert!(available_cpu_bytes().is_some_and(|b| b > 0));
+        }
+    }
+
+    #[test]
+    fn measured_line_reports_the_error() {
+        assert_eq!(measured_line(100 << 20, 103 << 20), "memory: measured peak 100.0 MiB, predicted 103.0 MiB (+3.0%)");
+    }
+}
