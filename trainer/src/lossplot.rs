@@ -84,8 +84,13 @@ pub fn render(curves: &Curves) -> Result<String, String> {
 /// Redraws `out_dir/loss.svg` from `out_dir/log.jsonl`. A plot is a convenience: failures are
 /// reported as a note and training goes on.
 pub fn write_for(out_dir: &Path) {
+    let log = out_dir.join(LOG_FILE);
+    if !log.exists() {
+        // Nothing recorded (a library caller with a silent progress): nothing to draw.
+        return;
+    }
     let result = (|| -> Result<(), String> {
-        let text = std::fs::read_to_string(out_dir.join(LOG_FILE)).map_err(|e| e.to_string())?;
+        let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
         let svg = render(&parse_log(&text))?;
         let temp = out_dir.join(format!(".{SVG_FILE}.tmp-{}", std::process::id()));
         std::fs::write(&temp, svg).map_err(|e| e.to_string())?;
