@@ -57,6 +57,13 @@ pub struct TrainArgs {
     /// CPU threads (sets CANDLE_NUM_THREADS and RAYON_NUM_THREADS for this run).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
+    /// If the pre-flight predicts the run will not fit, train the largest micro-batch that fits,
+    /// with more gradient accumulation to keep the tokens per iteration.
+    #[arg(long = "auto-fit", alias = "auto_fit")]
+    pub auto_fit: bool,
+    /// Memory the pre-flight may plan for, in MiB [default: what the machine has available].
+    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_memory_mib: Option<u64>,
     /// Optimizer steps to take [default: 600000].
     #[arg(long = "max-iters", alias = "max_iters", value_name = "N")]
     pub max_iters: Option<u64>,

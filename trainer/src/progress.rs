@@ -60,6 +60,9 @@ pub struct Progress {
     interactive: bool,
     log: Option<File>,
     log_interval: u64,
+    /// (iteration, heap bytes live before the model, predicted peak): print measured vs predicted
+    /// after that iteration.
+    memory_check: Option<(u64, u64, u64)>,
 }
 
 impl Progress {
@@ -78,12 +81,12 @@ impl Progress {
         } else {
             ProgressBar::hidden()
         };
-        Ok(Progress { bar, interactive, log: Some(log), log_interval: log_interval.max(1) })
+        Ok(Progress { bar, interactive, log: Some(log), log_interval: log_interval.max(1), memory_check: None })
     }
 
     /// A progress that shows and records nothing (library callers and tests).
     pub fn silent() -> Progress {
-        Progress { bar: ProgressBar::hidden(), interactive: false, log: None, log_interval: u64::MAX }
+        Progress { bar: ProgressBar::hidden(), interactive: false, log: None, log_interval: u64::MAX, memory_check: None }
     }
 
     /// Prints a line on stdout without tearing the bar.
@@ -112,8 +115,20 @@ impl Progress {
         let _ = writeln!(log, "{object}");
     }
 
+    /// After iteration `iter`, print the counting allocator's peak since `baseline` beside the
+    /// pre-flight's prediction.
+    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64) {
+        self.memory_check = Some((iter, baseline, predicted));
+    }
+
     pub fn iter(&mut self, rec: &IterRecord) {
         self.record("iter", rec);
+        if let Some((at, baseline, predicted)) = self.memory_check {
+            if rec.iter == at {
+                let measured = crate::mem::peak().saturating_sub(baseline);
+                self.line(&crate::preflight::measured_line(measured, predicted));
+            }
+        }
         let mem = memory().map(|(live, peak)| format!(", mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
         let text = format!("loss {:.4}, {:.0} tok/s{mem}", rec.loss, rec.tokens_per_s);
         if self.interactive {

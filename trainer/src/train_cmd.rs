@@ -19,9 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vramfit::checkpoint::{self, Checkpoint};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
+use vramfit::preflight::{available_cpu_bytes, preflight};
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
+use vramfit_core::trainer_model::TrainerOptions;
 use vramfit_core::{Attention, Config, Dtype};
 
 /// A failure and the exit code it maps to.
@@ -140,6 +142,18 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     cfg.validate().map_err(|e| input(e.to_string()))?;
     data.check(cfg.vocab_size, cfg.block_size, cfg.eval_block()).map_err(input)?;
 
+    // Pre-flight: core's model of this trainer against the memory there is, before allocating.
+    let trainer_opts = TrainerOptions {
+        chunked_loss: settings.chunked_loss,
+        eval_chunk_rows: settings.eval_chunk_rows.map(|r| r as u64),
+        grad_clip: settings.grad_clip > 0.0,
+    };
+    let available = available_memory(&device, args.max_memory_mib);
+    let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit).map_err(input)?;
+    if let Some(note) = &checked.note {
+        crate::print_note(note);
+    }
+    cfg = checked.config;
     std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     let stale = checkpoint::remove_stale_temps(&settings.out_dir);
@@ -147,8 +161,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         crate::print_note(&format!("removed {stale} temporary checkpoint file(s) an interrupted write left behind"));
     }
 
-    // TODO(memory helper): the pre-flight goes here — predict with core's trainer model, compare
-    // with free memory, refuse with the breakdown and fixes (or --auto-fit).
+    vramfit::mem::reset_peak();
+    let baseline = vramfit::mem::live();
 
     let (model, mut optimizer) = train::build(&cfg, &settings, &device, resume.as_ref()).map_err(input)?;
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -168,6 +182,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         let _ = std::fs::remove_file(settings.out_dir.join(vramfit::progress::LOG_FILE));
     }
     let mut progress = Progress::new(&settings.out_dir, start, settings.max_iters, settings.log_interval).map_err(failed)?;
+    if device.is_cpu() && vramfit::mem::installed() {
+        // After the second iteration the AdamW state exists and an evaluation has run: every
+        // window the prediction covers has been through once.
+        progress.compare_memory_after(start + 1, baseline, checked.predicted_peak);
+    }
     let entropy = data.unigram_entropy();
     let summary = train::run(
         Run {
@@ -231,6 +250,15 @@ fn cuda_device() -> Result<Device, Failure> {
 #[cfg(not(feature = "cuda"))]
 fn cuda_device() -> Result<Device, Failure> {
     Err(input("--device cuda: this vramfit was built without CUDA (build with `cargo build --release -p vramfit --features cuda`)"))
+}
+
+/// What the pre-flight may plan for: CPU `MemAvailable` (or the flag's limit, if lower).
+fn available_memory(device: &Device, max_memory_mib: Option<u64>) -> u64 {
+    let limit = max_memory_mib.map_or(u64::MAX, |m| m.saturating_mul(1 << 20));
+    // On CUDA the pre-flight should read free device memory; that path is not built here (no
+    // nvcc), so only the flag limits it there.
+    let machine = if device.is_cpu() { available_cpu_bytes().unwrap_or(u64::MAX) } else { u64::MAX };
+    machine.min(limit)
 }
 
 /// Defaults, config file, link and flags for a run that is not resumed; the bool says whether

@@ -129,3 +129,13 @@ fn bad_flags() {
     }
     assert!(!dir.join("ckpt.safetensors").exists());
 }
+
+/// The pre-flight refuses a run predicted not to fit, before allocating or creating anything.
+#[test]
+fn preflight_refuses_what_does_not_fit() {
+    let dir = scratch("preflight-refuses").join("out");
+    // The small default model needs more than 1 MiB.
+    let line = one_error_line(&run(&["train", "--out-dir", dir.to_str().unwrap(), "--max-memory-mib", "1"]));
+    assert_has(&line, &["this run needs", "1.0 MiB is available", "fixes:"]);
+    assert!(!dir.exists(), "a refused run created its out_dir");
+}

@@ -135,3 +135,39 @@ fn default_run_learns_and_leaves_log_svg_and_samples() {
     let again = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--num-samples", "2", "--max-new-tokens", "80", "--seed", "5"]);
     assert_eq!(text(&again.stdout), samples);
 }
+
+/// `--auto-fit` trains a smaller micro-batch with more accumulation when the pre-flight says the
+/// asked one does not fit, and the run reports measured beside predicted memory.
+#[test]
+fn auto_fit_shrinks_the_micro_batch() {
+    let dir = scratch("auto-fit");
+    // The small default model with a bigger micro-batch (TINY's batch would be too small to shrink).
+    let base = [
+        "train",
+        "--out-dir",
+        dir.to_str().unwrap(),
+        "--max-iters",
+        "2",
+        "--eval-interval",
+        "2",
+        "--eval-iters",
+        "1",
+        "--batch-size",
+        "64",
+    ];
+    let fits = run(&base);
+    assert!(fits.status.success(), "{}", text(&fits.stderr));
+    let stdout = text(&fits.stdout);
+    assert!(stdout.contains("memory: measured peak"), "{stdout}");
+    let need: f64 = stdout.split("predicted ").nth(1).and_then(|s| s.split_whitespace().next()?.parse().ok()).expect("predicted MiB");
+    let limit = format!("{}", (need * 0.6).ceil() as u64);
+    let mut args = base.to_vec();
+    args.extend(["--max-memory-mib", &limit, "--auto-fit"]);
+    let fitted = run(&args);
+    assert!(fitted.status.success(), "{}", text(&fitted.stderr));
+    assert!(text(&fitted.stderr).contains("note: --auto-fit: batch_size 64 -> "), "{}", text(&fitted.stderr));
+    let (meta, _) = checkpoint_tensors(&dir);
+    assert!(meta.config.batch_size < 64, "{}", meta.config.batch_size);
+    assert!(meta.config.gradient_accumulation_steps > 1);
+    assert!(meta.config.batch_size as u64 * meta.config.gradient_accumulation_steps as u64 >= 64);
+}
