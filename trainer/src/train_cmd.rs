@@ -81,13 +81,14 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
     let device = make_device(args.device)?;
-    let out_dir = args.out_dir.clone();
+    // With --resume, the directory read from is the one written to, wherever the checkpoint says
+    // the run started.
+    let out_dir = if args.resume { Some(args.out_dir.clone().unwrap_or_else(|| PathBuf::from("out"))) } else { args.out_dir.clone() };
     let resume = if args.resume {
         if args.run.config.is_some() || args.run.link.is_some() {
             return Err(input("--resume takes the settings from the checkpoint: drop --config/--link and change settings with flags"));
         }
-        let dir = out_dir.clone().unwrap_or_else(|| PathBuf::from("out"));
-        let path = dir.join(checkpoint::FILE_NAME);
+        let path = out_dir.clone().unwrap_or_default().join(checkpoint::FILE_NAME);
         if !path.exists() {
             return Err(input(format!("--resume: no checkpoint at {}", path.display())));
         }

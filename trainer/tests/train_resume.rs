@@ -95,3 +95,17 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
         assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "a tensor differs after Ctrl-C and resume");
     }
 }
+
+/// A run directory moved to `./out` resumes there with a bare `--resume` (not in the directory
+/// the checkpoint was first written to).
+#[test]
+fn a_moved_run_directory_resumes_in_place() {
+    let parent = scratch("moved");
+    let first = parent.join("first");
+    train_ok(&first, &["--max-iters", "2", "--eval-interval", "2"]);
+    std::fs::rename(&first, parent.join("out")).unwrap();
+    let out = vramfit().current_dir(&parent).args(["train", "--resume", "--max-iters", "4"]).args(TINY).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(checkpoint_tensors(&parent.join("out")).0.iter_num, 4);
+    assert!(!first.exists(), "the resumed run wrote to the old directory");
+}
