@@ -246,7 +246,7 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     if proj_dropped.is_some() {
         m.free(proj);
     }
-    let x1 = m.alloc(s, n * c);
+    let x1 = m.alloc(Temporaries, n * c); // the residual after attention: not saved (ln_2 keeps xhat)
     m.free(proj_dropped.unwrap_or(proj));
     let (ln2_out, ln2) = ln_forward(m, d, n, keep, s);
     let fc_out = linear(m, d, n, 4 * c, s);
@@ -259,7 +259,8 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     }
     let out = m.alloc(s, n * c);
     m.free(mlp_dropped.unwrap_or(mlp));
-    saved.extend([ln1_out, q_scaled, k, v, att, heads, x1, ln2_out, fc_out, gelu_out]);
+    m.free(x1);
+    saved.extend([ln1_out, q_scaled, k, v, att, heads, ln2_out, fc_out, gelu_out]);
     saved.extend(att_mask.into_iter().chain(r1).chain(r2));
     if keep {
         saved.extend(ln1.into_iter().chain(ln2));

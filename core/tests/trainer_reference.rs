@@ -5,9 +5,9 @@ use serde_json::Value;
 use vramfit_core::trainer_model::{simulate, TrainerOptions};
 use vramfit_core::Config;
 
-/// The target is 3%; the measured table's worst row is +3.05% (predicted above measured),
-/// so this test holds the model to 3.5% and the README states the real figures.
-const TOLERANCE: f64 = 0.035;
+/// The target is 3%; the measured table's worst window is -0.23%, so this test holds the
+/// model to 1% to catch drift between model.rs and core early.
+const TOLERANCE: f64 = 0.01;
 
 #[test]
 fn predictions_match_measured_cpu_peaks() {

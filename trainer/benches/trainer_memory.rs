@@ -164,9 +164,69 @@ fn probe_gemm() {
     }
 }
 
+/// `--trace I`: lines up the allocations of case I's steady iteration with core's event list and
+/// prints where they first differ (a tool for keeping core in step with model.rs).
+fn trace_case(i: usize) {
+    let Some(Case { cfg, opts, .. }) = cases().into_iter().nth(i) else { return };
+    let model_opts = ModelOptions {
+        activation_checkpointing: cfg.activation_checkpointing,
+        chunked_loss: opts.chunked_loss,
+        eval_chunk_rows: opts.eval_chunk_rows.map(|r| r as usize),
+    };
+    let model = Gpt::new(&cfg, model_opts, &Device::Cpu, 1).expect("model");
+    let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
+    let mut rng = HostRng::new(2);
+    iteration(&model, &cfg, &opts, &mut optimizer, &mut rng);
+    let min: i64 = std::env::var("TRACE_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    mem::trace_start(min as u64);
+    iteration(&model, &cfg, &opts, &mut optimizer, &mut rng);
+    let real = mem::trace_stop();
+    let (_, timeline) = trainer_model::simulate_with_timeline(&cfg, &opts);
+    let start = timeline
+        .iter()
+        .rposition(|p| matches!(p.phase, vramfit_core::Phase::EvalForward | vramfit_core::Phase::EvalLoss))
+        .map_or(0, |i| i + 1);
+    let mut predicted = Vec::new();
+    for w in timeline[start.saturating_sub(1)..].windows(2) {
+        let d = w[1].live_bytes as i64 - w[0].live_bytes as i64;
+        if d.abs() >= min {
+            predicted.push((d, w[1].op.clone()));
+        }
+    }
+    // Transient pairs (an allocation freed right away, like gemm's packing buffers) say nothing
+    // about the peak: drop them from both lists before lining them up.
+    fn cancel_pairs<T: Clone>(events: &[(i64, T)]) -> Vec<(i64, T)> {
+        let mut out: Vec<(i64, T)> = Vec::new();
+        for e in events {
+            if out.last().is_some_and(|l| l.0 > 0 && l.0 == -e.0) {
+                out.pop();
+            } else {
+                out.push(e.clone());
+            }
+        }
+        out
+    }
+    let cancel = std::env::var("TRACE_RAW").is_err();
+    let real: Vec<i64> =
+        if !cancel { real } else { cancel_pairs(&real.iter().map(|&v| (v, ())).collect::<Vec<_>>()).into_iter().map(|e| e.0).collect() };
+    let predicted = if cancel { cancel_pairs(&predicted) } else { predicted };
+    let first_diff = real.iter().zip(&predicted).position(|(r, (p, _))| r != p).unwrap_or(real.len().min(predicted.len()));
+    println!("real events {}, predicted {}, first difference at {first_diff}", real.len(), predicted.len());
+    let from = first_diff.saturating_sub(8);
+    let span: usize = std::env::var("TRACE_SPAN").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    for k in from..(first_diff + span) {
+        let r = real.get(k).map_or(String::new(), |v| v.to_string());
+        let (p, op) = predicted.get(k).map_or((String::new(), String::new()), |(v, op)| (v.to_string(), op.clone()));
+        println!("{k:>6} {r:>12} {p:>12} {op}");
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--probe-gemm") {
         return probe_gemm();
+    }
+    if let Some(i) = std::env::args().skip_while(|a| a != "--trace").nth(1).and_then(|v| v.parse().ok()) {
+        return trace_case(i);
     }
     let json = std::env::args().any(|a| a == "--json");
     let mut rows = Vec::new();

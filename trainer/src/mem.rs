@@ -6,7 +6,7 @@
 //! Without the allocator installed, [`live`] and [`peak`] stay 0 and [`installed`] says so.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 static LIVE: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
@@ -16,11 +16,13 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 pub struct CountingAlloc;
 
 fn grew(bytes: u64) {
+    trace(bytes, 1);
     let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
 
 fn shrank(bytes: u64) {
+    trace(bytes, -1);
     LIVE.fetch_sub(bytes, Ordering::Relaxed);
 }
 
@@ -85,4 +87,34 @@ pub fn reset_peak() {
 /// Whether the counting allocator is the process's global allocator (it has seen an allocation).
 pub fn installed() -> bool {
     INSTALLED.load(Ordering::Relaxed)
+}
+
+/// An optional record of large allocations and frees (signed sizes, in order), for lining a run up
+/// with core's event list. Off unless [`trace_start`] is called; it lives in a static array, so
+/// recording never allocates.
+const TRACE_LEN: usize = 1 << 18;
+static TRACE: [AtomicI64; TRACE_LEN] = [const { AtomicI64::new(0) }; TRACE_LEN];
+static TRACE_AT: AtomicUsize = AtomicUsize::new(0);
+static TRACE_MIN: AtomicU64 = AtomicU64::new(u64::MAX);
+
+fn trace(bytes: u64, sign: i64) {
+    if bytes >= TRACE_MIN.load(Ordering::Relaxed) {
+        let i = TRACE_AT.fetch_add(1, Ordering::Relaxed);
+        if i < TRACE_LEN {
+            TRACE[i].store(sign * bytes as i64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Starts recording allocations and frees of at least `min_bytes`.
+pub fn trace_start(min_bytes: u64) {
+    TRACE_AT.store(0, Ordering::Relaxed);
+    TRACE_MIN.store(min_bytes, Ordering::Relaxed);
+}
+
+/// Stops recording and returns the events (+size for an allocation, -size for a free).
+pub fn trace_stop() -> Vec<i64> {
+    TRACE_MIN.store(u64::MAX, Ordering::Relaxed);
+    let n = TRACE_AT.load(Ordering::Relaxed).min(TRACE_LEN);
+    (0..n).map(|i| TRACE[i].load(Ordering::Relaxed)).collect()
 }
