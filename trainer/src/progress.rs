@@ -24,6 +24,8 @@ pub struct IterRecord {
     /// Global gradient norm before clipping (absent when clipping is off).
     pub grad_norm: Option<f64>,
     pub secs: f64,
+    /// Of `secs`, the part spent outside forward/backward: accumulation, clipping, AdamW.
+    pub optimizer_secs: f64,
     pub tokens_per_s: f64,
 }
 

@@ -228,6 +228,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                 acc.iter().zip(&grads).map(|(a, g)| a + g).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?
             };
         }
+        let optimizer_started = Instant::now();
         if ga > 1 {
             let inv = 1.0 / ga as f64;
             acc = acc.iter().map(|g| g * inv).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?;
@@ -239,6 +240,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         };
         optimizer.step(model.params(), &acc, lr).map_err(|e| format!("optimizer step failed: {e}"))?;
         drop(acc);
+        let optimizer_secs = optimizer_started.elapsed().as_secs_f64();
         let secs = started.elapsed().as_secs_f64();
         train_secs += secs;
         train_iters += 1;
@@ -248,6 +250,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             lr,
             grad_norm,
             secs,
+            optimizer_secs,
             tokens_per_s: tokens_per_iter / secs.max(1e-9),
         });
         state.iter_num += 1;
