@@ -410,6 +410,37 @@ mod tests {
         }
     }
 
+    /// train's `[default: ...]` in --help are train.py's, which `TrainSettings::default()` holds.
+    #[test]
+    fn train_help_defaults_match_train_settings() {
+        let d = vramfit::train::TrainSettings::default();
+        let expected = [
+            ("max_iters", d.max_iters.to_string()),
+            ("learning_rate", format!("{:e}", d.lr.learning_rate)),
+            ("decay_lr", d.lr.decay_lr.to_string()),
+            ("warmup_iters", d.lr.warmup_iters.to_string()),
+            ("lr_decay_iters", d.lr.lr_decay_iters.to_string()),
+            ("min_lr", format!("{:e}", d.lr.min_lr)),
+            ("weight_decay", d.adamw.weight_decay.to_string()),
+            ("beta1", d.adamw.beta1.to_string()),
+            ("beta2", d.adamw.beta2.to_string()),
+            ("grad_clip", format!("{:?}", d.grad_clip)),
+            ("eval_interval", d.eval_interval.to_string()),
+            ("log_interval", d.log_interval.to_string()),
+            ("always_save_checkpoint", d.always_save_checkpoint.to_string()),
+            ("seed", d.seed.to_string()),
+            ("out_dir", d.out_dir.display().to_string()),
+            ("chunked_loss", d.chunked_loss.to_string()),
+        ];
+        let cmd = Cli::command();
+        let train = cmd.find_subcommand("train").expect("train subcommand");
+        for (id, value) in expected {
+            let arg = train.get_arguments().find(|a| a.get_id() == id).expect(id);
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(help.contains(&format!("[default: {value}]")), "{id}: {help} (expected {value})");
+        }
+    }
+
     #[test]
     fn clap_errors_become_one_line() {
         let msg = "error: unexpected argument '--n-layr' found\n\n  tip: a similar argument exists: '--n-layer'\n\nUsage: vramfit plan --n-layer <N>\n\nFor more information, try '--help'.\n";

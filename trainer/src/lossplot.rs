@@ -97,7 +97,8 @@ pub fn write_for(out_dir: &Path) {
         std::fs::rename(&temp, out_dir.join(SVG_FILE)).map_err(|e| e.to_string())
     })();
     if let Err(e) = result {
-        eprintln!("note: cannot draw {}: {e}", out_dir.join(SVG_FILE).display());
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "note: cannot draw {}: {e}", out_dir.join(SVG_FILE).display());
     }
 }
 

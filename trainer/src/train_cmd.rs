@@ -14,6 +14,7 @@
 use crate::cli::{CardArgs, DeviceArg, RunArgs, TrainArgs};
 use crate::inputs;
 use candle_core::Device;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -173,7 +174,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
             std::process::exit(130);
         }
-        eprintln!("\ninterrupt: saving a checkpoint after this iteration (Ctrl-C again to quit at once)");
+        let _ = writeln!(std::io::stderr(), "\ninterrupt: saving a checkpoint after this iteration (Ctrl-C again to quit at once)");
     })
     .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
 
@@ -404,7 +405,7 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
     let params = vramfit_core::params::count(cfg);
     let threads = candle_core::utils::get_num_threads();
     let device_name = if device.is_cpu() { format!("cpu ({threads} threads)") } else { "cuda:0".to_string() };
-    println!(
+    say(format!(
         "model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2}M parameters ({} as nanoGPT prints)",
         cfg.n_layer,
         cfg.n_head,
@@ -413,15 +414,15 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         cfg.vocab_size,
         params.total as f64 / 1e6,
         params.printed
-    );
-    println!(
+    ));
+    say(format!(
         "data: {}, {} train / {} val tokens, vocabulary {}",
         data.source.describe(),
         data.train.len(),
         data.val.len(),
         describe_vocab(&data.vocab)
-    );
-    println!(
+    ));
+    say(format!(
         "training: batch {} x block {} x {} micro-steps = {} tokens per iteration, {} iterations, lr {:e}, on {device_name}",
         cfg.batch_size,
         cfg.block_size,
@@ -429,11 +430,17 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         cfg.tokens_per_iter(),
         s.max_iters,
         s.lr.learning_rate
-    );
+    ));
     if cfg.dtype != Dtype::Float32 {
-        println!("note: the trainer computes in float32 (dtype {} is what a PyTorch run of this config would use)", cfg.dtype.name());
+        say(format!("note: the trainer computes in float32 (dtype {} is what a PyTorch run of this config would use)", cfg.dtype.name()));
     }
     if let Some(ckpt) = resume {
-        println!("resuming from iteration {} (best val loss {:?})", ckpt.meta.iter_num, ckpt.meta.best_val_loss);
+        let best = ckpt.meta.best_val_loss.map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));
+        say(format!("resuming from iteration {} (best val loss {best})", ckpt.meta.iter_num));
     }
+}
+
+/// A line on stdout; a closed pipe (`vramfit train | head`) must not stop training.
+fn say(text: String) {
+    let _ = writeln!(std::io::stdout(), "{text}");
 }
