@@ -125,6 +125,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             DataSource::Builtin { version: vramfit::corpus::CORPUS_VERSION }
         }
     };
+    if matches!(source, DataSource::Bin { .. }) && args.tokenizer.is_some() {
+        return Err(input("--tokenizer applies to text files; train.bin / val.bin hold token ids already"));
+    }
     let data = Dataset::load(&source).map_err(input)?;
     if let Some(ckpt) = &resume {
         if data.vocab != ckpt.meta.vocab {
@@ -180,6 +183,12 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
 
     let start = resume.as_ref().map_or(0, |c| c.meta.iter_num);
     if resume.is_none() {
+        if settings.out_dir.join(checkpoint::FILE_NAME).exists() {
+            crate::print_note(&format!(
+                "{} exists: this new run replaces it at its first save (--resume continues it instead)",
+                settings.out_dir.join(checkpoint::FILE_NAME).display()
+            ));
+        }
         // A fresh run starts a fresh log (the checkpoint is replaced at the first save).
         let _ = std::fs::remove_file(settings.out_dir.join(vramfit::progress::LOG_FILE));
     }

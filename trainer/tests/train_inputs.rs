@@ -54,6 +54,7 @@ fn bad_data_files() {
         &train_err(&out, &["--data", bins.to_str().unwrap()]),
         &["token id 60000 at position 200", "train split", "vocab_size 50304"],
     );
+    assert_has(&train_err(&out, &["--data", bins.to_str().unwrap(), "--tokenizer", "gpt2"]), &["--tokenizer applies to text files"]);
     std::fs::write(bins.join("train.bin"), &ids[..41]).unwrap();
     assert_has(&train_err(&out, &["--data", bins.to_str().unwrap()]), &["odd number of bytes"]);
     std::fs::remove_file(bins.join("val.bin")).unwrap();

@@ -108,7 +108,19 @@ fn gpt2_text_and_bin_files_train_and_sample() {
 #[test]
 fn default_run_learns_and_leaves_log_svg_and_samples() {
     let dir = scratch("default");
-    let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "100", "--eval-interval", "100", "--threads", "1"]);
+    let out = run(&[
+        "train",
+        "--out-dir",
+        dir.to_str().unwrap(),
+        "--max-iters",
+        "100",
+        "--eval-interval",
+        "100",
+        "--eval-iters",
+        "10",
+        "--threads",
+        "1",
+    ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(stdout.contains("built-in corpus"), "{stdout}");
