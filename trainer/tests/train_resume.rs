@@ -109,3 +109,28 @@ fn a_moved_run_directory_resumes_in_place() {
     assert_eq!(checkpoint_tensors(&parent.join("out")).0.iter_num, 4);
     assert!(!first.exists(), "the resumed run wrote to the old directory");
 }
+
+/// The memory savers change what is kept, not what is computed: the same run with activation
+/// checkpointing, chunked loss and chunked eval logs the same losses (up to float summation order).
+#[test]
+fn memory_savers_train_the_same_model() {
+    let plain = scratch("savers-off");
+    let saving = scratch("savers-on");
+    let common = ["--max-iters", "4", "--eval-interval", "2", "--dropout", "0.1"];
+    train_ok(&plain, &common);
+    let mut args = common.to_vec();
+    args.extend(["--activation-checkpointing", "true", "--chunked-loss", "true", "--eval-chunk-rows", "16"]);
+    train_ok(&saving, &args);
+    for (kind, field) in [("iter", "loss"), ("eval", "val_loss")] {
+        let a = losses(&plain, kind, field);
+        let b = losses(&saving, kind, field);
+        assert_eq!(a.len(), b.len());
+        for ((i, x), (j, y)) in a.iter().zip(&b) {
+            assert_eq!(i, j);
+            assert!((x - y).abs() <= 1e-5 * x.abs(), "{kind} {i}: {x} vs {y}");
+        }
+    }
+    let (meta, _) = checkpoint_tensors(&saving);
+    assert!(meta.config.activation_checkpointing && meta.settings.chunked_loss);
+    assert_eq!(meta.settings.eval_chunk_rows, Some(16));
+}
