@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use vramfit_core::{Attention, Dtype, Gpu, Optimizer};
 
-/// Predicts a nanoGPT training run's GPU memory.
+/// Predicts a nanoGPT training run's GPU memory, trains it and samples from it.
 #[derive(Debug, Parser)]
 #[command(name = "vramfit", version, color = clap::ColorChoice::Never)]
 pub struct Cli {
@@ -349,7 +349,7 @@ pub fn parse() -> Parsed {
             Parsed::Exit(0)
         }
         Err(err) if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            crate::print_error("no command given: try 'vramfit plan' or 'vramfit --help'");
+            crate::print_error("no command given: try 'vramfit plan', 'vramfit train' or 'vramfit --help'");
             Parsed::Exit(2)
         }
         Err(err) => {
