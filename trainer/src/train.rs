@@ -68,6 +68,35 @@ impl Default for TrainSettings {
     }
 }
 
+/// The run `vramfit train` does with no arguments: 2 layers × 64 wide (about 0.1 M parameters
+/// plus the character embedding), context 64, batch 16, 600 iterations at a peak learning rate
+/// of 1e-3 (nanoGPT's `train_shakespeare_char.py` choices, scaled down).
+pub fn small_default() -> (Config, TrainSettings) {
+    use vramfit_core::{Attention, Dtype};
+    let cfg = Config {
+        n_layer: 2,
+        n_head: 4,
+        n_embd: 64,
+        block_size: 64,
+        bias: false,
+        dropout: 0.0,
+        batch_size: 16,
+        gradient_accumulation_steps: 1,
+        eval_iters: 20,
+        dtype: Dtype::Float32,
+        attention: Attention::Manual,
+        compile: false,
+        ..Config::default()
+    };
+    let mut settings = TrainSettings { max_iters: 600, eval_interval: 100, log_interval: 50, ..TrainSettings::default() };
+    settings.lr.learning_rate = 1e-3;
+    settings.lr.warmup_iters = 20;
+    settings.lr.lr_decay_iters = 600;
+    settings.lr.min_lr = 1e-4;
+    settings.adamw.beta2 = 0.99;
+    (cfg, settings)
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {

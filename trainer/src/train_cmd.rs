@@ -1,7 +1,7 @@
 //! `vramfit train`: resolve the settings, load the data, build the model, run the loop.
 //!
 //! Settings, lowest precedence first:
-//! - with neither `--config` nor `--link`: [`small_default`], a character model that learns the
+//! - with neither `--config` nor `--link`: [`vramfit::train::small_default`], a character model that learns the
 //!   built-in corpus in about a minute on two CPU cores; otherwise nanoGPT's train.py defaults;
 //! - the config file (its model settings through core's reader, its training settings here);
 //! - the link; then the flags.
@@ -25,7 +25,7 @@ use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
 use vramfit_core::trainer_model::TrainerOptions;
-use vramfit_core::{Attention, Config, Dtype};
+use vramfit_core::{Config, Dtype};
 
 /// A failure and the exit code it maps to.
 pub struct Failure {
@@ -39,34 +39,6 @@ fn input(message: impl Into<String>) -> Failure {
 
 fn failed(message: impl Into<String>) -> Failure {
     Failure { code: 1, message: message.into() }
-}
-
-/// The run `vramfit train` does with no arguments: 2 layers × 64 wide (about 0.1 M parameters
-/// plus the character embedding), context 64, batch 16, 600 iterations at a peak learning rate
-/// of 1e-3 (nanoGPT's `train_shakespeare_char.py` choices, scaled down).
-pub fn small_default() -> (Config, TrainSettings) {
-    let cfg = Config {
-        n_layer: 2,
-        n_head: 4,
-        n_embd: 64,
-        block_size: 64,
-        bias: false,
-        dropout: 0.0,
-        batch_size: 16,
-        gradient_accumulation_steps: 1,
-        eval_iters: 20,
-        dtype: Dtype::Float32,
-        attention: Attention::Manual,
-        compile: false,
-        ..Config::default()
-    };
-    let mut settings = TrainSettings { max_iters: 600, eval_interval: 100, log_interval: 50, ..TrainSettings::default() };
-    settings.lr.learning_rate = 1e-3;
-    settings.lr.warmup_iters = 20;
-    settings.lr.lr_decay_iters = 600;
-    settings.lr.min_lr = 1e-4;
-    settings.adamw.beta2 = 0.99;
-    (cfg, settings)
 }
 
 /// Runs `vramfit train`; `Ok` carries the exit code (0, or 130 after Ctrl-C).
@@ -152,6 +124,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         chunked_loss: settings.chunked_loss,
         eval_chunk_rows: settings.eval_chunk_rows.map(|r| r as u64),
         grad_clip: settings.grad_clip > 0.0,
+        // Threads candle's matmuls use (RAYON_NUM_THREADS, set above): gemm keeps a buffer per thread.
+        cpu_threads: candle_core::utils::get_num_threads() as u32,
     };
     let available = available_memory(&device, args.max_memory_mib);
     let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit).map_err(input)?;
@@ -278,7 +252,7 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
     let run = &args.run;
     let explicit_vocab = run.vocab_size.is_some() || run.link.is_some();
     if run.config.is_none() && run.link.is_none() {
-        let (mut cfg, settings) = small_default();
+        let (mut cfg, settings) = train::small_default();
         inputs::apply_flags(&mut cfg, run);
         cfg.validate().map_err(|e| input(e.to_string()))?;
         return Ok((cfg, settings, explicit_vocab));
