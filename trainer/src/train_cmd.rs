@@ -328,9 +328,14 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)]) -> Resu
                 Value::Str(dir) => s.out_dir = PathBuf::from(dir),
                 other => return Err(input(format!("config file: out_dir must be a string (got {other})"))),
             },
-            "dataset" | "init_from" | "device" | "eval_only" | "wandb_log" | "wandb_project" | "wandb_run_name" | "backend" => {
-                crate::print_note(&format!("config file: {key} = {v} is not used by vramfit train (data: --data; device: --device)"));
-            }
+            // Settings that would change what runs: say they are not followed. (wandb_* and
+            // backend only concern logging and multi-GPU; they are dropped quietly.)
+            "dataset" => crate::print_note(&format!("config file: dataset = {v} is not used: pass the data with --data")),
+            "device" => crate::print_note(&format!("config file: device = {v} is not used: pick it with --device")),
+            "init_from" if *v != Value::Str("scratch".into()) => crate::print_note(&format!(
+                "config file: init_from = {v} is not used: vramfit trains from scratch, or continues with --resume"
+            )),
+            "eval_only" if *v == Value::Bool(true) => crate::print_note("config file: eval_only = True is not used: vramfit trains"),
             _ => {}
         }
     }

@@ -56,7 +56,11 @@ fn config_file_sets_training_settings() {
     .unwrap();
     let out = run(&["train", "--config", cfg.to_str().unwrap(), "--out-dir", dir.to_str().unwrap(), "--threads", "1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("note: config file: dataset"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("note: config file: dataset = 'shakespeare_char' is not used: pass the data with --data"),
+        "{}",
+        text(&out.stderr)
+    );
     let (meta, _) = checkpoint_tensors(&dir);
     assert_eq!((meta.iter_num, meta.settings.max_iters, meta.settings.eval_interval), (3, 3, 3));
     assert_eq!((meta.settings.lr.learning_rate, meta.settings.lr.min_lr, meta.settings.adamw.beta2), (2e-3, 2e-4, 0.99));
