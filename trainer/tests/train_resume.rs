@@ -56,13 +56,13 @@ fn resume_is_bit_identical_to_an_uninterrupted_run() {
 fn ctrl_c_saves_and_resume_finishes_identically() {
     let straight = scratch("ctrlc-straight");
     let split = scratch("ctrlc-split");
-    let common = ["--eval-interval", "1000", "--lr-decay-iters", "40", "--dropout", "0.1"];
+    let common = ["--eval-interval", "1000", "--lr-decay-iters", "200", "--dropout", "0.1"];
     let mut args = common.to_vec();
-    args.extend(["--max-iters", "40"]);
+    args.extend(["--max-iters", "200"]);
     train_ok(&straight, &args);
 
     let mut cmd = vramfit();
-    cmd.args(["train", "--out-dir", split.to_str().unwrap()]).args(TINY).args(common).args(["--max-iters", "40"]);
+    cmd.args(["train", "--out-dir", split.to_str().unwrap()]).args(TINY).args(common).args(["--max-iters", "200"]);
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     // Interrupt once a few iterations are logged.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -78,19 +78,15 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
     assert!(sent.success());
     let out = child.wait_with_output().unwrap();
     let stderr = text(&out.stderr);
-    if out.status.code() == Some(0) {
-        // The run finished before the signal landed; nothing to resume. Rare on a slow machine.
-        eprintln!("run finished before Ctrl-C arrived: {stderr}");
-        return;
-    }
+    // 130: stopped by Ctrl-C with a checkpoint (0 would mean the run ended before the signal).
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     let (meta, _) = checkpoint_tensors(&split);
-    assert!(meta.iter_num >= 3 && meta.iter_num < 40, "interrupted at {}", meta.iter_num);
+    assert!(meta.iter_num >= 3 && meta.iter_num < 200, "interrupted at {}", meta.iter_num);
 
     train_ok(&split, &["--resume"]);
     let (_, a) = checkpoint_tensors(&straight);
     let (meta_b, b) = checkpoint_tensors(&split);
-    assert_eq!(meta_b.iter_num, 40);
+    assert_eq!(meta_b.iter_num, 200);
     for (x, y) in a.iter().zip(&b) {
         assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "a tensor differs after Ctrl-C and resume");
     }
