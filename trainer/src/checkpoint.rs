@@ -196,3 +196,76 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
     };
     Ok(Checkpoint { meta, params, exp_avg, exp_avg_sq })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_checkpoint(format: u32, steps: u64) -> Checkpoint {
+        let t = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &Device::Cpu).unwrap();
+        let params = vec![t(vec![0.1, -2.5e-8, f32::MAX, 3.0], &[2, 2]), t(vec![1.0, f32::MIN_POSITIVE], &[2])];
+        let moments = if steps > 0 { params.iter().map(|p| (p * 0.5).unwrap()).collect() } else { Vec::new() };
+        Checkpoint {
+            meta: CheckpointMeta {
+                format,
+                config: Config { n_layer: 1, n_head: 1, n_embd: 2, block_size: 2, vocab_size: 2, ..Config::default() },
+                settings: TrainSettings::default(),
+                data: DataSource::Builtin { version: 1 },
+                vocab: Vocabulary::Chars { chars: "ab".into() },
+                iter_num: 7,
+                evaluated: true,
+                best_val_loss: Some(1.25),
+                rng_state: u64::MAX - 3,
+                optimizer_steps: steps,
+                param_names: vec!["w".into(), "b".into()],
+            },
+            exp_avg_sq: moments.clone(),
+            exp_avg: moments,
+            params,
+        }
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vramfit-ckpt-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn round_trip_is_exact() {
+        let path = dir("round-trip").join(FILE_NAME);
+        let ckpt = sample_checkpoint(FORMAT_VERSION, 3);
+        save(&path, &ckpt).unwrap();
+        let back = load(&path, &Device::Cpu).unwrap();
+        assert_eq!(back.meta, ckpt.meta);
+        for (a, b) in ckpt
+            .params
+            .iter()
+            .chain(&ckpt.exp_avg)
+            .chain(&ckpt.exp_avg_sq)
+            .zip(back.params.iter().chain(&back.exp_avg).chain(&back.exp_avg_sq))
+        {
+            assert_eq!(a.dims(), b.dims());
+            let (a, b) = (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+        // No temporary file is left behind by a successful write.
+        let names: Vec<String> =
+            std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, vec![FILE_NAME.to_string()]);
+    }
+
+    #[test]
+    fn other_format_versions_and_missing_tensors_are_refused() {
+        let path = dir("versions").join(FILE_NAME);
+        save(&path, &sample_checkpoint(FORMAT_VERSION + 1, 0)).unwrap();
+        let err = load(&path, &Device::Cpu).err().unwrap();
+        assert!(err.contains("format version 2"), "{err}");
+        // Claims optimizer steps but carries no moments.
+        let mut ckpt = sample_checkpoint(FORMAT_VERSION, 0);
+        ckpt.meta.optimizer_steps = 2;
+        save(&path, &ckpt).unwrap();
+        let err = load(&path, &Device::Cpu).err().unwrap();
+        assert!(err.contains("tensor optimizer.exp_avg.w is missing"), "{err}");
+    }
+}
