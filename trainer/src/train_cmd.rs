@@ -237,13 +237,26 @@ fn cuda_device() -> Result<Device, Failure> {
     Err(input("--device cuda: this vramfit was built without CUDA (build with `cargo build --release -p vramfit --features cuda`)"))
 }
 
-/// What the pre-flight may plan for: CPU `MemAvailable` (or the flag's limit, if lower).
+/// What the pre-flight may plan for: CPU `MemAvailable` or free CUDA memory (or the flag's
+/// limit, if lower); unknown counts as unlimited.
 fn available_memory(device: &Device, max_memory_mib: Option<u64>) -> u64 {
     let limit = max_memory_mib.map_or(u64::MAX, |m| m.saturating_mul(1 << 20));
-    // On CUDA the pre-flight should read free device memory; that path is not built here (no
-    // nvcc), so only the flag limits it there.
-    let machine = if device.is_cpu() { available_cpu_bytes().unwrap_or(u64::MAX) } else { u64::MAX };
-    machine.min(limit)
+    let machine = if device.is_cpu() { available_cpu_bytes() } else { free_device_bytes(device) };
+    machine.unwrap_or(u64::MAX).min(limit)
+}
+
+/// Free memory on the CUDA device (cudarc's `cuMemGetInfo` through candle's context). Not built
+/// or run on the development machine (no nvcc).
+#[cfg(feature = "cuda")]
+fn free_device_bytes(device: &Device) -> Option<u64> {
+    let cuda = device.as_cuda_device().ok()?;
+    let (free, _total) = cuda.cuda_stream().context().mem_get_info().ok()?;
+    Some(free as u64)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn free_device_bytes(_device: &Device) -> Option<u64> {
+    None
 }
 
 /// Defaults, config file, link and flags for a run that is not resumed; the bool says whether
