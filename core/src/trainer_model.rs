@@ -33,6 +33,45 @@ pub struct TrainerOptions {
     pub eval_chunk_rows: Option<u64>,
     /// Gradient clipping on (`grad_clip > 0`): one gradient-sized temporary at a time.
     pub grad_clip: bool,
+    /// CPU threads candle's matmuls use (`RAYON_NUM_THREADS`); 0 counts as 1. Each thread that runs
+    /// a gemm keeps a buffer of its own (see [`GEMM_SLAB_BYTES`]).
+    pub cpu_threads: u32,
+}
+
+/// gemm (candle's CPU matmul) keeps one thread-local packing buffer per thread that has run a
+/// matmul, sized by the L2 cache: 2 MiB on the measuring machine (gemm-common 0.19, `L2_SLAB`).
+/// Allocated on the first matmuls and never freed.
+pub const GEMM_SLAB_BYTES: u64 = 2 << 20;
+
+/// gemm runs a product on the calling thread alone when m·n·k is below this (gemm-common 0.19's
+/// default threading threshold), else on the pool's threads.
+pub const GEMM_THREADING_THRESHOLD: u64 = 48 * 48 * 256;
+
+/// How many gemm slabs a run keeps: with one thread, the calling thread's; with more, each pool
+/// thread's, plus the calling thread's when some product is small enough to run there.
+/// `smallest_product` is the least m·n·k of the run's matmuls.
+pub fn gemm_slabs(cpu_threads: u32, smallest_product: u64) -> u64 {
+    if cpu_threads <= 1 {
+        1
+    } else {
+        u64::from(cpu_threads) + u64::from(smallest_product < GEMM_THREADING_THRESHOLD)
+    }
+}
+
+/// The least m·n·k among the trainer's matmuls for `cfg`: per-head attention products (T·T·hs, in
+/// training and eval), the linears, and the loss head's last chunk of rows.
+fn smallest_product(cfg: &Config, opts: &TrainerOptions) -> u64 {
+    let (c, v, h) = (u64::from(cfg.n_embd), u64::from(cfg.vocab_size), u64::from(cfg.n_head.max(1)));
+    let hs = c / h;
+    let (t, te) = (u64::from(cfg.block_size), u64::from(cfg.eval_block()));
+    let n = u64::from(cfg.batch_size) * t;
+    let chunk = if opts.chunked_loss { loss_chunk_rows(cfg.vocab_size).min(n) } else { n };
+    let last_rows = if chunk == 0 || n % chunk == 0 { chunk } else { n % chunk };
+    let eval_seqs = opts.eval_chunk_rows.map(|r| (r / te.max(1)).max(1)).unwrap_or(u64::from(cfg.eval_batch()));
+    [t * t * hs, te * te * hs, n * c * c, last_rows * c * v, eval_seqs.min(u64::from(cfg.eval_batch())) * te * c * c]
+        .into_iter()
+        .min()
+        .unwrap_or(0)
 }
 
 /// Bytes of one f32 element (the trainer's CPU dtype; token ids are u32, also 4 bytes).
@@ -678,6 +717,8 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
     for &s in &sizes {
         m.alloc(Parameters, s);
     }
+    m.at(Phase::Init, "gemm's per-thread packing buffers");
+    m.alloc(Category::Workspace, gemm_slabs(opts.cpu_threads, smallest_product(cfg, opts)) * GEMM_SLAB_BYTES / F32);
     let (eb, et) = (u64::from(cfg.eval_batch()), u64::from(cfg.eval_block()));
     m.new_window();
     eval_batch(&mut m, &d, eb, et, opts.eval_chunk_rows);
@@ -729,7 +770,7 @@ mod tests {
     #[test]
     fn degenerate_configs_do_not_panic() {
         let cfg = Config { batch_size: 0, block_size: 0, n_head: 0, eval_batch_size: Some(0), ..small() };
-        let _ = simulate(&cfg, &TrainerOptions { chunked_loss: true, eval_chunk_rows: Some(0), grad_clip: true });
+        let _ = simulate(&cfg, &TrainerOptions { chunked_loss: true, eval_chunk_rows: Some(0), grad_clip: true, cpu_threads: 0 });
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! under the counting allocator; each window's heap high-water mark (minus what was live before the
 //! model existed) is printed next to `vramfit_core::trainer_model`'s prediction.
 //!
-//! Run: `CANDLE_NUM_THREADS=1 cargo bench -p vramfit --bench trainer_memory` (add `-- --json` for the
-//! rows committed in tests/reference/data/trainer-cpu.json).
+//! Run: `RAYON_NUM_THREADS=1 cargo test --release -p vramfit --bench trainer_memory` (add `-- --json` for the
+//! rows committed in tests/reference/data/trainer-cpu.json; `RAYON_NUM_THREADS=2` for two threads).
+//! Each config runs in a fresh child process, so one-time heap (gemm's per-thread buffers) counts.
 
 use candle_core::{Device, Tensor};
 use vramfit::mem::{self, CountingAlloc};
@@ -221,70 +222,150 @@ fn trace_case(i: usize) {
     }
 }
 
+/// `--probe-once`: heap that stays allocated after a whole run is dropped (thread-local buffers,
+/// pools): a one-time cost of the process, not of the model.
+fn probe_once() {
+    let default_run = Config {
+        n_layer: 2,
+        n_head: 4,
+        n_embd: 64,
+        block_size: 64,
+        vocab_size: 65,
+        batch_size: 16,
+        gradient_accumulation_steps: 1,
+        ..Config::default()
+    };
+    let cfg = match std::env::var("PROBE_CASE").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(i) => cases().into_iter().nth(i).map_or(default_run, |c| c.cfg),
+        None => default_run,
+    };
+    for round in 0..3 {
+        mem::trace_start(4096);
+        let before = mem::live();
+        mem::reset_peak();
+        let model = Gpt::new(&cfg, ModelOptions::default(), &Device::Cpu, 1).expect("model");
+        let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
+        let mut rng = HostRng::new(1);
+        eval(&model, &cfg, &mut rng);
+        iteration(&model, &cfg, &TrainerOptions::default(), &mut optimizer, &mut rng);
+        iteration(&model, &cfg, &TrainerOptions::default(), &mut optimizer, &mut rng);
+        drop((model, optimizer));
+        let predicted = trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &TrainerOptions::default()));
+        let events = mem::trace_stop();
+        let mut open: Vec<i64> = Vec::new();
+        for e in events {
+            if e > 0 {
+                open.push(e);
+            } else if let Some(i) = open.iter().rposition(|&o| o == -e) {
+                open.remove(i);
+            }
+        }
+        println!("round {round}: unmatched allocations >= 4 KiB: {open:?}");
+        println!(
+            "round {round}: left allocated {} bytes; peak {} vs predicted {predicted}",
+            mem::live() as i64 - before as i64,
+            mem::peak() - before
+        );
+    }
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--probe-once") {
+        return probe_once();
+    }
     if std::env::args().any(|a| a == "--probe-gemm") {
         return probe_gemm();
     }
     if let Some(i) = std::env::args().skip_while(|a| a != "--trace").nth(1).and_then(|v| v.parse().ok()) {
         return trace_case(i);
     }
-    let json = std::env::args().any(|a| a == "--json");
-    let mut rows = Vec::new();
-    // Warm-up: one small run first, so one-time allocations of the process (thread pools, gemm's
-    // thread-local buffers) are live before any baseline is taken.
-    if let Some(first) = cases().into_iter().next() {
-        let model = Gpt::new(&first.cfg, ModelOptions::default(), &Device::Cpu, 1).expect("model");
-        let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
-        let mut rng = HostRng::new(1);
-        iteration(&model, &first.cfg, &first.opts, &mut optimizer, &mut rng);
-        eval(&model, &first.cfg, &mut rng);
+    if let Some(i) = std::env::args().skip_while(|a| a != "--case").nth(1).and_then(|v| v.parse::<usize>().ok()) {
+        return measure_case(i);
     }
-    for case in cases() {
-        let Case { name, cfg, opts } = case;
-        let baseline = mem::live();
-        let model_opts = ModelOptions {
-            activation_checkpointing: cfg.activation_checkpointing,
-            chunked_loss: opts.chunked_loss,
-            eval_chunk_rows: opts.eval_chunk_rows.map(|r| r as usize),
+    let json = std::env::args().any(|a| a == "--json");
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return eprintln!("error: cannot find this bench's executable: {e}"),
+    };
+    let mut rows = Vec::new();
+    println!(
+        "{:<40} {:>10} {:>10} {:>8}   {:>10} {:>10} {:>8}",
+        "config", "train MiB", "predicted", "error", "eval MiB", "predicted", "error"
+    );
+    for (i, case) in cases().iter().enumerate() {
+        // A fresh process per config: one-time heap (gemm's per-thread L2 slabs) counts as it
+        // would in `vramfit train`, and no config inherits another's.
+        let out = match std::process::Command::new(&exe).args(["--case", &i.to_string()]).output() {
+            Ok(out) if out.status.success() => out,
+            Ok(out) => return eprintln!("error: case {i} failed: {}", String::from_utf8_lossy(&out.stderr)),
+            Err(e) => return eprintln!("error: cannot run case {i}: {e}"),
         };
-        let model = Gpt::new(&cfg, model_opts, &Device::Cpu, 1).expect("model");
-        let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
-        let mut rng = HostRng::new(2);
-        let eval_at_start = measure(|| eval(&model, &cfg, &mut rng), baseline);
-        let first_iter = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline);
-        let eval_after = measure(|| eval(&model, &cfg, &mut rng), baseline);
-        let train = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline);
-        drop((model, optimizer));
-        let sim = trainer_model::simulate(&cfg, &opts);
+        let row: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+            Ok(row) => row,
+            Err(e) => return eprintln!("error: case {i} printed no row: {e}"),
+        };
+        let get = |k: &str, w: &str| row[k][w].as_u64().unwrap_or(0);
         let err = |m: u64, p: u64| (p as f64 - m as f64) / m as f64 * 100.0;
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let (mt, pt, me, pe) = (get("measured", "train"), get("predicted", "train"), get("measured", "eval"), get("predicted", "eval"));
         println!(
             "{:<40} {:>10.2} {:>10.2} {:>+7.2}%   {:>10.2} {:>10.2} {:>+7.2}%",
-            name,
-            mib(train),
-            mib(sim.train.bytes),
-            err(train, sim.train.bytes),
-            mib(eval_after),
-            mib(sim.eval.bytes),
-            err(eval_after, sim.eval.bytes)
+            case.name,
+            mib(mt),
+            mib(pt),
+            err(mt, pt),
+            mib(me),
+            mib(pe),
+            err(me, pe)
+        );
+        let (mf, pf, ms, ps) = (
+            get("measured", "first_iter"),
+            get("predicted", "first_iter"),
+            get("measured", "eval_at_start"),
+            get("predicted", "eval_at_start"),
         );
         println!(
-            "{:<40} first iteration {:.2} MiB vs {:.2} ({:+.2}%), eval at start {:.2} vs {:.2} ({:+.2}%)",
+            "{:<40} first iteration {:.2} MiB vs {:.2} ({:+.2}%), eval at start {:.2} vs {:.2} ({:+.2}%), one-time heap {:.2} MiB",
             "",
-            mib(first_iter),
-            mib(sim.first_iter.bytes),
-            err(first_iter, sim.first_iter.bytes),
-            mib(eval_at_start),
-            mib(sim.eval_at_start.bytes),
-            err(eval_at_start, sim.eval_at_start.bytes)
+            mib(mf),
+            mib(pf),
+            err(mf, pf),
+            mib(ms),
+            mib(ps),
+            err(ms, ps),
+            mib(row["one_time_heap"].as_u64().unwrap_or(0))
         );
-        rows.push(serde_json::json!({
-            "name": name, "config": cfg, "options": opts,
-            "measured": {"train": train, "first_iter": first_iter, "eval": eval_after, "eval_at_start": eval_at_start},
-            "predicted": {"train": sim.train.bytes, "first_iter": sim.first_iter.bytes, "eval": sim.eval.bytes, "eval_at_start": sim.eval_at_start.bytes},
-        }));
+        rows.push(row);
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
     }
+}
+
+/// `--case I` (in a child process): measures config I and prints its JSON row.
+fn measure_case(i: usize) {
+    let Some(Case { name, cfg, mut opts }) = cases().into_iter().nth(i) else { return };
+    opts.cpu_threads = candle_core::utils::get_num_threads() as u32;
+    let baseline = mem::live();
+    let model_opts = ModelOptions {
+        activation_checkpointing: cfg.activation_checkpointing,
+        chunked_loss: opts.chunked_loss,
+        eval_chunk_rows: opts.eval_chunk_rows.map(|r| r as usize),
+    };
+    let model = Gpt::new(&cfg, model_opts, &Device::Cpu, 1).expect("model");
+    let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
+    let mut rng = HostRng::new(2);
+    let eval_at_start = measure(|| eval(&model, &cfg, &mut rng), baseline);
+    let first_iter = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline);
+    let eval_after = measure(|| eval(&model, &cfg, &mut rng), baseline);
+    let train = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline);
+    drop((model, optimizer));
+    let one_time_heap = mem::live().saturating_sub(baseline);
+    let sim = trainer_model::simulate(&cfg, &opts);
+    let row = serde_json::json!({
+        "name": name, "config": cfg, "options": opts, "one_time_heap": one_time_heap,
+        "measured": {"train": train, "first_iter": first_iter, "eval": eval_after, "eval_at_start": eval_at_start},
+        "predicted": {"train": sim.train.bytes, "first_iter": sim.first_iter.bytes, "eval": sim.eval.bytes, "eval_at_start": sim.eval_at_start.bytes},
+    });
+    println!("{row}");
 }
