@@ -135,6 +135,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     cfg = checked.config;
     std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
+    let room = if available == u64::MAX { "no limit known".to_string() } else { format!("{} available", mib(available)) };
+    say(format!("pre-flight: predicted peak {} (trainer memory model), {room}", mib(checked.predicted_peak)));
     let stale = checkpoint::remove_stale_temps(&settings.out_dir);
     if stale > 0 {
         crate::print_note(&format!("removed {stale} temporary checkpoint file(s) an interrupted write left behind"));
@@ -444,4 +446,8 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
 /// A line on stdout; a closed pipe (`vramfit train | head`) must not stop training.
 fn say(text: String) {
     let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }

@@ -174,8 +174,8 @@ fn auto_fit_shrinks_the_micro_batch() {
     let fits = run(&base);
     assert!(fits.status.success(), "{}", text(&fits.stderr));
     let stdout = text(&fits.stdout);
-    assert!(stdout.contains("memory: measured peak"), "{stdout}");
-    let need: f64 = stdout.split("predicted ").nth(1).and_then(|s| s.split_whitespace().next()?.parse().ok()).expect("predicted MiB");
+    assert!(stdout.contains("memory: measured peak") && stdout.contains("pre-flight: predicted peak"), "{stdout}");
+    let need: f64 = stdout.split(", predicted ").nth(1).and_then(|s| s.split_whitespace().next()?.parse().ok()).expect("predicted MiB");
     let limit = format!("{}", (need * 0.6).ceil() as u64);
     let mut args = base.to_vec();
     args.extend(["--max-memory-mib", &limit, "--auto-fit"]);
