@@ -84,6 +84,10 @@ pub struct Note {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub schema_version: u32,
+    /// Which runtime the figures model: `pytorch` (nanoGPT's train.py on PyTorch eager) here;
+    /// `trainer` is [`crate::trainer_model::TrainerPlan`]. Added within schema 1: absent = pytorch.
+    #[serde(default = "pytorch_runtime")]
+    pub runtime: String,
     pub config: Config,
     pub params: ParamCounts,
     pub tokens_per_iter: u64,
@@ -99,6 +103,10 @@ pub struct Plan {
 }
 
 const MIB: u64 = 1 << 20;
+
+fn pytorch_runtime() -> String {
+    "pytorch".to_string()
+}
 
 fn window(peak: &Peak, gpu: &Gpu) -> WindowReport {
     // The exact simulation's block-level allocator model gives the reserve.
@@ -290,6 +298,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let fixes = if req.with_fixes { fixes_given(cfg, primary, req.other_usage_bytes, need) } else { Vec::new() };
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
+        runtime: pytorch_runtime(),
         config: cfg.clone(),
         params: params::count(cfg),
         tokens_per_iter: cfg.tokens_per_iter(),

@@ -582,7 +582,9 @@ fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, siz
     let (b, t) = (u64::from(cfg.batch_size), u64::from(cfg.block_size));
     let ga = cfg.gradient_accumulation_steps.max(1);
     let mut acc: Vec<Id> = Vec::new();
-    for k in 1..=ga {
+    // Micro-steps from the third on repeat the second exactly (same buffers alive), so a long
+    // accumulation is simulated as three.
+    for k in 1..=ga.min(3) {
         m.micro_step = k;
         let grads = micro_step(m, d, b, t, opts.chunked_loss, cfg.activation_checkpointing);
         if acc.is_empty() {
@@ -787,11 +789,15 @@ mod tests {
 /// tokens (`batch_size * gradient_accumulation_steps`). `None` when even a micro-batch of 1 does
 /// not fit. The eval batch follows the micro-batch when it was not set separately.
 pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Option<Config> {
-    let need = |b: u32| {
+    let sequences = u64::from(cfg.batch_size.max(1)) * u64::from(cfg.gradient_accumulation_steps.max(1));
+    // Each candidate with the accumulation it would run at: accumulation buffers cost memory too.
+    let with_batch = |b: u32| {
         let mut c = cfg.clone();
         c.batch_size = b;
-        peak_bytes(&simulate(&c, opts))
+        c.gradient_accumulation_steps = u32::try_from(sequences.div_ceil(u64::from(b.max(1)))).unwrap_or(u32::MAX);
+        c
     };
+    let need = |b: u32| peak_bytes(&simulate(&with_batch(b), opts));
     if need(1) > budget_bytes {
         return None;
     }
@@ -805,12 +811,7 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
             hi = mid - 1;
         }
     }
-    let sequences = u64::from(cfg.batch_size.max(1)) * u64::from(cfg.gradient_accumulation_steps.max(1));
-    let ga = sequences.div_ceil(u64::from(lo));
-    let mut fitted = cfg.clone();
-    fitted.batch_size = lo;
-    fitted.gradient_accumulation_steps = u32::try_from(ga).unwrap_or(u32::MAX);
-    Some(fitted)
+    Some(with_batch(lo))
 }
 
 #[cfg(test)]
@@ -842,5 +843,131 @@ mod auto_fit_tests {
         assert_eq!(auto_fit(&cfg, &opts, u64::MAX), Some(cfg.clone()));
         // Too little for one sequence.
         assert_eq!(auto_fit(&cfg, &opts, with(1) - 1), None);
+    }
+}
+
+/// One window of a [`TrainerPlan`]: the trainer's heap high-water mark and what made it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TrainerWindow {
+    pub peak_bytes: u64,
+    pub phase: Option<Phase>,
+    pub op: String,
+    pub micro_step: u32,
+    pub breakdown: Breakdown,
+}
+
+fn trainer_window(p: &Peak) -> TrainerWindow {
+    TrainerWindow { peak_bytes: p.bytes, phase: p.phase, op: p.op.clone(), micro_step: p.micro_step, breakdown: p.breakdown }
+}
+
+/// `vramfit plan --runtime trainer`: what vramfit's own trainer will hold on CPU for `config`.
+/// JSON schema 1, like [`crate::plan::Plan`], with `runtime: "trainer"`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainerPlan {
+    pub schema_version: u32,
+    pub runtime: String,
+    /// `cpu`: the figures are the trainer's f32 heap on CPU.
+    pub device: String,
+    /// `measured`: validated against the counting allocator (tests/reference/data/trainer-cpu.json).
+    pub source: crate::device::Source,
+    pub config: Config,
+    pub options: TrainerOptions,
+    pub params: crate::params::ParamCounts,
+    pub tokens_per_iter: u64,
+    /// The highest of the four windows: what the run needs.
+    pub peak_bytes: u64,
+    pub train: TrainerWindow,
+    pub eval: TrainerWindow,
+    pub first_iter: TrainerWindow,
+    pub eval_at_start: TrainerWindow,
+    /// Memory the run may use (given by the caller: free RAM, or a cap), and whether the peak fits.
+    pub available_bytes: Option<u64>,
+    pub fits: Option<bool>,
+    /// With `available_bytes`: the largest micro-batch that fits, everything else unchanged.
+    pub largest_micro_batch: Option<u32>,
+    /// With `available_bytes` and no fit: `--auto-fit`'s choice (micro-batch and accumulation).
+    pub auto_fit: Option<Config>,
+    pub notes: Vec<String>,
+}
+
+/// The trainer's plan for `cfg` (validated first); `available_bytes` adds the fit, the largest
+/// micro-batch and the auto-fit choice.
+pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -> Result<TrainerPlan, crate::ConfigError> {
+    cfg.validate()?;
+    let sim = simulate(cfg, opts);
+    let peak = peak_bytes(&sim);
+    let fits = available_bytes.map(|a| peak <= a);
+    let largest_micro_batch = available_bytes.and_then(|a| {
+        let grown = Config { batch_size: crate::config::MAX_BATCH, gradient_accumulation_steps: 1, ..cfg.clone() };
+        // The search caps at the request's batch times 64 so a large budget stays quick to answer.
+        let capped = Config { batch_size: cfg.batch_size.saturating_mul(64).min(grown.batch_size), ..grown };
+        auto_fit(&capped, opts, a).map(|c| c.batch_size)
+    });
+    let auto = match (available_bytes, fits) {
+        (Some(a), Some(false)) => auto_fit(cfg, opts, a),
+        _ => None,
+    };
+    let mut notes = vec!["Figures are vramfit's own trainer (candle, hand-written backward) on CPU in f32: every tensor it allocates, \
+         validated against a counting allocator on 25 runs (8 MiB to 4.5 GiB, 1 and 2 threads), worst window 0.26% \
+         (tests/reference/data/trainer-cpu.json). They exclude the data set and tokenizer."
+        .to_string()];
+    if cfg.dtype != crate::Dtype::Float32 {
+        notes.push(format!("dtype = {}: the trainer computes in float32 on CPU, which these figures show.", cfg.dtype.name()));
+    }
+    if cfg.attention == crate::Attention::Flash || cfg.compile {
+        notes.push("attention and compile do not apply: the trainer always runs explicit causal attention, uncompiled.".to_string());
+    }
+    Ok(TrainerPlan {
+        schema_version: crate::plan::PLAN_SCHEMA_VERSION,
+        runtime: "trainer".to_string(),
+        device: "cpu".to_string(),
+        source: crate::device::Source::Measured,
+        config: cfg.clone(),
+        options: *opts,
+        params: crate::params::count(cfg),
+        tokens_per_iter: cfg.tokens_per_iter(),
+        peak_bytes: peak,
+        train: trainer_window(&sim.train),
+        eval: trainer_window(&sim.eval),
+        first_iter: trainer_window(&sim.first_iter),
+        eval_at_start: trainer_window(&sim.eval_at_start),
+        available_bytes,
+        fits,
+        largest_micro_batch,
+        auto_fit: auto,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn trainer_plan_reports_peaks_fit_and_auto_fit() {
+        let cfg = Config {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+            block_size: 128,
+            vocab_size: 500,
+            batch_size: 16,
+            gradient_accumulation_steps: 1,
+            ..Config::default()
+        };
+        let opts = TrainerOptions::default();
+        let p = plan(&cfg, &opts, None).expect("valid");
+        assert_eq!(p.runtime, "trainer");
+        assert_eq!(p.peak_bytes, peak_bytes(&simulate(&cfg, &opts)));
+        assert!(p.fits.is_none() && p.largest_micro_batch.is_none() && p.auto_fit.is_none());
+        let tight = plan(&cfg, &opts, Some(p.peak_bytes / 2)).expect("valid");
+        assert_eq!(tight.fits, Some(false));
+        let fitted = tight.auto_fit.expect("a smaller batch fits");
+        assert!(fitted.batch_size < 16);
+        assert_eq!(tight.largest_micro_batch, Some(fitted.batch_size));
+        let roomy = plan(&cfg, &opts, Some(p.peak_bytes * 4)).expect("valid");
+        assert_eq!(roomy.fits, Some(true));
+        assert!(roomy.largest_micro_batch.is_some_and(|b| b > 16));
+        assert!(plan(&Config { n_embd: 65, ..cfg }, &opts, None).is_err());
     }
 }

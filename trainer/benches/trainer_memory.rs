@@ -86,6 +86,11 @@ fn cases() -> Vec<Case> {
             },
             TrainerOptions { grad_clip: true, ..o },
         ),
+        c(
+            "nanoGPT shakespeare_char (6L C384 T256 B64)",
+            Config { n_layer: 6, n_head: 6, n_embd: 384, block_size: 256, batch_size: 64, dropout: 0.2, ..base.clone() },
+            TrainerOptions { grad_clip: true, ..o },
+        ),
     ]
 }
 

@@ -21,7 +21,7 @@ pub enum Command {
     /// Will it fit? Peaks per window, what they are made of, fit per card, and fixes.
     #[command(after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
         (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12.")]
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
     #[command(after_help = "With no --config and no --link, a small character model (2 layers, 4 heads, 64 wide, context 64, \
         batch 16, 600 iterations, about 35 s) trains on the built-in corpus, and vocab_size is the data's; otherwise settings come from \
@@ -207,6 +207,40 @@ pub struct PlanArgs {
     /// List the GPU presets and exit.
     #[arg(long, alias = "list_gpus")]
     pub list_gpus: bool,
+    /// Whose memory to predict: pytorch (nanoGPT's train.py on a GPU) or trainer (`vramfit train`
+    /// on this CPU) [default: pytorch].
+    #[arg(long, value_name = "RUNTIME", value_parser = parse_runtime)]
+    pub runtime: Option<Runtime>,
+    /// trainer runtime: cross-entropy in chunks of rows: true or false [default: false].
+    #[arg(long = "chunked-loss", alias = "chunked_loss", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub chunked_loss: Option<bool>,
+    /// trainer runtime: rows per eval forward [default: the whole eval batch].
+    #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub eval_chunk_rows: Option<u64>,
+    /// trainer runtime: gradient clipping on: true or false [default: true, as train's grad_clip 1.0].
+    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    pub grad_clip: Option<bool>,
+    /// trainer runtime: CPU threads of the matmuls [default: RAYON_NUM_THREADS, else all cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: Option<u32>,
+    /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory].
+    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_memory_mib: Option<u64>,
+}
+
+/// Which runtime `plan` models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    Pytorch,
+    Trainer,
+}
+
+fn parse_runtime(s: &str) -> Result<Runtime, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "pytorch" | "torch" => Ok(Runtime::Pytorch),
+        "trainer" | "vramfit" | "candle" => Ok(Runtime::Trainer),
+        _ => Err("expected pytorch or trainer".into()),
+    }
 }
 
 /// Which cards to check, and what else is on them.

@@ -1,6 +1,6 @@
 //! `vramfit plan`: will this run fit, and if not, what to change.
 
-use crate::cli::PlanArgs;
+use crate::cli::{PlanArgs, Runtime};
 use crate::{inputs, report};
 use vramfit_core::device;
 use vramfit_core::plan::{self, PlanRequest};
@@ -14,6 +14,9 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     let inputs = inputs::resolve(&args.run, &args.card)?;
     for notice in &inputs.notices {
         crate::print_note(notice);
+    }
+    if args.runtime == Some(Runtime::Trainer) {
+        return run_trainer(args, &inputs.config);
     }
     let request = PlanRequest {
         config: inputs.config.clone(),
@@ -36,4 +39,29 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
             s
         })
         .map_err(|e| format!("cannot write JSON: {e}"))
+}
+
+/// `vramfit plan --runtime trainer`: the trainer's own memory on this CPU.
+fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, String> {
+    use vramfit_core::trainer_model::{self, TrainerOptions};
+    if !args.card.gpu.is_empty() {
+        crate::print_note("--gpu does not apply to --runtime trainer (it plans for this CPU's memory)");
+    }
+    let threads = args.threads.map_or_else(candle_core::utils::get_num_threads, |n| n as usize);
+    let opts = TrainerOptions {
+        chunked_loss: args.chunked_loss.unwrap_or(false),
+        eval_chunk_rows: args.eval_chunk_rows,
+        grad_clip: args.grad_clip.unwrap_or(true),
+        cpu_threads: u32::try_from(threads).unwrap_or(u32::MAX),
+    };
+    let available = match args.max_memory_mib {
+        Some(mib) => Some(mib.saturating_mul(1 << 20)),
+        None => vramfit::preflight::available_cpu_bytes(),
+    };
+    let plan = trainer_model::plan(cfg, &opts, available).map_err(|e| e.to_string())?;
+    if args.json {
+        to_json(&plan)
+    } else {
+        Ok(report::render_trainer(&plan))
+    }
 }

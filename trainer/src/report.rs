@@ -288,6 +288,115 @@ pub fn gpu_list(gpus: &[Gpu]) -> String {
     out
 }
 
+/// The report of `vramfit plan --runtime trainer`: the trainer's heap on this CPU, per window,
+/// what each peak is made of, and whether it fits the memory available.
+pub fn render_trainer(plan: &vramfit_core::trainer_model::TrainerPlan) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = write_trainer(&mut out, plan);
+    out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
+}
+
+fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPlan) -> std::fmt::Result {
+    let (c, p, o) = (&plan.config, &plan.params, &plan.options);
+    writeln!(out, "Runtime: vramfit's trainer (`vramfit train`) on CPU, float32")?;
+    writeln!(out, "  number of parameters: {} ({} with position embeddings)", p.printed_millions(), thousands(p.total))?;
+    writeln!(
+        out,
+        "  n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, dropout {:?}",
+        c.n_layer,
+        c.n_head,
+        c.n_embd,
+        c.block_size,
+        c.vocab_size,
+        py_bool(c.bias),
+        c.dropout
+    )?;
+    writeln!(
+        out,
+        "  batch_size {}, gradient_accumulation_steps {}, tokens per iteration {}, eval {} x {}",
+        c.batch_size,
+        c.gradient_accumulation_steps,
+        thousands(plan.tokens_per_iter),
+        c.eval_batch(),
+        c.eval_block()
+    )?;
+    let eval_chunks = o.eval_chunk_rows.map_or("whole batch".to_string(), |r| format!("{r} rows"));
+    writeln!(
+        out,
+        "  activation_checkpointing {}, chunked loss {}, eval in chunks of {}, grad clipping {}, {} matmul thread(s)",
+        py_bool(c.activation_checkpointing),
+        py_bool(o.chunked_loss),
+        eval_chunks,
+        py_bool(o.grad_clip),
+        o.cpu_threads.max(1)
+    )?;
+    let windows = [
+        ("training step", &plan.train),
+        ("eval", &plan.eval),
+        ("first iteration", &plan.first_iter),
+        ("eval at start", &plan.eval_at_start),
+    ];
+    writeln!(out)?;
+    writeln!(out, "Peak heap per window (measured-validated)")?;
+    for (name, w) in windows {
+        let phase = w.phase.map_or("init", |ph| ph.label());
+        let micro = if w.micro_step > 0 { format!(", micro-step {}", w.micro_step) } else { String::new() };
+        writeln!(out, "  {name:<LABEL_WIDTH$}{}  at {phase}: {}{micro}", size(w.peak_bytes, false), w.op)?;
+    }
+    const CELL: usize = 18;
+    const MIB_WIDTH: usize = CELL - 7;
+    writeln!(out)?;
+    writeln!(out, "What each peak is made of (MiB, % of that peak)")?;
+    write!(out, "  {:<LABEL_WIDTH$}", "")?;
+    for (name, _) in windows {
+        write!(out, "{name:>CELL$}")?;
+    }
+    writeln!(out)?;
+    for category in Category::ALL {
+        if windows.iter().all(|(_, w)| w.breakdown.get(category) == 0) {
+            continue;
+        }
+        let label = if category == Category::Workspace { "gemm buffers" } else { category.label() };
+        write!(out, "  {label:<LABEL_WIDTH$}")?;
+        for (_, w) in windows {
+            let bytes = w.breakdown.get(category);
+            let share = if w.peak_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_bytes as f64 };
+            write!(out, "{:>MIB_WIDTH$.1} {share:>5.1}%", bytes as f64 / MIB)?;
+        }
+        writeln!(out)?;
+    }
+    writeln!(out)?;
+    match (plan.available_bytes, plan.fits) {
+        (Some(avail), Some(true)) => writeln!(out, "Fits: needs {} of {} available", size(plan.peak_bytes, false), size(avail, false))?,
+        (Some(avail), _) => {
+            writeln!(out, "Does not fit: needs {} but {} is available", size(plan.peak_bytes, false), size(avail, false))?;
+            if let Some(fitted) = &plan.auto_fit {
+                writeln!(
+                    out,
+                    "  fix: --batch-size {} --gradient-accumulation-steps {} (what `vramfit train --auto-fit` picks)",
+                    fitted.batch_size, fitted.gradient_accumulation_steps
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "  not even a micro-batch of 1 fits: try --activation-checkpointing true, --chunked-loss true, or a smaller model"
+                )?;
+            }
+        }
+        _ => writeln!(out, "Needs {} (available memory unknown)", size(plan.peak_bytes, false))?,
+    }
+    if let Some(b) = plan.largest_micro_batch {
+        writeln!(out, "  largest micro-batch that fits: {b}")?;
+    }
+    writeln!(out)?;
+    writeln!(out, "Notes")?;
+    for note in &plan.notes {
+        writeln!(out, "  - {note}")?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

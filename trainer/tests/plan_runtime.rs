@@ -1,0 +1,95 @@
+//! `vramfit plan --runtime trainer|pytorch`: the trainer's own memory model through the CLI, in
+//! text and JSON; `runtime` in the JSON of both (schema 1, a field added).
+
+use serde_json::Value;
+use std::process::{Command, Output};
+use vramfit_core::trainer_model::{self, TrainerOptions};
+use vramfit_core::Config;
+
+fn vramfit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramfit")).args(args).output().expect("the binary runs")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = vramfit(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+const SMALL: [&str; 12] =
+    ["--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "128", "--vocab-size", "500", "--batch-size", "8"];
+
+#[test]
+fn trainer_json_matches_core_for_the_same_settings() {
+    let mut args = vec!["plan", "--json", "--runtime", "trainer", "--threads", "1", "--max-memory-mib", "100000", "--chunked-loss", "true"];
+    args.extend_from_slice(&SMALL);
+    args.extend_from_slice(&["--gradient-accumulation-steps", "3"]);
+    let plan = json(&args);
+    assert_eq!(plan["runtime"], "trainer");
+    assert_eq!(plan["schema_version"], 1);
+    assert_eq!(plan["device"], "cpu");
+    let cfg = Config {
+        n_layer: 2,
+        n_head: 2,
+        n_embd: 64,
+        block_size: 128,
+        vocab_size: 500,
+        batch_size: 8,
+        gradient_accumulation_steps: 3,
+        ..Config::default()
+    };
+    let opts = TrainerOptions { chunked_loss: true, grad_clip: true, cpu_threads: 1, eval_chunk_rows: None };
+    let sim = trainer_model::simulate(&cfg, &opts);
+    assert_eq!(plan["train"]["peak_bytes"].as_u64(), Some(sim.train.bytes));
+    assert_eq!(plan["eval"]["peak_bytes"].as_u64(), Some(sim.eval.bytes));
+    assert_eq!(plan["peak_bytes"].as_u64(), Some(trainer_model::peak_bytes(&sim)));
+    assert_eq!(plan["fits"], true);
+    assert_eq!(plan["available_bytes"].as_u64(), Some(100_000 << 20));
+    assert_eq!(plan["options"]["chunked_loss"], true);
+}
+
+#[test]
+fn trainer_text_report_and_a_run_that_does_not_fit() {
+    let mut args = vec!["plan", "--runtime", "trainer", "--threads", "1", "--max-memory-mib", "2"];
+    args.extend_from_slice(&SMALL);
+    let out = vramfit(&args);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Runtime: vramfit's trainer"), "{text}");
+    assert!(text.contains("training step") && text.contains("Saved activations"), "{text}");
+    assert!(text.contains("Does not fit"), "{text}");
+    // A budget between the peaks of micro-batches 3 and 4 gives exactly 3 as the fix.
+    let need = |b: u32| {
+        let cfg = Config { n_layer: 2, n_head: 2, n_embd: 64, block_size: 128, vocab_size: 500, batch_size: b, ..Config::default() };
+        trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &TrainerOptions { grad_clip: true, cpu_threads: 1, ..Default::default() }))
+    };
+    let mib = ((need(3) + need(4)) / 2) >> 20;
+    assert!(need(3) <= (mib << 20) && need(4) > (mib << 20), "a whole MiB between the two peaks");
+    let mib = mib.to_string();
+    let mut args = vec!["plan", "--json", "--runtime", "trainer", "--threads", "1", "--max-memory-mib", &mib];
+    args.extend_from_slice(&SMALL);
+    let plan = json(&args);
+    assert_eq!(plan["fits"], false);
+    assert_eq!(plan["auto_fit"]["batch_size"], 3);
+    assert_eq!(plan["largest_micro_batch"], 3);
+}
+
+#[test]
+fn pytorch_is_the_default_runtime_and_says_so() {
+    let mut args = vec!["plan", "--json", "--no-fixes"];
+    args.extend_from_slice(&SMALL);
+    let plan = json(&args);
+    assert_eq!(plan["runtime"], "pytorch");
+    let mut explicit = vec!["plan", "--json", "--no-fixes", "--runtime", "pytorch"];
+    explicit.extend_from_slice(&SMALL);
+    assert_eq!(json(&explicit), plan);
+}
+
+#[test]
+fn a_bad_runtime_is_one_error_line() {
+    let out = vramfit(&["plan", "--runtime", "tensorflow"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error:") && stderr.contains("pytorch or trainer"), "{stderr}");
+}
