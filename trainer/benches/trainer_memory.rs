@@ -3,7 +3,7 @@
 //! under the counting allocator; each window's heap high-water mark (minus what was live before the
 //! model existed) is printed next to `vramfit_core::trainer_model`'s prediction.
 //!
-//! Run: `RAYON_NUM_THREADS=1 cargo test --release -p vramfit --bench trainer_memory` (add `-- --json` for the
+//! Run: `RAYON_NUM_THREADS=1 cargo test -p vramfit --bench trainer_memory` (add `-- --json` for the
 //! rows committed in tests/reference/data/trainer-cpu.json; `RAYON_NUM_THREADS=2` for two threads).
 //! Each config runs in a fresh child process, so one-time heap (gemm's per-thread buffers) counts.
 
