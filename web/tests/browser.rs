@@ -1,76 +1,236 @@
 //! The page in a real browser: `scripts/test` runs this with wasm-bindgen-test-runner and
 //! Debian's chromium + chromedriver (`cargo test -p vramfit-web --target wasm32-unknown-unknown`).
+//! Each test mounts the app into a fresh element, drives it like a user (input events), and
+//! checks the verdict, the charts and the address bar against core's numbers.
 #![cfg(target_arch = "wasm32")]
 
+use vramfit_core::link::LinkState;
+use vramfit_core::Config;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
-use web_sys::{Event, EventInit, HtmlElement, HtmlInputElement};
+use web_sys::{Event, EventInit, HtmlElement, HtmlInputElement, HtmlSelectElement};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
 /// Lets the reactive system run its queued effects (they are spawned as tasks).
+async fn sleep_ms(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        web_sys::window().unwrap().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms).unwrap();
+    });
+    wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
+}
+
 async fn settle() {
     for _ in 0..3 {
-        let promise = js_sys::Promise::new(&mut |resolve, _| {
-            web_sys::window().unwrap().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0).unwrap();
-        });
-        wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
+        sleep_ms(0).await;
     }
 }
 
-/// A fresh element in the document with the app mounted in it.
-async fn mount_app() -> HtmlElement {
+fn set_query(q: &str) {
+    let w = web_sys::window().unwrap();
+    w.history().unwrap().replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(q)).unwrap();
+}
+
+fn query() -> String {
+    web_sys::window().unwrap().location().search().unwrap()
+}
+
+/// The app mounted in a fresh element after the address bar is set to `q`.
+struct Mounted {
+    host: HtmlElement,
+    /// Dropping it unmounts the app.
+    _handle: Box<dyn std::any::Any>,
+}
+
+async fn mount_with(q: &str) -> Mounted {
+    set_query(q);
     let doc = web_sys::window().unwrap().document().unwrap();
     let host: HtmlElement = doc.create_element("div").unwrap().dyn_into().unwrap();
     doc.body().unwrap().append_child(&host).unwrap();
-    leptos::mount::mount_to(host.clone(), vramfit_web::App).forget();
+    let handle = leptos::mount::mount_to(host.clone(), || leptos::prelude::IntoAny::into_any(vramfit_web::App()));
     settle().await;
-    host
+    Mounted { host, _handle: Box::new(handle) }
 }
 
-fn text_of(host: &HtmlElement, selector: &str) -> String {
-    host.query_selector(selector).unwrap().unwrap_or_else(|| panic!("no element matches {selector}")).text_content().unwrap_or_default()
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.host.remove();
+    }
 }
 
-async fn type_into(host: &HtmlElement, name: &str, value: &str) {
-    let input: HtmlInputElement = host.query_selector(&format!("input[name={name}]")).unwrap().unwrap().dyn_into().unwrap();
-    input.set_value(value);
+impl Mounted {
+    fn el(&self, selector: &str) -> web_sys::Element {
+        self.host.query_selector(selector).unwrap().unwrap_or_else(|| panic!("no element matches {selector}"))
+    }
+    fn has(&self, selector: &str) -> bool {
+        self.host.query_selector(selector).unwrap().is_some()
+    }
+    fn text(&self, selector: &str) -> String {
+        self.el(selector).text_content().unwrap_or_default()
+    }
+    fn exact(&self, name: &str) -> String {
+        self.el("#exact").get_attribute(&format!("data-{name}")).unwrap_or_else(|| panic!("no data-{name}"))
+    }
+    fn chart(&self, id: &str) -> String {
+        self.el(&format!("#{id}")).inner_html()
+    }
+    async fn type_into(&self, name: &str, value: &str) {
+        let input: HtmlInputElement = self.el(&format!("input[name={name}]")).dyn_into().unwrap();
+        input.set_value(value);
+        dispatch(&input, "input");
+        settle().await;
+    }
+    async fn choose(&self, name: &str, value: &str) {
+        let select: HtmlSelectElement = self.el(&format!("select[name={name}]")).dyn_into().unwrap();
+        select.set_value(value);
+        dispatch(&select, "change");
+        settle().await;
+    }
+}
+
+fn dispatch(target: &web_sys::EventTarget, kind: &str) {
     let init = EventInit::new();
     init.set_bubbles(true);
-    input.dispatch_event(&Event::new_with_event_init_dict("input", &init).unwrap()).unwrap();
+    target.dispatch_event(&Event::new_with_event_init_dict(kind, &init).unwrap()).unwrap();
+}
+
+fn expected(config: Config) -> vramfit_web::model::Computed {
+    vramfit_web::model::compute(&LinkState { config, ..LinkState::default() }).unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn slider_moves_the_verdict_the_charts_and_the_link() {
+    let page = mount_with("").await;
+    let want = expected(Config::default());
+    assert_eq!(page.text(".param-count"), "123.59M");
+    assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
+    assert_eq!(page.exact("train-allocated"), want.plan.train.peak_allocated_bytes.to_string());
+    for id in ["chart-breakdown", "chart-batch", "chart-timeline"] {
+        assert!(page.chart(id).starts_with("<svg"), "{id} not drawn");
+    }
+    // The headroom or shortfall is printed in GiB.
+    let margin = page.text(".verdict-margin");
+    assert!(margin.starts_with(&vramfit_web::format_gib(want.plan.cards[0].headroom_bytes.unsigned_abs())), "{margin}");
+    let before = [page.chart("chart-breakdown"), page.chart("chart-batch"), page.chart("chart-timeline")];
+
+    // The slider (not the box) for n_layer: 24 layers.
+    let slider: HtmlInputElement = page.el("input[name=n_layer-slider]").dyn_into().unwrap();
+    slider.set_value("24");
+    dispatch(&slider, "input");
     settle().await;
+    let want = expected(Config { n_layer: 24, ..Config::default() });
+    assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
+    assert_eq!(page.text(".param-count"), want.plan.params.printed_millions());
+    let title = page.text(".verdict-title");
+    assert_eq!(title, if want.plan.cards[0].fits { "Fits" } else { "Does not fit" });
+    let after = [page.chart("chart-breakdown"), page.chart("chart-batch"), page.chart("chart-timeline")];
+    for (b, a) in before.iter().zip(&after) {
+        assert_ne!(b, a, "a chart was not redrawn");
+    }
+    assert!(query().contains("&L=24&"), "{}", query());
+    // The box shows the slider's value.
+    let boxed: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
+    assert_eq!(boxed.value(), "24");
+
+    // The number box for batch_size, and the select for dtype.
+    page.type_into("batch_size", "4").await;
+    page.choose("dtype", "float32").await;
+    let want = expected(Config { n_layer: 24, batch_size: 4, dtype: vramfit_core::Dtype::Float32, ..Config::default() });
+    assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
+    let q = query();
+    assert!(q.contains("&B=4&") && q.contains("&d=f32&"), "{q}");
+    // The link decodes to the page's state, without notices.
+    let d = vramfit_core::link::decode(&q);
+    assert!(d.notices.is_empty());
+    assert_eq!(d.state.config, want.plan.config);
 }
 
-const TRAIN_PEAK: &str = "tr[data-window=train] td.peak-allocated";
-
 #[wasm_bindgen_test]
-async fn shows_parameters_and_recomputes_when_the_batch_changes() {
-    let host = mount_app().await;
-    assert_eq!(text_of(&host, ".param-count"), "123.59M");
-    let default_plan = vramfit_web::compute(vramfit_web::Inputs::default()).unwrap();
-    let before = text_of(&host, TRAIN_PEAK);
-    assert!(before.starts_with(&vramfit_web::format_gib(default_plan.train.peak_allocated_bytes)), "{before}");
-    // compile=True (the default) makes the allocated peak an estimate: the marker shows.
-    assert!(before.contains("estimate"), "{before}");
-    assert_eq!(host.query_selector_all("table.windows tbody tr").unwrap().length(), 4);
-
-    type_into(&host, "batch_size", "4").await;
-    let small = vramfit_web::compute(vramfit_web::Inputs { batch_size: 4, ..Default::default() }).unwrap();
-    let after = text_of(&host, TRAIN_PEAK);
-    assert_ne!(before, after);
-    assert!(after.starts_with(&vramfit_web::format_gib(small.train.peak_allocated_bytes)), "{after}");
+async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
+    // GPT-2 124M at micro-batch 64 does not fit a 12 GB card (an OOM report).
+    let page = mount_with("?v=1&B=64&GA=8&gpu=rtx-4070").await;
+    let want = expected(Config { batch_size: 64, gradient_accumulation_steps: 8, ..Config::default() });
+    assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
+    assert_eq!(page.text(".verdict-title"), "Does not fit");
+    assert!(page.text(".verdict-margin").ends_with("short"));
+    assert!(!page.has(".notice"));
+    // Fixes come a moment later.
+    let mut tries = 0;
+    while !page.has("ol.fixes") {
+        tries += 1;
+        assert!(tries < 100, "no fixes after 5 s");
+        sleep_ms(50).await;
+    }
+    let fixes = vramfit_core::plan::fixes(&want.plan.config, &vramfit_core::device::default_gpu(), 0);
+    let shown: Vec<String> = fixes.iter().map(|f| f.needed_bytes.to_string()).collect();
+    assert_eq!(page.el("ol.fixes").get_attribute("data-needed").unwrap(), shown.join(","));
+    assert_eq!(page.text("ol.fixes li .fix-title"), fixes[0].title);
+    let apply: HtmlElement = page.el("ol.fixes li button.apply").dyn_into().unwrap();
+    apply.click();
+    settle().await;
+    assert_eq!(page.exact("needed"), fixes[0].needed_bytes.to_string());
+    assert_eq!(page.exact("fits"), fixes[0].fits.to_string());
+    assert_eq!(vramfit_core::link::decode(&query()).state.config, fixes[0].config);
 }
 
 #[wasm_bindgen_test]
-async fn bad_input_shows_a_message_and_recovers() {
-    let host = mount_app().await;
-    type_into(&host, "n_layer", "0").await;
-    let error = text_of(&host, ".error");
-    assert!(error.contains("n_layer"), "{error}");
-    assert!(host.query_selector("table.windows").unwrap().is_none());
-    type_into(&host, "n_layer", "24").await;
-    assert!(host.query_selector(".error").unwrap().is_none());
-    assert_ne!(text_of(&host, ".param-count"), "123.59M");
+async fn garbage_and_script_payloads_in_a_link_become_visible_text_notices() {
+    let payload = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>";
+    let enc = js_sys::encode_uri_component(payload);
+    let q = format!("?v=1&L={enc}&B=99999999&gpu={enc}&d={enc}&{enc}=1&drop=2&T=abc");
+    let page = mount_with(&q).await;
+    let notices = page.text(".notice");
+    for needle in ["L=", "B=99999999", "gpu=", "dtype", "drop=2", "T=abc", "<script>"] {
+        assert!(notices.contains(needle), "{needle} not in notices: {notices}");
+    }
+    // Shown as text: nothing injected.
+    assert!(!page.has("script") && !page.has("img"));
+    let pwned = js_sys::Reflect::get(&web_sys::window().unwrap(), &"__pwned".into()).unwrap();
+    assert!(pwned.is_undefined());
+    // Everything fell back to the defaults.
+    assert_eq!(page.exact("needed"), expected(Config::default()).plan.cards[0].needed_bytes.to_string());
+    // The address bar now holds the clean link.
+    assert_eq!(vramfit_core::link::decode(&query()).notices, Vec::<String>::new());
+}
+
+#[wasm_bindgen_test]
+async fn an_invalid_config_shows_its_error_and_recovers() {
+    let page = mount_with("").await;
+    page.type_into("n_embd", "770").await;
+    let err = page.text(".config-error");
+    assert!(err.contains("n_embd") && err.contains("n_head"), "{err}");
+    assert!(page.el(".chart-block").class_list().contains("hidden"));
+    page.type_into("n_embd", "768").await;
+    assert!(!page.has(".config-error"));
+    assert!(!page.el(".chart-block").class_list().contains("hidden"));
+    // Text that is not a number keeps the last value and says so.
+    page.type_into("batch_size", "12x").await;
+    assert!(page.text(".input-error").contains("batch_size"));
+    assert_eq!(page.exact("needed"), expected(Config::default()).plan.cards[0].needed_bytes.to_string());
+}
+
+#[wasm_bindgen_test]
+async fn import_and_export_round_trip_and_import_errors_are_visible() {
+    let page = mount_with("").await;
+    let import: web_sys::HtmlTextAreaElement = page.el("#import-config").dyn_into().unwrap();
+    import.set_value("n_layer = '<script>window.__pwned=3</script>'\n");
+    dispatch(&import, "input");
+    settle().await;
+    let button: HtmlElement = page.el("#import-button").dyn_into().unwrap();
+    button.click();
+    settle().await;
+    assert!(page.text(".import-error").contains("n_layer"));
+    assert!(!page.has("script"));
+    import.set_value("n_layer = 6\nn_head = 6\nn_embd = 384\nbatch_size = 64\nblock_size = 256\n");
+    dispatch(&import, "input");
+    settle().await;
+    button.click();
+    settle().await;
+    assert!(!page.has(".import-error"));
+    let exported: web_sys::HtmlTextAreaElement = page.el("#export-config").dyn_into().unwrap();
+    assert!(exported.value().contains("n_layer = 6\n") && exported.value().contains("batch_size = 64\n"));
+    assert!(query().contains("&L=6&H=6&C=384&T=256&"), "{}", query());
+    assert!(page.text("#train-command-link").starts_with("vramfit train --link 'v=1&L=6&"));
 }
 
 #[wasm_bindgen_test]

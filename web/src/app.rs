@@ -1,0 +1,918 @@
+//! The page's components: controls, verdict, charts, fixes, share / export / import.
+//!
+//! One signal holds the whole state (a [`LinkState`]); everything else derives from it:
+//! - `computed` (a memo): core's plan without fixes plus the chart data ([`model::compute`]);
+//! - one effect draws the three charts into their containers and sets the performance mark
+//!   `vramfit:charts` (what `scripts/bench-page` times);
+//! - one effect writes the link into the address bar with `history.replaceState`;
+//! - fixes are the slow part (tens of exact simulations), so they are computed 150 ms after the
+//!   state stops changing, keyed by the link they belong to.
+//!
+//! Text reaches the DOM only through Leptos text nodes and attributes (escaped); SVG strings
+//! come from [`crate::charts`], whose text plotters escapes.
+
+use crate::charts::{self, Segment};
+use crate::model::{self, format_gib, Computed};
+use crate::share;
+use leptos::html;
+use leptos::prelude::*;
+use std::time::Duration;
+use vramfit_core::link::{self, LinkState};
+use vramfit_core::plan::Fix;
+use vramfit_core::{device, Attention, Config, Dtype, Gpu, Optimizer};
+
+/// The address bar's query, or nothing outside a browser.
+fn location_search() -> String {
+    web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default()
+}
+
+fn location_href() -> String {
+    web_sys::window().and_then(|w| w.location().href().ok()).unwrap_or_default()
+}
+
+/// Replaces the current history entry's query (no new entry per slider move).
+fn replace_query(query: &str) {
+    if let Some(history) = web_sys::window().and_then(|w| w.history().ok()) {
+        // Keeps the path; a failure (e.g. a sandboxed frame) only loses the live link.
+        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(query));
+    }
+}
+
+/// A performance mark the benchmark reads (no-op without `window.performance`).
+fn mark(name: &str) {
+    if let Some(p) = web_sys::window().and_then(|w| w.performance()) {
+        let _ = p.mark(name);
+    }
+}
+
+/// Copies text to the clipboard; `done` gets whether it worked.
+fn copy_text(text: String, done: impl FnOnce(bool) + 'static) {
+    let Some(window) = web_sys::window() else {
+        done(false);
+        return;
+    };
+    let promise = window.navigator().clipboard().write_text(&text);
+    leptos::task::spawn_local(async move {
+        done(wasm_bindgen_futures::JsFuture::from(promise).await.is_ok());
+    });
+}
+
+/// How a numeric control's slider maps to the value.
+#[derive(Clone, Copy)]
+enum Slider {
+    Linear {
+        min: u32,
+        max: u32,
+        step: u32,
+    },
+    /// Powers of two from 2^min to 2^max (the box takes any value).
+    Pow2 {
+        min: u32,
+        max: u32,
+    },
+    /// n_embd: multiples of the head count up to 4096.
+    Width,
+}
+
+/// Rounds `v` to the nearest power of two's exponent.
+fn log2_round(v: u32) -> u32 {
+    let v = v.max(1) as f64;
+    v.log2().round() as u32
+}
+
+/// The signals every control writes: the state, and the message for text that is not a number.
+#[derive(Clone, Copy)]
+struct Signals {
+    state: RwSignal<LinkState>,
+    input_error: RwSignal<Option<String>>,
+}
+
+/// A labelled slider with a number box for exact entry; both write the state.
+fn number_control(
+    Signals { state, input_error }: Signals,
+    name: &'static str,
+    label: &'static str,
+    help: &'static str,
+    slider: Slider,
+    get: fn(&LinkState) -> u32,
+    set: fn(&mut LinkState, u32),
+) -> impl IntoView {
+    let id = format!("in-{name}");
+    let help_id = format!("help-{name}");
+    let slider_bounds = move || match slider {
+        Slider::Linear { min, max, step } => (min, max, step),
+        Slider::Pow2 { min, max } => (min, max, 1),
+        Slider::Width => {
+            let h = state.with(|s| s.config.n_head).max(1);
+            (h, h * (4096 / h).max(1), h)
+        }
+    };
+    let slider_value = move || {
+        let v = state.with(get);
+        match slider {
+            Slider::Pow2 { .. } => log2_round(v).to_string(),
+            _ => v.to_string(),
+        }
+    };
+    let on_slide = move |ev: leptos::ev::Event| {
+        let Ok(pos) = event_target_value(&ev).parse::<u32>() else { return };
+        let v = match slider {
+            Slider::Pow2 { .. } => 1u32 << pos.min(30),
+            _ => pos,
+        };
+        input_error.set(None);
+        state.update(|s| set(s, v));
+    };
+    let on_type = move |ev: leptos::ev::Event| {
+        let text = event_target_value(&ev);
+        match text.trim().parse::<u32>() {
+            Ok(v) => {
+                input_error.set(None);
+                state.update(|s| set(s, v));
+            }
+            Err(_) => {
+                input_error.set(Some(format!("{label}: \"{}\" is not a whole number; the page keeps the last valid value", text.trim())))
+            }
+        }
+    };
+    view! {
+        <div class="field">
+            <label for=id.clone()>{label}</label>
+            <input
+                type="range"
+                id=id
+                name=format!("{name}-slider")
+                aria-describedby=help_id.clone()
+                min=move || slider_bounds().0.to_string()
+                max=move || slider_bounds().1.to_string()
+                step=move || slider_bounds().2.to_string()
+                prop:value=slider_value
+                on:input=on_slide
+            />
+            <input
+                type="number"
+                name=name
+                aria-label=format!("{label} (exact)")
+                min="1"
+                step="1"
+                prop:value=move || state.with(get).to_string()
+                on:input=on_type
+            />
+            <small id=help_id>{help}</small>
+        </div>
+    }
+}
+
+fn check_control(
+    state: RwSignal<LinkState>,
+    name: &'static str,
+    label: &'static str,
+    get: fn(&Config) -> bool,
+    set: fn(&mut Config, bool),
+) -> impl IntoView {
+    view! {
+        <label class="check">
+            <input
+                type="checkbox"
+                name=name
+                prop:checked=move || state.with(|s| get(&s.config))
+                on:change=move |ev| {
+                    let on = event_target_checked(&ev);
+                    state.update(|s| set(&mut s.config, on));
+                }
+            />
+            {label}
+        </label>
+    }
+}
+
+/// A select over fixed choices: (value, label) pairs; `get` gives the current value.
+fn select_control(
+    state: RwSignal<LinkState>,
+    name: &'static str,
+    label: &'static str,
+    choices: &'static [(&'static str, &'static str)],
+    get: fn(&LinkState) -> &'static str,
+    set: fn(&mut LinkState, &str),
+) -> impl IntoView {
+    let id = format!("in-{name}");
+    view! {
+        <div class="field select">
+            <label for=id.clone()>{label}</label>
+            <select
+                id=id
+                name=name
+                on:change=move |ev| {
+                    let v = event_target_value(&ev);
+                    state.update(|s| set(s, &v));
+                }
+            >
+                {choices
+                    .iter()
+                    .map(|(value, text)| {
+                        let value = *value;
+                        view! {
+                            <option value=value prop:selected=move || state.with(get) == value>
+                                {*text}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+        </div>
+    }
+}
+
+const DTYPES: &[(&str, &str)] =
+    &[("bfloat16", "bfloat16 (autocast)"), ("float16", "float16 (autocast + GradScaler)"), ("float32", "float32")];
+const ATTENTIONS: &[(&str, &str)] = &[("flash", "flash (scaled_dot_product_attention)"), ("manual", "manual (T×T matrices)")];
+const OPTIMIZERS: &[(&str, &str)] = &[("adamw", "AdamW"), ("sgd", "SGD (no momentum)")];
+
+/// A visible "estimate" marker; hovering (or focusing) shows why.
+fn estimate_marker(why: Option<String>) -> impl IntoView {
+    why.map(|why| {
+        view! {
+            <span class="estimate" tabindex="0" title=why>
+                "estimate"
+            </span>
+        }
+    })
+}
+
+/// The numbers the end-to-end test compares with `vramfit plan --json`, as exact bytes.
+fn exact_figures(c: &Computed) -> impl IntoView {
+    let p = &c.plan;
+    let card = &p.cards[0];
+    view! {
+        <div
+            id="exact"
+            hidden
+            data-params=p.params.printed.to_string()
+            data-tokens=p.tokens_per_iter.to_string()
+            data-train-allocated=p.train.peak_allocated_bytes.to_string()
+            data-train-reserved=p.train.peak_reserved_bytes.to_string()
+            data-train-smi=p.train.nvidia_smi_bytes.to_string()
+            data-eval-allocated=p.eval.peak_allocated_bytes.to_string()
+            data-eval-smi=p.eval.nvidia_smi_bytes.to_string()
+            data-first-iter-allocated=p.first_iter.peak_allocated_bytes.to_string()
+            data-eval-at-start-allocated=p.eval_at_start.peak_allocated_bytes.to_string()
+            data-needed=card.needed_bytes.to_string()
+            data-available=card.available_bytes.to_string()
+            data-headroom=card.headroom_bytes.to_string()
+            data-fits=card.fits.to_string()
+            data-worst-window=card.worst_window.clone()
+            data-largest-micro-batch=p.largest_micro_batch.map(|b| b.to_string()).unwrap_or_else(|| "null".into())
+        ></div>
+    }
+}
+
+fn verdict_view(c: &Computed) -> impl IntoView {
+    let v = model::verdict(&c.plan);
+    let class = if v.fits { "verdict fits" } else { "verdict no-fit" };
+    let need_estimate = model::estimate_detail(&c.plan, model::NEED_FIGURES);
+    let avail_estimate = model::estimate_detail(&c.plan, &["usable_bytes"]);
+    let notes: Vec<(String, String)> =
+        c.plan.notes.iter().filter(|n| n.source == device::Source::Estimate).map(|n| (n.figure.clone(), n.detail.clone())).collect();
+    view! {
+        <section class=class aria-live="polite">
+            <p class="verdict-title">{v.title}</p>
+            <p class="verdict-margin">{v.margin}</p>
+            <p class="verdict-detail">
+                {v.detail} " " {estimate_marker(need_estimate)} {estimate_marker(avail_estimate.map(|d| format!("available: {d}")))}
+            </p>
+            <p class="verdict-where">{v.where_peak}</p>
+            <p class="params">
+                "number of parameters: " <strong class="param-count">{c.plan.params.printed_millions()}</strong>
+                " · tokens per iteration: " <strong class="tokens">{c.plan.tokens_per_iter.to_string()}</strong>
+                " · " {model::describe(&c.plan.config)}
+            </p>
+            <details class="notes">
+                <summary>"Which figures are estimates"</summary>
+                <ul>
+                    {notes
+                        .into_iter()
+                        .map(|(figure, detail)| {
+                            view! {
+                                <li>
+                                    <span class="estimate">"estimate"</span> " " <code>{figure}</code> ": " {detail}
+                                </li>
+                            }
+                        })
+                        .collect_view()}
+                </ul>
+            </details>
+            {exact_figures(c)}
+        </section>
+    }
+}
+
+/// The legend of the breakdown chart: each segment's colour, bytes at the worst window and its
+/// one-sentence explanation.
+fn legend_view(c: &Computed) -> impl IntoView {
+    let (_, desc, w) = model::windows(&c.plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
+    let ctx = c.gpu.context_bytes;
+    let rows: Vec<_> = Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx))).collect();
+    view! {
+        <p class="legend-caption">"At the " {desc} "'s peak:"</p>
+        <ul class="legend">
+            {rows
+                .into_iter()
+                .map(|(s, bytes)| {
+                    view! {
+                        <li data-segment=s.key() data-bytes=bytes.to_string()>
+                            <span class="swatch" style=format!("background:{}", charts::css_color(s.color()))></span>
+                            <strong>{s.label()}</strong>
+                            " "
+                            <span class="num">{format_gib(bytes)} " GiB"</span>
+                            " — "
+                            {s.explanation()}
+                        </li>
+                    }
+                })
+                .collect_view()}
+        </ul>
+    }
+}
+
+fn fix_view(f: Fix, state: RwSignal<LinkState>) -> impl IntoView {
+    let config = f.config.clone();
+    let status = if f.fits { "fits" } else { "still short" };
+    view! {
+        <li class=if f.fits { "fix fits" } else { "fix partial" } data-needed=f.needed_bytes.to_string()>
+            <div>
+                <strong class="fix-title">{f.title.clone()}</strong>
+                <span class="fix-need">" → needs " {format_gib(f.needed_bytes)} " GiB (" {status} ")"</span>
+                {(!f.stock_nanogpt).then(|| view! { <span class="tag">"needs a train.py change"</span> })}
+            </div>
+            <div class="fix-cost">"Cost: " {f.cost.clone()}</div>
+            <button
+                type="button"
+                class="apply"
+                on:click=move |_| {
+                    let cfg = config.clone();
+                    state.update(|s| s.config = cfg);
+                }
+            >
+                "Apply"
+            </button>
+        </li>
+    }
+}
+
+/// The card: presets, a custom size, and what other programs hold.
+fn card_controls(signals: Signals) -> impl IntoView {
+    let Signals { state, input_error } = signals;
+    let presets = device::presets();
+    let is_custom = move || state.with(|s| s.gpu.starts_with("custom-"));
+    let custom_gib = move || state.with(|s| model::gpu_of(s).memory_bytes as f64 / model::GIB);
+    view! {
+        <div class="field select">
+            <label for="in-gpu">"GPU"</label>
+            <select
+                id="in-gpu"
+                name="gpu"
+                on:change=move |ev| {
+                    let v = event_target_value(&ev);
+                    let id = if v == "custom" { Gpu::custom(custom_gib()).id } else { v };
+                    state.update(|s| s.gpu = id);
+                }
+            >
+                {presets
+                    .into_iter()
+                    .map(|g| {
+                        let id = g.id.clone();
+                        let id2 = id.clone();
+                        view! {
+                            <option value=id prop:selected=move || state.with(|s| s.gpu == id2)>
+                                {g.name.clone()}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+                <option value="custom" prop:selected=is_custom>
+                    "Custom size…"
+                </option>
+            </select>
+        </div>
+        <div class="field" class:hidden=move || !is_custom()>
+            <label for="in-custom-gib">"Custom capacity (GiB)"</label>
+            <input
+                type="number"
+                id="in-custom-gib"
+                name="custom_gib"
+                min="0.25"
+                max="4096"
+                step="0.25"
+                prop:value=move || format!("{}", (custom_gib() * 100.0).round() / 100.0)
+                on:change=move |ev| {
+                    let text = event_target_value(&ev);
+                    match text.trim().parse::<f64>().ok().and_then(|g| Gpu::find(&format!("custom-{g}"))) {
+                        Some(g) => {
+                            input_error.set(None);
+                            state.update(|s| s.gpu = g.id);
+                        }
+                        None => input_error.set(Some(format!("custom capacity: \"{}\" is not a size between 0.25 and 4096 GiB", text.trim()))),
+                    }
+                }
+            />
+            <small>"Usable memory and CUDA context are estimated for custom cards."</small>
+        </div>
+        {number_control(
+            signals,
+            "other_usage_mib",
+            "Used by other programs (MiB)",
+            "A desktop, a browser: nvidia-smi lists them. Subtracted from what the card offers.",
+            Slider::Linear { min: 0, max: 4096, step: 64 },
+            |s| s.other_usage_mib.min(u32::MAX as u64) as u32,
+            |s, v| s.other_usage_mib = (v as u64).min(link::MAX_OTHER_USAGE_MIB),
+        )}
+    }
+}
+
+fn dtype_key(c: &Config) -> &'static str {
+    c.dtype.name()
+}
+
+/// The page.
+#[component]
+pub fn App() -> impl IntoView {
+    let initial = share::read_link(&location_search());
+    let state = RwSignal::new(initial.state);
+    let link_notices = RwSignal::new(initial.notices);
+    let input_error = RwSignal::new(None::<String>);
+    let signals = Signals { state, input_error };
+    let computed = Memo::new(move |_| state.with(model::compute));
+
+    // The live link.
+    Effect::new(move |_| replace_query(&state.with(share::query_of)));
+
+    // The charts: one effect draws all three, then marks the time.
+    let chart_breakdown = NodeRef::<html::Div>::new();
+    let chart_batch = NodeRef::<html::Div>::new();
+    let chart_timeline = NodeRef::<html::Div>::new();
+    Effect::new(move |_| {
+        let (Some(a), Some(b), Some(t)) = (chart_breakdown.get(), chart_batch.get(), chart_timeline.get()) else { return };
+        computed.with(|r| {
+            let svgs = match r {
+                Ok(c) => {
+                    let room = c.available().saturating_sub(c.gpu.context_bytes);
+                    [
+                        charts::breakdown_svg(&c.plan, c.available(), c.gpu.context_bytes, &c.gpu.name),
+                        charts::batch_svg(&c.series, c.available()),
+                        charts::timeline_svg(&c.timeline, room),
+                    ]
+                }
+                Err(_) => [Ok(String::new()), Ok(String::new()), Ok(String::new())],
+            };
+            for (el, svg) in [a, b, t].iter().zip(svgs) {
+                match svg {
+                    Ok(s) => el.set_inner_html(&s),
+                    // The error is our own message: set as text, never as markup.
+                    Err(e) => el.set_text_content(Some(&e)),
+                }
+            }
+        });
+        mark("vramfit:charts");
+    });
+
+    // Fixes, 150 ms after the state settles.
+    let fixes = RwSignal::new(None::<(String, Vec<Fix>)>);
+    Effect::new(move |pending: Option<Option<leptos::prelude::TimeoutHandle>>| {
+        if let Some(Some(h)) = pending {
+            h.clear();
+        }
+        let key = state.with(link::encode);
+        let needs_fixes = computed.with(|r| r.as_ref().is_ok_and(|c| !c.plan.cards[0].fits));
+        if !needs_fixes {
+            fixes.set(Some((key, Vec::new())));
+            return None;
+        }
+        let snapshot = state.get_untracked();
+        set_timeout_with_handle(
+            move || {
+                let gpu = model::gpu_of(&snapshot);
+                let list = vramfit_core::plan::fixes(&snapshot.config, &gpu, snapshot.other_usage_mib.saturating_mul(model::MIB));
+                fixes.set(Some((key, list)));
+            },
+            Duration::from_millis(150),
+        )
+        .ok()
+    });
+
+    let copy_status = RwSignal::new(String::new());
+    let import_text = RwSignal::new(String::new());
+    let import_result = RwSignal::new(None::<Result<Vec<String>, String>>);
+
+    let model_id = move || state.with(|s| model::preset_of(&s.config)).unwrap_or("custom");
+
+    view! {
+        <main class="vramfit">
+            <header>
+                <h1>"vramfit"</h1>
+                <p class="lede">
+                    "Will this nanoGPT training run fit on your GPU? Every figure comes from a simulation of PyTorch's memory during "
+                    <code>"train.py"</code> "'s loop, computed in your browser."
+                </p>
+            </header>
+            {move || {
+                link_notices
+                    .with(|n| !n.is_empty())
+                    .then(|| {
+                        view! {
+                            <div class="notice" role="status">
+                                <strong>"Some of the link was ignored (defaults used instead):"</strong>
+                                <ul>{link_notices.get().into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
+                                <button type="button" on:click=move |_| link_notices.set(Vec::new())>
+                                    "Dismiss"
+                                </button>
+                            </div>
+                        }
+                    })
+            }}
+            <div class="layout">
+                <form class="controls" on:submit=|ev| ev.prevent_default() aria-label="Run settings">
+                    <fieldset>
+                        <legend>"Model"</legend>
+                        <div class="field select">
+                            <label for="in-preset">"Preset"</label>
+                            <select
+                                id="in-preset"
+                                name="preset"
+                                on:change=move |ev| {
+                                    let v = event_target_value(&ev);
+                                    if let Some(p) = model::model_presets().into_iter().find(|p| p.id == v) {
+                                        state.update(|s| s.config = p.config);
+                                    }
+                                }
+                            >
+                                {model::model_presets()
+                                    .into_iter()
+                                    .map(|p| {
+                                        view! {
+                                            <option value=p.id prop:selected=move || model_id() == p.id>
+                                                {p.label}
+                                            </option>
+                                        }
+                                    })
+                                    .collect_view()}
+                                <option value="custom" disabled prop:selected=move || model_id() == "custom">
+                                    "(edited)"
+                                </option>
+                            </select>
+                        </div>
+                        {number_control(
+            signals,
+                            "batch_size",
+                            "batch_size",
+                            "Sequences per forward/backward (micro-batch).",
+                            Slider::Linear { min: 1, max: 128, step: 1 },
+                            |s| s.config.batch_size,
+                            |s, v| s.config.batch_size = v,
+                        )}
+                        {number_control(
+            signals,
+                            "block_size",
+                            "block_size",
+                            "Context length in tokens (slider: powers of two).",
+                            Slider::Pow2 { min: 4, max: 14 },
+                            |s| s.config.block_size,
+                            |s, v| s.config.block_size = v,
+                        )}
+                        {number_control(
+            signals,
+                            "n_embd",
+                            "n_embd",
+                            "Model width (slider: steps of n_head).",
+                            Slider::Width,
+                            |s| s.config.n_embd,
+                            |s, v| s.config.n_embd = v,
+                        )}
+                        {number_control(
+            signals,
+                            "n_layer",
+                            "n_layer",
+                            "Transformer blocks.",
+                            Slider::Linear { min: 1, max: 96, step: 1 },
+                            |s| s.config.n_layer,
+                            |s, v| s.config.n_layer = v,
+                        )}
+                        <div class="field select">
+                            <label for="in-n_head">"n_head"</label>
+                            <select
+                                id="in-n_head"
+                                name="n_head"
+                                on:change=move |ev| {
+                                    if let Ok(h) = event_target_value(&ev).parse::<u32>() {
+                                        state.update(|s| s.config.n_head = h);
+                                    }
+                                }
+                            >
+                                {move || {
+                                    let (embd, head) = state.with(|s| (s.config.n_embd, s.config.n_head));
+                                    let mut options = model::divisors(embd, 128);
+                                    if !options.contains(&head) {
+                                        options.push(head);
+                                    }
+                                    options
+                                        .into_iter()
+                                        .map(|d| {
+                                            view! {
+                                                <option value=d.to_string() prop:selected=d == head>
+                                                    {d.to_string()}
+                                                </option>
+                                            }
+                                        })
+                                        .collect_view()
+                                }}
+                            </select>
+                            <small>"Only divisors of n_embd."</small>
+                        </div>
+                        {number_control(
+            signals,
+                            "vocab_size",
+                            "vocab_size",
+                            "50304 for GPT-2's tokenizer (padded), 65 for shakespeare-char.",
+                            Slider::Linear { min: 64, max: 131072, step: 64 },
+                            |s| s.config.vocab_size,
+                            |s, v| s.config.vocab_size = v,
+                        )}
+                        <div class="checks">
+                            {check_control(state, "bias", "bias", |c| c.bias, |c, v| c.bias = v)}
+                        </div>
+                        <div class="field">
+                            <label for="in-dropout">"dropout"</label>
+                            <input
+                                type="range"
+                                id="in-dropout"
+                                name="dropout-slider"
+                                min="0"
+                                max="0.9"
+                                step="0.05"
+                                prop:value=move || state.with(|s| s.config.dropout.to_string())
+                                on:input=move |ev| {
+                                    if let Ok(p) = event_target_value(&ev).parse::<f64>() {
+                                        state.update(|s| s.config.dropout = (p * 100.0).round() / 100.0);
+                                    }
+                                }
+                            />
+                            <input
+                                type="number"
+                                name="dropout"
+                                aria-label="dropout (exact)"
+                                min="0"
+                                max="0.99"
+                                step="0.05"
+                                prop:value=move || state.with(|s| s.config.dropout.to_string())
+                                on:input=move |ev| {
+                                    let t = event_target_value(&ev);
+                                    match t.trim().parse::<f64>() {
+                                        Ok(p) if p.is_finite() => {
+                                            input_error.set(None);
+                                            state.update(|s| s.config.dropout = p);
+                                        }
+                                        _ => input_error.set(Some(format!("dropout: \"{}\" is not a number", t.trim()))),
+                                    }
+                                }
+                            />
+                            <small>"Dropout masks are kept for backward."</small>
+                        </div>
+                    </fieldset>
+                    <fieldset>
+                        <legend>"Training"</legend>
+                        {number_control(
+            signals,
+                            "gradient_accumulation_steps",
+                            "gradient_accumulation_steps",
+                            "Micro-steps per optimizer step: more tokens per iteration, same memory.",
+                            Slider::Linear { min: 1, max: 128, step: 1 },
+                            |s| s.config.gradient_accumulation_steps,
+                            |s, v| s.config.gradient_accumulation_steps = v,
+                        )}
+                        {number_control(
+            signals,
+                            "eval_batch_size",
+                            "eval batch size",
+                            "Sequences per estimate_loss forward (train.py uses batch_size; vramfit train can differ).",
+                            Slider::Linear { min: 1, max: 128, step: 1 },
+                            |s| s.config.eval_batch(),
+                            |s, v| s.config.eval_batch_size = Some(v),
+                        )}
+                        <div class="checks">
+                            <label class="check">
+                                <input
+                                    type="checkbox"
+                                    name="eval_batch_same"
+                                    prop:checked=move || state.with(|s| s.config.eval_batch_size.is_none())
+                                    on:change=move |ev| {
+                                        let same = event_target_checked(&ev);
+                                        state.update(|s| s.config.eval_batch_size = if same { None } else { Some(s.config.batch_size) });
+                                    }
+                                />
+                                "eval batch = batch_size (train.py)"
+                            </label>
+                        </div>
+                        {select_control(
+                            state,
+                            "dtype",
+                            "dtype",
+                            DTYPES,
+                            |s| dtype_key(&s.config),
+                            |s, v| s.config.dtype = Dtype::parse(v).unwrap_or(s.config.dtype),
+                        )}
+                        {select_control(
+                            state,
+                            "attention",
+                            "attention",
+                            ATTENTIONS,
+                            |s| s.config.attention.name(),
+                            |s, v| s.config.attention = Attention::parse(v).unwrap_or(s.config.attention),
+                        )}
+                        {select_control(
+                            state,
+                            "optimizer",
+                            "optimizer",
+                            OPTIMIZERS,
+                            |s| s.config.optimizer.name(),
+                            |s, v| s.config.optimizer = Optimizer::parse(v).unwrap_or(s.config.optimizer),
+                        )}
+                        <div class="checks">
+                            {check_control(state, "compile", "compile (modelled as eager: an upper bound)", |c| c.compile, |c, v| c.compile = v)}
+                            {check_control(
+                                state,
+                                "activation_checkpointing",
+                                "activation checkpointing",
+                                |c| c.activation_checkpointing,
+                                |c, v| c.activation_checkpointing = v,
+                            )}
+                            {check_control(
+                                state,
+                                "expandable_segments",
+                                "expandable_segments",
+                                |c| c.expandable_segments,
+                                |c, v| c.expandable_segments = v,
+                            )}
+                        </div>
+                    </fieldset>
+                    <fieldset>
+                        <legend>"Card"</legend>
+                        {card_controls(signals)}
+                    </fieldset>
+                </form>
+                <div class="results">
+                    {move || input_error.get().map(|e| view! { <p class="error input-error" role="alert">{e}</p> })}
+                    {move || {
+                        computed
+                            .with(|r| match r {
+                                Ok(c) => verdict_view(c).into_any(),
+                                Err(e) => {
+                                    view! {
+                                        <section class="verdict invalid" role="alert">
+                                            <p class="verdict-title">"This config cannot be planned"</p>
+                                            <p class="error config-error">{e.clone()}</p>
+                                        </section>
+                                    }
+                                        .into_any()
+                                }
+                            })
+                    }}
+                    <section class="chart-block" class:hidden=move || computed.with(|r| r.is_err())>
+                        <h2>"Where the memory goes"</h2>
+                        <p class="chart-caption">
+                            "Each window's peak as nvidia-smi would show it, stacked by what the bytes are for; the red line is what the card offers."
+                        </p>
+                        <div class="chart" id="chart-breakdown" role="img" aria-label="Peak memory by category for each window, with the card's capacity" node_ref=chart_breakdown></div>
+                        {move || computed.with(|r| r.as_ref().ok().map(legend_view))}
+                        <h2>"Peak against batch size"</h2>
+                        <p class="chart-caption">
+                            "Training and eval need for each micro-batch size (fast model, scaled to the exact figure at the current batch), the capacity, where you are, and the largest batch that fits (exact search)."
+                        </p>
+                        <div class="chart" id="chart-batch" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
+                        <h2>"Memory over one iteration"</h2>
+                        <p class="chart-caption">
+                            "Live tensor memory (allocated) through one steady training iteration and one eval batch; the line is the room the card leaves for tensors."
+                        </p>
+                        <div class="chart" id="chart-timeline" role="img" aria-label="Live memory over one training iteration and one eval batch" node_ref=chart_timeline></div>
+                    </section>
+                    <section class="fixes-block">
+                        <h2>"Fixes"</h2>
+                        {move || {
+                            let key = state.with(link::encode);
+                            let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
+                            fixes
+                                .with(|f| match f {
+                                    Some((k, list)) if *k == key => {
+                                        if list.is_empty() {
+                                            let msg = if fits { "It fits: nothing to fix." } else { "No fix found that lowers the need." };
+                                            view! {
+                                                <p class="fixes-none" data-state="ready">
+                                                    {msg}
+                                                </p>
+                                            }
+                                                .into_any()
+                                        } else {
+                                            let needed: Vec<String> = list.iter().map(|f| f.needed_bytes.to_string()).collect();
+                                            view! {
+                                                <ol class="fixes" data-state="ready" data-needed=needed.join(",")>
+                                                    {list.iter().cloned().map(|f| fix_view(f, state)).collect_view()}
+                                                </ol>
+                                            }
+                                                .into_any()
+                                        }
+                                    }
+                                    _ => view! { <p class="fixes-pending" data-state="pending">"Looking for fixes…"</p> }.into_any(),
+                                })
+                        }}
+                    </section>
+                    <section class="share-block">
+                        <h2>"Share and hand off"</h2>
+                        <div class="row">
+                            <button
+                                type="button"
+                                id="copy-link"
+                                on:click=move |_| {
+                                    let url = state.with(|s| share::share_url(&location_href(), s));
+                                    copy_text(url, move |ok| copy_status.set(if ok { "Link copied.".into() } else { "Copying failed: select the link below and copy it.".into() }));
+                                }
+                            >
+                                "Copy link"
+                            </button>
+                            <span class="copy-status" role="status">{move || copy_status.get()}</span>
+                        </div>
+                        <input
+                            type="text"
+                            readonly
+                            id="share-url"
+                            aria-label="Link to this configuration"
+                            prop:value=move || state.with(|s| share::share_url(&location_href(), s))
+                        />
+                        <h3>"Train it"</h3>
+                        <pre class="command" id="train-command-link">{move || state.with(share::train_command_link)}</pre>
+                        <pre class="command" id="train-command-flags">{move || state.with(share::train_command_flags)}</pre>
+                        <button
+                            type="button"
+                            on:click=move |_| {
+                                copy_text(state.with(share::train_command_link), move |ok| copy_status.set(if ok { "Command copied.".into() } else { "Copying failed: select the command and copy it.".into() }))
+                            }
+                        >
+                            "Copy command"
+                        </button>
+                        <h3>"nanoGPT config file"</h3>
+                        <textarea readonly id="export-config" rows="12" aria-label="nanoGPT config file for this run" prop:value=move || state.with(share::export_config)></textarea>
+                        <button
+                            type="button"
+                            on:click=move |_| {
+                                copy_text(state.with(share::export_config), move |ok| copy_status.set(if ok { "Config copied.".into() } else { "Copying failed: select the text and copy it.".into() }))
+                            }
+                        >
+                            "Copy config"
+                        </button>
+                        <h3>"Import a nanoGPT config"</h3>
+                        <label for="import-config">"Paste a config/train_*.py file (read over train.py's defaults; the card stays):"</label>
+                        <textarea id="import-config" rows="8" prop:value=move || import_text.get() on:input=move |ev| import_text.set(event_target_value(&ev))></textarea>
+                        <button
+                            type="button"
+                            id="import-button"
+                            on:click=move |_| {
+                                let text = import_text.get_untracked();
+                                match share::import_config(&text, &state.get_untracked()) {
+                                    Ok((s, notices)) => {
+                                        state.set(s);
+                                        import_result.set(Some(Ok(notices)));
+                                    }
+                                    Err(e) => import_result.set(Some(Err(e))),
+                                }
+                            }
+                        >
+                            "Import"
+                        </button>
+                        {move || {
+                            import_result
+                                .get()
+                                .map(|r| match r {
+                                    Ok(notices) => {
+                                        view! {
+                                            <div class="import-ok" role="status">
+                                                "Imported."
+                                                <ul>{notices.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
+                                            </div>
+                                        }
+                                            .into_any()
+                                    }
+                                    Err(e) => view! { <p class="error import-error" role="alert">"Cannot import: " {e}</p> }.into_any(),
+                                })
+                        }}
+                    </section>
+                </div>
+            </div>
+            <footer>
+                <p>
+                    "Memory model: "
+                    <code>"vramfit-core"</code>
+                    ", validated against an H100; figures marked estimate are not. Same numbers as "
+                    <code>"vramfit plan --link"</code>
+                    "."
+                </p>
+            </footer>
+        </main>
+    }
+}

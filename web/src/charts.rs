@@ -1,0 +1,488 @@
+//! The three charts as SVG strings, drawn with plotters' SVG backend (pure functions, tested
+//! natively).
+//!
+//! Tick labels and annotations are plotters `Text` elements placed at computed positions rather
+//! than plotters' mesh: on wasm32 plotters measures every mesh label by inserting a `<span>`
+//! into the document and reading its size, a forced layout per label that alone would cost
+//! more than a frame. plotters' SVG backend escapes text (`<` becomes `&lt;`), so names that end
+//! up in a chart cannot inject markup; the tests check it.
+//!
+//! Colours: ink and grid lines use two sentinel colours that `static/style.css` re-colours for
+//! the dark scheme (CSS rules override SVG presentation attributes).
+
+use crate::model::{BatchSeries, Timeline, GIB};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use vramfit_core::plan::{Plan, WindowReport};
+use vramfit_core::sim::Category;
+
+pub const WIDTH: u32 = 640;
+pub const HEIGHT: u32 = 300;
+/// Plot area margins (pixels): room for the y tick labels on the left, x labels below.
+pub const MARGIN_LEFT: u32 = 52;
+pub const MARGIN_RIGHT: u32 = 14;
+pub const MARGIN_TOP: u32 = 14;
+pub const MARGIN_BOTTOM: u32 = 34;
+
+/// Text and axes; `#4A5060` in the SVG (style.css maps it to the page's ink colour).
+pub const INK: RGBColor = RGBColor(0x4A, 0x50, 0x60);
+/// Grid lines; `#D5D9E0` in the SVG (re-coloured in the dark scheme).
+pub const GRID: RGBColor = RGBColor(0xD5, 0xD9, 0xE0);
+/// The card's capacity line.
+pub const CAPACITY: RGBColor = RGBColor(0xD0, 0x2B, 0x2B);
+pub const TRAIN: RGBColor = RGBColor(0x2F, 0x6F, 0xDB);
+pub const EVAL: RGBColor = RGBColor(0xE0, 0x7B, 0x10);
+pub const FITS: RGBColor = RGBColor(0x1A, 0x9A, 0x4A);
+
+/// A stacked segment of the breakdown chart: the nine categories of allocated memory, then
+/// what the allocator reserves beyond them, then the CUDA context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Segment {
+    Category(Category),
+    Reserve,
+    Context,
+}
+
+impl Segment {
+    pub fn all() -> Vec<Segment> {
+        let mut out: Vec<Segment> = Category::ALL.iter().map(|c| Segment::Category(*c)).collect();
+        out.extend([Segment::Reserve, Segment::Context]);
+        out
+    }
+    pub fn key(self) -> &'static str {
+        match self {
+            Segment::Category(c) => c.key(),
+            Segment::Reserve => "allocator_reserve",
+            Segment::Context => "cuda_context",
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Segment::Category(c) => c.label(),
+            Segment::Reserve => "Allocator reserve",
+            Segment::Context => "CUDA context",
+        }
+    }
+    pub fn explanation(self) -> &'static str {
+        match self {
+            Segment::Category(c) => c.explanation(),
+            Segment::Reserve => "Memory PyTorch's caching allocator holds beyond live tensors (rounding and cached free blocks); it never shrinks during the run, so nvidia-smi shows it.",
+            Segment::Context => "The CUDA context and loaded kernels of the process: outside PyTorch's counters but on the card for the whole run.",
+        }
+    }
+    pub fn color(self) -> RGBColor {
+        match self {
+            Segment::Category(Category::Parameters) => RGBColor(0x3B, 0x5B, 0xDB),
+            Segment::Category(Category::Gradients) => RGBColor(0x6E, 0x8B, 0xF0),
+            Segment::Category(Category::OptimizerState) => RGBColor(0x8E, 0x5C, 0xD9),
+            Segment::Category(Category::SavedActivations) => RGBColor(0x1F, 0xA5, 0x8C),
+            Segment::Category(Category::LogitsAndLoss) => RGBColor(0xE0, 0x8A, 0x1E),
+            Segment::Category(Category::CastWeights) => RGBColor(0x9C, 0xB8, 0x3A),
+            Segment::Category(Category::Temporaries) => RGBColor(0xD9, 0x5F, 0x8C),
+            Segment::Category(Category::Batch) => RGBColor(0x6B, 0x4E, 0x2E),
+            Segment::Category(Category::Workspace) => RGBColor(0x2E, 0x8B, 0xC0),
+            Segment::Reserve => RGBColor(0xA8, 0xAE, 0xBA),
+            Segment::Context => RGBColor(0x5F, 0x66, 0x75),
+        }
+    }
+    /// The segment's bytes in one window; the segments of a window add up to its nvidia-smi bytes.
+    pub fn bytes(self, w: &WindowReport, context: u64) -> u64 {
+        match self {
+            Segment::Category(c) => w.breakdown.get(c),
+            Segment::Reserve => w.peak_reserved_bytes.saturating_sub(w.breakdown.total()),
+            Segment::Context => context,
+        }
+    }
+}
+
+/// `#RRGGBB` as the SVG carries it (and as the page's legend swatches use it).
+pub fn css_color(c: RGBColor) -> String {
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+/// A step for about `target` ticks between 0 and `max`: 1, 2, 2.5 or 5 times a power of ten.
+pub fn nice_step(max: f64, target: f64) -> f64 {
+    if !(max.is_finite() && max > 0.0) {
+        return 1.0;
+    }
+    let raw = max / target.max(1.0);
+    let pow = 10f64.powf(raw.log10().floor());
+    let m = raw / pow;
+    let nice = if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 2.5 {
+        2.5
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * pow
+}
+
+/// A tick value without trailing zeros ("0.5", "2", "12.5").
+fn tick_label(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn font(size: f64) -> TextStyle<'static> {
+    TextStyle::from(FontDesc::new(FontFamily::SansSerif, size, FontStyle::Normal)).color(&INK)
+}
+
+type Err = String;
+
+fn err<E: std::fmt::Display>(e: E) -> Err {
+    format!("chart: {e}")
+}
+
+type Chart<'a, 'b, X> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>;
+type Root<'b> = DrawingArea<SVGBackend<'b>, plotters::coord::Shift>;
+
+/// Horizontal grid lines and GiB labels on the left.
+fn y_axis<X>(root: &Root, chart: &mut Chart<X>, x0: X::ValueType, x1: X::ValueType, ymax: f64) -> Result<(), Err>
+where
+    X: Ranged,
+    X::ValueType: Clone,
+{
+    let step = nice_step(ymax, 5.0);
+    let mut v = 0.0;
+    while v <= ymax + 1e-9 {
+        chart.draw_series(std::iter::once(PathElement::new(vec![(x0.clone(), v), (x1.clone(), v)], GRID.stroke_width(1)))).map_err(err)?;
+        let (_, y) = chart.backend_coord(&(x0.clone(), v));
+        root.draw(&Text::new(tick_label(v), (MARGIN_LEFT as i32 - 6, y), font(13.0).pos(Pos::new(HPos::Right, VPos::Center))))
+            .map_err(err)?;
+        v += step;
+    }
+    root.draw(&Text::new("GiB", (4, MARGIN_TOP as i32 - 4), font(12.0).pos(Pos::new(HPos::Left, VPos::Top)))).map_err(err)?;
+    Ok(())
+}
+
+/// A horizontal capacity line across the plot with its label above the right end.
+fn capacity_line<X>(root: &Root, chart: &mut Chart<X>, x0: X::ValueType, x1: X::ValueType, gib: f64, label: &str) -> Result<(), Err>
+where
+    X: Ranged,
+    X::ValueType: Clone,
+{
+    chart.draw_series(std::iter::once(PathElement::new(vec![(x0, gib), (x1.clone(), gib)], CAPACITY.stroke_width(2)))).map_err(err)?;
+    let (x, y) = chart.backend_coord(&(x1, gib));
+    root.draw(&Text::new(label.to_string(), (x - 4, y - 4), font(12.0).color(&CAPACITY).pos(Pos::new(HPos::Right, VPos::Bottom))))
+        .map_err(err)?;
+    Ok(())
+}
+
+/// The y range: the highest value or the capacity, whichever is larger, plus room for labels.
+fn y_top(max_value: u64, capacity: u64) -> f64 {
+    (max_value.max(capacity) as f64 / GIB * 1.15).max(0.01)
+}
+
+/// Chart 1: the four windows' peaks stacked by segment, with the card's capacity line.
+/// Each bar's segments add up to the window's nvidia-smi bytes.
+pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str) -> Result<String, Err> {
+    let windows: [(&str, &WindowReport); 4] =
+        [("train", &plan.train), ("eval", &plan.eval), ("first step", &plan.first_iter), ("eval at start", &plan.eval_at_start)];
+    let tallest = windows.iter().map(|(_, w)| w.nvidia_smi_bytes).max().unwrap_or(0);
+    let ymax = y_top(tallest, available);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        let mut chart = ChartBuilder::on(&root)
+            .margin_left(MARGIN_LEFT)
+            .margin_right(MARGIN_RIGHT)
+            .margin_top(MARGIN_TOP)
+            .margin_bottom(MARGIN_BOTTOM)
+            .build_cartesian_2d(-0.5f64..3.5f64, 0f64..ymax)
+            .map_err(err)?;
+        y_axis(&root, &mut chart, -0.5, 3.5, ymax)?;
+        for (i, (name, w)) in windows.iter().enumerate() {
+            let x = i as f64;
+            let mut base = 0u64;
+            let mut rects = Vec::new();
+            for s in Segment::all() {
+                let b = s.bytes(w, context);
+                if b == 0 {
+                    continue;
+                }
+                let (y0, y1) = (base as f64 / GIB, (base + b) as f64 / GIB);
+                rects.push(Rectangle::new([(x - 0.3, y0), (x + 0.3, y1)], s.color().filled()));
+                base += b;
+            }
+            chart.draw_series(rects).map_err(err)?;
+            let (px, top) = chart.backend_coord(&(x, base as f64 / GIB));
+            root.draw(&Text::new(format!("{:.2}", base as f64 / GIB), (px, top - 3), font(12.0).pos(Pos::new(HPos::Center, VPos::Bottom))))
+                .map_err(err)?;
+            let (_, bottom) = chart.backend_coord(&(x, 0.0));
+            root.draw(&Text::new(name.to_string(), (px, bottom + 6), font(13.0).pos(Pos::new(HPos::Center, VPos::Top)))).map_err(err)?;
+        }
+        let cap = available as f64 / GIB;
+        capacity_line(&root, &mut chart, -0.5, 3.5, cap, &format!("{card_name}: {cap:.2} GiB available"))?;
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
+/// Chart 2: the process's need against the micro-batch size for training and eval, the
+/// capacity line, the current point and the largest batch that fits.
+pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
+    let max_b = series.points.last().map(|p| p.0).unwrap_or(1).max(series.current.0) as f64;
+    let tallest = series.points.iter().map(|p| p.1.max(p.2)).max().unwrap_or(0).max(series.current.1);
+    let ymax = y_top(tallest, available);
+    let (x0, x1) = (0.0, max_b + 0.5);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        let mut chart = ChartBuilder::on(&root)
+            .margin_left(MARGIN_LEFT)
+            .margin_right(MARGIN_RIGHT)
+            .margin_top(MARGIN_TOP)
+            .margin_bottom(MARGIN_BOTTOM)
+            .build_cartesian_2d(x0..x1, 0f64..ymax)
+            .map_err(err)?;
+        // Drawn beyond ymax the lines would leave the plot: clamp them at its top.
+        let clamp = |b: u64| (b as f64 / GIB).min(ymax);
+        y_axis(&root, &mut chart, x0, x1, ymax)?;
+        let step = nice_step(max_b, 8.0).max(1.0);
+        let mut b = step;
+        while b <= max_b + 1e-9 {
+            let (px, py) = chart.backend_coord(&(b, 0.0));
+            root.draw(&Text::new(tick_label(b), (px, py + 6), font(13.0).pos(Pos::new(HPos::Center, VPos::Top)))).map_err(err)?;
+            b += step;
+        }
+        let (_, bottom) = chart.backend_coord(&(x1, 0.0));
+        root.draw(&Text::new(
+            "batch_size",
+            (WIDTH as i32 - MARGIN_RIGHT as i32, bottom + 20),
+            font(12.0).pos(Pos::new(HPos::Right, VPos::Top)),
+        ))
+        .map_err(err)?;
+        if let Some(lf) = series.largest_fit {
+            let x = lf as f64;
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(2)))).map_err(err)?;
+            let (px, top) = chart.backend_coord(&(x, ymax));
+            let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
+            root.draw(&Text::new(
+                format!("largest that fits: {lf}"),
+                (px + dx, top + 2),
+                font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)),
+            ))
+            .map_err(err)?;
+        }
+        chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
+        chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.2))), EVAL.stroke_width(2))).map_err(err)?;
+        capacity_line(&root, &mut chart, x0, x1, available as f64 / GIB, &format!("available {:.2} GiB", available as f64 / GIB))?;
+        let (cb, cn) = series.current;
+        chart.draw_series(std::iter::once(Circle::new((cb as f64, clamp(cn)), 5, INK.filled()))).map_err(err)?;
+        let (px, py) = chart.backend_coord(&(cb as f64, clamp(cn)));
+        root.draw(&Text::new(format!("now: {cb}"), (px + 8, py + 4), font(12.0).pos(Pos::new(HPos::Left, VPos::Top)))).map_err(err)?;
+        // Legend for the two curves, top left inside the plot.
+        for (i, (name, color)) in [("training", TRAIN), ("eval", EVAL)].into_iter().enumerate() {
+            let y = MARGIN_TOP as i32 + 8 + 16 * i as i32;
+            let x = MARGIN_LEFT as i32 + 10;
+            root.draw(&PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))).map_err(err)?;
+            root.draw(&Text::new(name, (x + 24, y), font(12.0).pos(Pos::new(HPos::Left, VPos::Center)))).map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
+/// Chart 3: live allocated memory over one training iteration and one eval batch, with the
+/// room the card leaves for tensors (available less the CUDA context) and the peak marked.
+pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
+    let n = t.events.max(1) as f64;
+    let ymax = y_top(t.peak.1, room);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        let mut chart = ChartBuilder::on(&root)
+            .margin_left(MARGIN_LEFT)
+            .margin_right(MARGIN_RIGHT)
+            .margin_top(MARGIN_TOP)
+            .margin_bottom(MARGIN_BOTTOM)
+            .build_cartesian_2d(0f64..n, 0f64..ymax)
+            .map_err(err)?;
+        y_axis(&root, &mut chart, 0.0, n, ymax)?;
+        let gib = |b: u64| b as f64 / GIB;
+        let es = t.eval_start as f64;
+        if t.eval_start < t.events {
+            chart.draw_series(std::iter::once(PathElement::new(vec![(es, 0.0), (es, ymax)], GRID.stroke_width(2)))).map_err(err)?;
+        }
+        let (_, bottom) = chart.backend_coord(&(0.0, 0.0));
+        let (train_mid, _) = chart.backend_coord(&(es / 2.0, 0.0));
+        let (eval_mid, _) = chart.backend_coord(&((es + n) / 2.0, 0.0));
+        root.draw(&Text::new(
+            "one training iteration",
+            (train_mid, bottom + 6),
+            font(13.0).color(&TRAIN).pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(err)?;
+        if t.eval_start < t.events {
+            root.draw(&Text::new("eval batch", (eval_mid, bottom + 6), font(13.0).color(&EVAL).pos(Pos::new(HPos::Center, VPos::Top))))
+                .map_err(err)?;
+        }
+        chart.draw_series(LineSeries::new(t.train.iter().map(|(i, b)| (*i as f64, gib(*b))), TRAIN.stroke_width(2))).map_err(err)?;
+        chart.draw_series(LineSeries::new(t.eval.iter().map(|(i, b)| (*i as f64, gib(*b))), EVAL.stroke_width(2))).map_err(err)?;
+        capacity_line(
+            &root,
+            &mut chart,
+            0.0,
+            n,
+            gib(room),
+            &format!("room for tensors {:.2} GiB (available less CUDA context)", gib(room)),
+        )?;
+        let (pi, pb, phase, _) = &t.peak;
+        chart.draw_series(std::iter::once(Circle::new((*pi as f64, gib(*pb)), 5, INK.filled()))).map_err(err)?;
+        let (px, py) = chart.backend_coord(&(*pi as f64, gib(*pb)));
+        let (anchor, dx) = if (*pi as f64) > n * 0.6 { (HPos::Right, -8) } else { (HPos::Left, 8) };
+        root.draw(&Text::new(
+            format!("peak {:.2} GiB ({})", gib(*pb), phase.label()),
+            (px + dx, py + 2),
+            font(12.0).pos(Pos::new(anchor, VPos::Top)),
+        ))
+        .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{compute, GIB};
+    use vramfit_core::link::LinkState;
+
+    /// Every `<tag .../>` or `<tag ...>` of a kind, with its attributes.
+    fn elements<'a>(svg: &'a str, tag: &str) -> Vec<&'a str> {
+        let open = format!("<{tag} ");
+        svg.match_indices(&open).map(|(i, _)| &svg[i..i + svg[i..].find('>').unwrap()]).collect()
+    }
+
+    fn attr(el: &str, name: &str) -> f64 {
+        let key = format!(" {name}=\"");
+        let start = el.find(&key).unwrap_or_else(|| panic!("{name} in {el}")) + key.len();
+        el[start..start + el[start..].find('"').unwrap()].parse().unwrap()
+    }
+
+    fn str_attr<'a>(el: &'a str, name: &str) -> &'a str {
+        let key = format!(" {name}=\"");
+        let start = el.find(&key).unwrap() + key.len();
+        &el[start..start + el[start..].find('"').unwrap()]
+    }
+
+    /// The plot's pixel y of a GiB value, from the layout constants (independent of plotters).
+    fn y_of(gib: f64, ymax: f64) -> f64 {
+        let top = MARGIN_TOP as f64;
+        let h = (HEIGHT - MARGIN_TOP - MARGIN_BOTTOM) as f64;
+        top + h * (1.0 - gib / ymax)
+    }
+
+    /// Points of the polylines drawn in a colour.
+    fn polylines_in(svg: &str, color: RGBColor) -> Vec<Vec<(f64, f64)>> {
+        elements(svg, "polyline")
+            .into_iter()
+            .filter(|e| str_attr(e, "stroke") == css_color(color))
+            .map(|e| {
+                str_attr(e, "points")
+                    .split_whitespace()
+                    .map(|p| {
+                        let (x, y) = p.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(12.0, 5.0), 2.5);
+        assert_eq!(nice_step(10.0, 5.0), 2.0);
+        assert_eq!(nice_step(0.9, 5.0), 0.2);
+        assert_eq!(nice_step(64.0, 8.0), 10.0);
+        assert_eq!(nice_step(0.0, 5.0), 1.0);
+    }
+
+    #[test]
+    fn breakdown_bars_add_up_to_the_need_and_the_capacity_line_sits_at_the_available_memory() {
+        let c = compute(&LinkState::default()).unwrap();
+        let avail = c.available();
+        let svg = breakdown_svg(&c.plan, avail, c.gpu.context_bytes, &c.gpu.name).unwrap();
+        let windows = [&c.plan.train, &c.plan.eval, &c.plan.first_iter, &c.plan.eval_at_start];
+        let tallest = windows.iter().map(|w| w.nvidia_smi_bytes).max().unwrap();
+        let ymax = tallest.max(avail) as f64 / GIB * 1.15;
+        // Segment values add up to nvidia-smi bytes exactly.
+        for w in windows {
+            let sum: u64 = Segment::all().iter().map(|s| s.bytes(w, c.gpu.context_bytes)).sum();
+            assert_eq!(sum, w.nvidia_smi_bytes);
+        }
+        // The first bar's rectangles (x around the first quarter) stack from the axis to the top.
+        let seg_colors: Vec<String> = Segment::all().iter().map(|s| css_color(s.color())).collect();
+        let rects: Vec<&str> =
+            elements(&svg, "rect").into_iter().filter(|e| seg_colors.contains(&str_attr(e, "fill").to_string())).collect();
+        let first_bar: Vec<&&str> = rects.iter().filter(|e| attr(e, "x") < (WIDTH as f64 / 4.0)).collect();
+        assert!(first_bar.len() >= 6, "{}", first_bar.len());
+        let top = first_bar.iter().map(|e| attr(e, "y")).fold(f64::MAX, f64::min);
+        let bottom = first_bar.iter().map(|e| attr(e, "y") + attr(e, "height")).fold(0.0, f64::max);
+        let want_top = y_of(c.plan.train.nvidia_smi_bytes as f64 / GIB, ymax);
+        assert!((top - want_top).abs() <= 2.0, "top {top} want {want_top}");
+        assert!((bottom - y_of(0.0, ymax)).abs() <= 2.0, "bottom {bottom}");
+        let heights: f64 = first_bar.iter().map(|e| attr(e, "height")).sum();
+        assert!((heights - (bottom - top)).abs() <= first_bar.len() as f64, "segments overlap or leave gaps");
+        // The capacity line.
+        let cap = polylines_in(&svg, CAPACITY);
+        assert_eq!(cap.len(), 1);
+        let want = y_of(avail as f64 / GIB, ymax);
+        assert!(cap[0].iter().all(|(_, y)| (y - want).abs() <= 1.0), "{:?} vs {want}", cap[0]);
+        assert!(svg.contains(&format!("{:.2} GiB available", avail as f64 / GIB)));
+    }
+
+    #[test]
+    fn batch_chart_marks_the_current_point_and_the_largest_batch_that_fits() {
+        let c = compute(&LinkState::default()).unwrap();
+        let svg = batch_svg(&c.series, c.available()).unwrap();
+        let lf = c.series.largest_fit.unwrap();
+        assert!(svg.contains(&format!("largest that fits: {lf}")));
+        assert!(svg.contains("now: 12"));
+        // Curves have many points; the legend's swatches are two-point lines.
+        let curves = |c| polylines_in(&svg, c).into_iter().filter(|l| l.len() > 2).collect::<Vec<_>>();
+        let (train, eval) = (curves(TRAIN), curves(EVAL));
+        assert_eq!(train.len(), 1);
+        assert_eq!(eval.len(), 1);
+        assert_eq!(train[0].len(), c.series.points.len());
+        // Higher batch, higher line (smaller pixel y).
+        assert!(train[0].first().unwrap().1 > train[0].last().unwrap().1);
+        assert_eq!(polylines_in(&svg, CAPACITY).len(), 1);
+        // The "fits" marker is a vertical line.
+        let fit = polylines_in(&svg, FITS);
+        assert!(fit.len() == 1 && fit[0][0].0 == fit[0][1].0);
+    }
+
+    #[test]
+    fn timeline_chart_draws_both_parts_and_the_room_line() {
+        let c = compute(&LinkState::default()).unwrap();
+        let room = c.available() - c.gpu.context_bytes;
+        let svg = timeline_svg(&c.timeline, room).unwrap();
+        let ymax = c.timeline.peak.1.max(room) as f64 / GIB * 1.15;
+        let cap = polylines_in(&svg, CAPACITY);
+        let want = y_of(room as f64 / GIB, ymax);
+        assert!(cap[0].iter().all(|(_, y)| (y - want).abs() <= 1.0));
+        let train = polylines_in(&svg, TRAIN);
+        assert_eq!(train[0].len(), c.timeline.train.len());
+        // The highest drawn point is the peak.
+        let min_y = train[0].iter().chain(&polylines_in(&svg, EVAL)[0]).map(|p| p.1).fold(f64::MAX, f64::min);
+        assert!((min_y - y_of(c.timeline.peak.1 as f64 / GIB, ymax)).abs() <= 1.0);
+        assert!(svg.contains(&format!("peak {:.2} GiB", c.timeline.peak.1 as f64 / GIB)));
+    }
+
+    #[test]
+    fn text_in_charts_is_escaped() {
+        let c = compute(&LinkState::default()).unwrap();
+        let payload = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'&";
+        let svg = breakdown_svg(&c.plan, c.available(), 0, payload).unwrap();
+        assert!(!svg.contains("<script") && !svg.contains("<img"), "{svg}");
+        assert!(svg.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(svg.contains("&amp;"));
+    }
+}

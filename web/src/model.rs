@@ -1,0 +1,439 @@
+//! What the page computes from its state, as pure functions (tested natively).
+//!
+//! The page's whole state is a [`LinkState`] (the config, the card, other programs' MiB): the
+//! same struct the link codec reads and writes. [`compute`] turns it into everything the
+//! verdict and the charts need: core's plan (exact simulation, no fixes: those are computed
+//! later, see `app.rs`), the peak-vs-batch series (the fast model, scaled to the exact figure at
+//! the current batch) and the live-memory timeline.
+
+use vramfit_core::device::{self, Source};
+use vramfit_core::link::LinkState;
+use vramfit_core::plan::{self, Plan, PlanRequest, WindowReport};
+use vramfit_core::sim::{self, Phase, TimelinePoint};
+use vramfit_core::{Attention, Config, Dtype, Gpu};
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: f64 = (1u64 << 30) as f64;
+
+/// Bytes as GiB with two decimals, the way the page prints every memory figure ("7.42").
+pub fn format_gib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / GIB)
+}
+
+/// A signed byte count as GiB with an explicit sign ("+0.51", "-1.20").
+pub fn format_signed_gib(bytes: i64) -> String {
+    let sign = if bytes < 0 { '-' } else { '+' };
+    format!("{sign}{}", format_gib(bytes.unsigned_abs()))
+}
+
+/// A model preset: a name, where it comes from, and the whole config it sets.
+pub struct ModelPreset {
+    pub id: &'static str,
+    pub label: &'static str,
+    pub config: Config,
+}
+
+/// The model presets: nanoGPT's shakespeare-char, the four GPT-2 sizes with train.py's
+/// training settings, and the two configs of the OOM reports in the project's notes.
+pub fn model_presets() -> Vec<ModelPreset> {
+    let gpt2 = |n_layer, n_head, n_embd| Config { n_layer, n_head, n_embd, ..Config::default() };
+    vec![
+        // nanoGPT config/train_shakespeare_char.py (vocab 65 from its meta.pkl).
+        ModelPreset {
+            id: "shakespeare-char",
+            label: "shakespeare-char (10.65M)",
+            config: Config {
+                n_layer: 6,
+                n_head: 6,
+                n_embd: 384,
+                block_size: 256,
+                vocab_size: 65,
+                dropout: 0.2,
+                batch_size: 64,
+                gradient_accumulation_steps: 1,
+                ..Config::default()
+            },
+        },
+        ModelPreset { id: "gpt2", label: "GPT-2 124M", config: gpt2(12, 12, 768) },
+        ModelPreset { id: "gpt2-medium", label: "GPT-2 350M", config: gpt2(24, 16, 1024) },
+        ModelPreset { id: "gpt2-large", label: "GPT-2 774M", config: gpt2(36, 20, 1280) },
+        ModelPreset { id: "gpt2-xl", label: "GPT-2 1.5B", config: gpt2(48, 25, 1600) },
+        // The OOM reports (shared notes, "Reported observations"): 29.94M printed on a 12 GB card.
+        ModelPreset {
+            id: "oom-30m",
+            label: "OOM report: 29.94M (L6 C384 T512 B16 fp16)",
+            config: Config {
+                n_layer: 6,
+                n_head: 6,
+                n_embd: 384,
+                block_size: 512,
+                batch_size: 16,
+                dtype: Dtype::Float16,
+                ..Config::default()
+            },
+        },
+        ModelPreset {
+            id: "oom-77m",
+            label: "OOM report: ~77M (L12 C576 B16 GA32 fp16)",
+            config: Config { n_embd: 576, batch_size: 16, gradient_accumulation_steps: 32, dtype: Dtype::Float16, ..Config::default() },
+        },
+    ]
+}
+
+/// The preset whose config equals `cfg`, if any (the select shows it).
+pub fn preset_of(cfg: &Config) -> Option<&'static str> {
+    model_presets().into_iter().find(|p| p.config == *cfg).map(|p| p.id)
+}
+
+/// The card a state names; the link codec only produces ids `Gpu::find` knows.
+pub fn gpu_of(state: &LinkState) -> Gpu {
+    Gpu::find(&state.gpu).unwrap_or_else(device::default_gpu)
+}
+
+/// The divisors of `n` up to `limit`: the head counts the n_head select offers.
+pub fn divisors(n: u32, limit: u32) -> Vec<u32> {
+    (1..=n.min(limit)).filter(|d| n % d == 0).collect()
+}
+
+/// The head count closest to `wanted` that divides `n_embd` (ties: the smaller).
+pub fn nearest_divisor(n_embd: u32, wanted: u32) -> u32 {
+    divisors(n_embd.max(1), vramfit_core::config::MAX_HEADS).into_iter().min_by_key(|d| (d.abs_diff(wanted), *d)).unwrap_or(1)
+}
+
+/// Peak against batch size, for the second chart.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchSeries {
+    /// (batch size, training need, eval need) in nvidia-smi bytes.
+    pub points: Vec<(u32, u64, u64)>,
+    /// The current batch size and its exact need (the plan's).
+    pub current: (u32, u64),
+    /// The largest micro-batch that fits (the plan's exact search).
+    pub largest_fit: Option<u32>,
+}
+
+/// The batch sizes the series samples: every size up to 32, then about 40 evenly spaced
+/// sizes up to `max` (always including the current one).
+pub fn batch_samples(current: u32, max: u32) -> Vec<u32> {
+    let max = max.max(current).max(1);
+    let step = if max <= 48 { 1 } else { max.div_ceil(40) };
+    let mut out: Vec<u32> = (1..=max).filter(|b| *b == 1 || b % step == 0).collect();
+    if !out.contains(&current) {
+        out.push(current);
+        out.sort_unstable();
+    }
+    if out.last() != Some(&max) {
+        out.push(max);
+    }
+    out
+}
+
+/// The training and eval needs of one fast simulation (allocated bytes).
+fn fast_windows(cfg: &Config, gpu: &Gpu) -> (u64, u64) {
+    let s = plan::simulate_fast_on(cfg, gpu);
+    (s.train.bytes.max(s.first_iter.bytes), s.eval.bytes.max(s.eval_at_start.bytes))
+}
+
+/// Peak vs batch size by the fast model (about 10 µs a point), scaled per window so that the
+/// curve passes through the exact figure at the current batch: the exact simulation for ~40
+/// points would take tens of milliseconds.
+pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
+    let exact_train = plan.train.nvidia_smi_bytes.max(plan.first_iter.nvidia_smi_bytes);
+    let exact_eval = plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes);
+    let (fast_train, fast_eval) = fast_windows(cfg, gpu);
+    let ctx = gpu.context_bytes;
+    let ratio = |exact: u64, fast: u64| (exact.saturating_sub(ctx) as f64 / fast.max(1) as f64).max(1.0);
+    let (rt, re) = (ratio(exact_train, fast_train), ratio(exact_eval, fast_eval));
+    let current = cfg.batch_size;
+    let max = (current * 2).max(plan.largest_micro_batch.unwrap_or(0) * 3 / 2).clamp(16, 1024);
+    let points = batch_samples(current, max)
+        .into_iter()
+        .filter_map(|b| {
+            if b == current {
+                return Some((b, exact_train, exact_eval));
+            }
+            let c = Config { batch_size: b, ..cfg.clone() };
+            c.validate().ok()?;
+            let (t, e) = fast_windows(&c, gpu);
+            Some((b, (t as f64 * rt) as u64 + ctx, (e as f64 * re) as u64 + ctx))
+        })
+        .collect();
+    BatchSeries { points, current: (current, plan.cards[0].needed_bytes), largest_fit: plan.largest_micro_batch }
+}
+
+/// The live-memory curve, reduced for drawing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    /// Events in the whole curve (x runs from 0 to this).
+    pub events: usize,
+    /// (event index, live bytes) of the highest point in each bucket, in order.
+    pub train: Vec<(usize, u64)>,
+    pub eval: Vec<(usize, u64)>,
+    /// Where the eval batch starts (event index).
+    pub eval_start: usize,
+    /// The highest point: (event index, bytes, phase, op).
+    pub peak: (usize, u64, Phase, String),
+}
+
+fn is_eval(p: Phase) -> bool {
+    matches!(p, Phase::EvalForward | Phase::EvalLoss)
+}
+
+/// Reduces core's timeline to at most about `buckets` points per part (the highest of each
+/// bucket, so no peak is lost).
+pub fn reduce_timeline(points: &[TimelinePoint], buckets: usize) -> Timeline {
+    let n = points.len();
+    let per = n.div_ceil(buckets.max(1)).max(1);
+    let mut train = Vec::new();
+    let mut eval = Vec::new();
+    let mut eval_start = n;
+    let mut peak = (0, 0, Phase::Init, String::new());
+    for (i, p) in points.iter().enumerate() {
+        if p.live_bytes > peak.1 {
+            peak = (i, p.live_bytes, p.phase, p.op.clone());
+        }
+        if is_eval(p.phase) && eval_start == n {
+            eval_start = i;
+        }
+    }
+    for (chunk_index, chunk) in points.chunks(per).enumerate() {
+        let base = chunk_index * per;
+        // A bucket straddling the start of eval is split so each part keeps its own maximum.
+        for part in [false, true] {
+            let best = chunk.iter().enumerate().filter(|(_, p)| is_eval(p.phase) == part).max_by_key(|(_, p)| p.live_bytes);
+            if let Some((j, p)) = best {
+                let target = if part { &mut eval } else { &mut train };
+                target.push((base + j, p.live_bytes));
+            }
+        }
+    }
+    Timeline { events: n, train, eval, eval_start, peak }
+}
+
+/// Everything the verdict and the charts show for one state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Computed {
+    pub plan: Plan,
+    pub gpu: Gpu,
+    pub series: BatchSeries,
+    pub timeline: Timeline,
+}
+
+impl Computed {
+    /// What the process may use on the card: usable total less other programs' share.
+    pub fn available(&self) -> u64 {
+        self.plan.cards[0].available_bytes
+    }
+}
+
+/// The request the page plans (no fixes: see the module docs).
+pub fn request(state: &LinkState) -> PlanRequest {
+    PlanRequest {
+        config: state.config.clone(),
+        gpus: vec![gpu_of(state)],
+        other_usage_bytes: state.other_usage_mib.saturating_mul(MIB),
+        with_fixes: false,
+    }
+}
+
+/// The plan and chart data for a state, or the config's error as one line.
+pub fn compute(state: &LinkState) -> Result<Computed, String> {
+    let req = request(state);
+    let plan = plan::plan(&req).map_err(|e| e.to_string())?;
+    let gpu = req.gpus[0].clone();
+    let series = batch_series(&req.config, &gpu, &plan);
+    let timeline = reduce_timeline(&sim::timeline(&req.config, &gpu.target()), 400);
+    Ok(Computed { plan, gpu, series, timeline })
+}
+
+/// The windows of the loop in the order the page lists them: (key, description, report).
+pub fn windows(plan: &Plan) -> [(&'static str, &'static str, &WindowReport); 4] {
+    [
+        ("train", "training step", &plan.train),
+        ("eval", "eval (estimate_loss)", &plan.eval),
+        ("first_iter", "first step", &plan.first_iter),
+        ("eval_at_start", "eval before the first step", &plan.eval_at_start),
+    ]
+}
+
+/// The headline: does it fit, by how much, and where the peak is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub fits: bool,
+    /// "Fits", "Does not fit" or why it cannot run.
+    pub title: String,
+    /// "1.20 GiB headroom" or "0.51 GiB short".
+    pub margin: String,
+    /// "needs 10.49 GiB of 11.69 GiB available"
+    pub detail: String,
+    /// The window where the process needs the most, in words, with its phase and op.
+    pub where_peak: String,
+}
+
+pub fn verdict(plan: &Plan) -> Verdict {
+    let card = &plan.cards[0];
+    let title = if card.bf16_unsupported {
+        format!("Cannot run: {} has no bfloat16 (needs an Ampere or newer card)", card.gpu_name)
+    } else if card.fits {
+        "Fits".to_string()
+    } else {
+        "Does not fit".to_string()
+    };
+    let margin = if card.headroom_bytes >= 0 {
+        format!("{} GiB headroom", format_gib(card.headroom_bytes as u64))
+    } else {
+        format!("{} GiB short", format_gib(card.headroom_bytes.unsigned_abs()))
+    };
+    let detail = format!(
+        "needs {} GiB of {} GiB available on the {}",
+        format_gib(card.needed_bytes),
+        format_gib(card.available_bytes),
+        card.gpu_name
+    );
+    // The window whose nvidia-smi need is highest is the one that decides the fit.
+    let (_, desc, w) = windows(plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
+    let phase = w.phase.map(|p| p.label()).unwrap_or("-");
+    let where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
+    Verdict { fits: card.fits, title, margin, detail, where_peak }
+}
+
+/// Whether a plan figure (a `Note::figure`) is an estimate, with why (notes joined).
+pub fn estimate_detail(plan: &Plan, figures: &[&str]) -> Option<String> {
+    let details: Vec<&str> = plan
+        .notes
+        .iter()
+        .filter(|n| n.source == Source::Estimate && figures.contains(&n.figure.as_str()))
+        .map(|n| n.detail.as_str())
+        .collect();
+    (!details.is_empty()).then(|| details.join("; "))
+}
+
+/// The figures the "needed" total is built from.
+pub const NEED_FIGURES: &[&str] = &["nvidia_smi_bytes", "peak_reserved_bytes", "peak_allocated_bytes", "workspace"];
+
+/// A one-line summary of the config, for the page's title area.
+pub fn describe(cfg: &Config) -> String {
+    format!(
+        "{} layers × {} heads × {} wide, block {}, vocab {}, {}{}",
+        cfg.n_layer,
+        cfg.n_head,
+        cfg.n_embd,
+        cfg.block_size,
+        cfg.vocab_size,
+        cfg.dtype.name(),
+        if cfg.attention == Attention::Manual { ", manual attention" } else { "" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(config: Config) -> LinkState {
+        LinkState { config, ..LinkState::default() }
+    }
+
+    #[test]
+    fn gib_formatting() {
+        assert_eq!(format_gib(0), "0.00");
+        assert_eq!(format_gib(1 << 30), "1.00");
+        assert_eq!(format_gib(3 << 29), "1.50");
+        assert_eq!(format_signed_gib(-(1 << 30)), "-1.00");
+        assert_eq!(format_signed_gib(1 << 29), "+0.50");
+    }
+
+    #[test]
+    fn presets_print_the_parameter_counts_nanogpt_prints() {
+        // Figures from the project's notes (pytorch-memory.md): nanoGPT's printed counts.
+        let printed = |id: &str| {
+            let p = model_presets().into_iter().find(|p| p.id == id).unwrap();
+            vramfit_core::params::count(&p.config).printed_millions()
+        };
+        assert_eq!(printed("gpt2"), "123.59M");
+        assert_eq!(printed("shakespeare-char"), "10.65M");
+        assert_eq!(printed("oom-30m"), "29.94M");
+        for p in model_presets() {
+            assert!(p.config.validate().is_ok(), "{}", p.id);
+            assert_eq!(preset_of(&p.config), Some(p.id));
+        }
+    }
+
+    #[test]
+    fn head_counts_divide_the_width() {
+        assert_eq!(divisors(12, 64), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(nearest_divisor(768, 7), 6);
+        assert_eq!(nearest_divisor(770, 12), 11);
+        assert_eq!(nearest_divisor(1600, 25), 25);
+    }
+
+    #[test]
+    fn batch_samples_cover_the_current_batch_and_the_range() {
+        let s = batch_samples(12, 24);
+        assert_eq!(s, (1..=24).collect::<Vec<_>>());
+        let s = batch_samples(77, 400);
+        assert!(s.contains(&77) && s.contains(&1) && *s.last().unwrap() == 400);
+        assert!(s.len() < 50 && s.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn the_series_passes_through_the_exact_figure_and_grows_with_the_batch() {
+        let c = compute(&LinkState::default()).unwrap();
+        let cur = c.series.points.iter().find(|p| p.0 == 12).unwrap();
+        assert_eq!(cur.1, c.plan.train.nvidia_smi_bytes.max(c.plan.first_iter.nvidia_smi_bytes));
+        assert_eq!(c.series.current, (12, c.plan.cards[0].needed_bytes));
+        assert!(c.series.points.windows(2).all(|w| w[0].1 <= w[1].1), "training need grows with the batch");
+        // The fast estimate at the largest fitting batch agrees with the exact search within 10%.
+        let lf = c.series.largest_fit.unwrap();
+        let at = c.series.points.iter().find(|p| p.0 == lf).unwrap();
+        let exact = plan::plan(&request(&state(Config { batch_size: lf, ..Config::default() }))).unwrap();
+        let exact_train = exact.train.nvidia_smi_bytes.max(exact.first_iter.nvidia_smi_bytes);
+        assert!((at.1 as f64 / exact_train as f64 - 1.0).abs() < 0.10, "{} vs {}", at.1, exact_train);
+    }
+
+    #[test]
+    fn the_timeline_keeps_the_peak_and_separates_eval() {
+        let cfg = Config { batch_size: 4, ..Config::default() };
+        let gpu = device::default_gpu();
+        let pts = sim::timeline(&cfg, &gpu.target());
+        let t = reduce_timeline(&pts, 100);
+        let max = pts.iter().map(|p| p.live_bytes).max().unwrap();
+        assert_eq!(t.peak.1, max);
+        let drawn_max = t.train.iter().chain(&t.eval).map(|p| p.1).max().unwrap();
+        assert_eq!(drawn_max, max);
+        assert!(t.train.len() <= 101 && !t.eval.is_empty());
+        assert!(t.eval.iter().all(|(i, _)| *i >= t.eval_start));
+        assert!(t.train.iter().all(|(i, _)| *i < t.eval_start));
+        assert_eq!(t.events, pts.len());
+    }
+
+    #[test]
+    fn verdict_reports_headroom_or_shortfall() {
+        let big = compute(&LinkState::default()).unwrap();
+        let v = verdict(&big.plan);
+        let card = &big.plan.cards[0];
+        assert_eq!(v.fits, card.fits);
+        assert_eq!(v.title, if card.fits { "Fits" } else { "Does not fit" });
+        let want = format_gib(card.headroom_bytes.unsigned_abs());
+        assert!(v.margin.starts_with(&want), "{} / {want}", v.margin);
+        assert!(v.margin.ends_with(if card.headroom_bytes >= 0 { "headroom" } else { "short" }));
+        let small = compute(&state(Config { batch_size: 1, ..Config::default() })).unwrap();
+        assert!(verdict(&small.plan).fits);
+        assert!(verdict(&small.plan).margin.ends_with("headroom"));
+        let t4 = compute(&LinkState { gpu: "t4".into(), ..state(Config { batch_size: 1, ..Config::default() }) }).unwrap();
+        assert!(verdict(&t4.plan).title.contains("bfloat16"));
+    }
+
+    #[test]
+    fn invalid_configs_are_one_line_errors() {
+        let e = compute(&state(Config { n_head: 7, ..Config::default() })).unwrap_err();
+        assert!(e.contains("n_head") && !e.contains('\n'), "{e}");
+        let e = compute(&state(Config { batch_size: 0, ..Config::default() })).unwrap_err();
+        assert!(e.contains("batch_size"), "{e}");
+    }
+
+    #[test]
+    fn other_programs_shrink_what_is_available() {
+        let free = compute(&LinkState::default()).unwrap();
+        let busy = compute(&LinkState { other_usage_mib: 1024, ..LinkState::default() }).unwrap();
+        assert_eq!(free.available() - busy.available(), 1 << 30);
+    }
+}

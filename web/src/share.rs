@@ -1,0 +1,193 @@
+//! Getting a config into and out of the page (pure functions, tested natively): the link
+//! (core's one codec, the same `vramfit plan --link` and `vramfit train --link` read), the
+//! `vramfit train` command line, and nanoGPT config files (core's reader and writer).
+
+use vramfit_core::link::{self, Decoded, LinkState};
+use vramfit_core::nanogpt;
+use vramfit_core::Config;
+
+/// The state a page address carries (`location.search`), with what was ignored.
+pub fn read_link(search: &str) -> Decoded {
+    link::decode(search)
+}
+
+/// The query (with `?`) for a state: what `history.replaceState` writes.
+pub fn query_of(state: &LinkState) -> String {
+    format!("?{}", link::encode(state))
+}
+
+/// The shareable address: the page's address without its query, plus the state's query.
+pub fn share_url(page_url: &str, state: &LinkState) -> String {
+    let base = page_url.split(['?', '#']).next().unwrap_or("");
+    format!("{base}{}", query_of(state))
+}
+
+/// `vramfit train --link '...'`: the short hand-off. The link only holds characters of
+/// RFC 3986's unreserved set, `%`, `=` and `&`, so single quotes are enough for any shell.
+pub fn train_command_link(state: &LinkState) -> String {
+    format!("vramfit train --link '{}'", link::encode(state))
+}
+
+/// The same run as explicit `vramfit train` flags (the names of `trainer/src/cli.rs`).
+pub fn train_command_flags(state: &LinkState) -> String {
+    let c = &state.config;
+    let mut parts: Vec<String> = vec!["vramfit train".into()];
+    let mut flag = |name: &str, value: String| parts.push(format!("--{name} {value}"));
+    flag("n-layer", c.n_layer.to_string());
+    flag("n-head", c.n_head.to_string());
+    flag("n-embd", c.n_embd.to_string());
+    flag("block-size", c.block_size.to_string());
+    flag("vocab-size", c.vocab_size.to_string());
+    flag("bias", c.bias.to_string());
+    flag("dropout", format!("{}", c.dropout));
+    flag("batch-size", c.batch_size.to_string());
+    flag("gradient-accumulation-steps", c.gradient_accumulation_steps.to_string());
+    if let Some(eb) = c.eval_batch_size {
+        flag("eval-batch-size", eb.to_string());
+    }
+    if let Some(et) = c.eval_block_size {
+        flag("eval-block-size", et.to_string());
+    }
+    flag("eval-iters", c.eval_iters.to_string());
+    flag("dtype", c.dtype.name().to_string());
+    flag("attention", c.attention.name().to_string());
+    flag("compile", c.compile.to_string());
+    flag("activation-checkpointing", c.activation_checkpointing.to_string());
+    flag("optimizer", c.optimizer.name().to_string());
+    flag("expandable-segments", c.expandable_segments.to_string());
+    flag("gpu", state.gpu.clone());
+    flag("other-usage-mib", state.other_usage_mib.to_string());
+    parts.join(" ")
+}
+
+/// The config as a nanoGPT config file (core's writer).
+pub fn export_config(state: &LinkState) -> String {
+    nanogpt::to_config_file(&state.config)
+}
+
+/// A pasted nanoGPT config file read over train.py's defaults (as train.py execs it), keeping
+/// the card: the new state and the lines that were skipped, or the error as one line.
+pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<String>), String> {
+    if text.trim().is_empty() {
+        return Err("paste the text of a nanoGPT config file (config/train_*.py) first".into());
+    }
+    let file = nanogpt::parse_config_file(text, &Config::default()).map_err(|e| e.to_string())?;
+    Ok((LinkState { config: file.config, ..current.clone() }, file.notices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramfit_core::{Attention, Dtype};
+
+    fn odd_state() -> LinkState {
+        LinkState {
+            config: Config {
+                n_layer: 7,
+                n_head: 6,
+                n_embd: 384,
+                block_size: 300,
+                vocab_size: 65,
+                bias: true,
+                dropout: 0.15,
+                batch_size: 33,
+                gradient_accumulation_steps: 3,
+                eval_batch_size: Some(5),
+                eval_block_size: Some(128),
+                eval_iters: 17,
+                dtype: Dtype::Float16,
+                attention: Attention::Manual,
+                compile: false,
+                activation_checkpointing: true,
+                expandable_segments: true,
+                ..Config::default()
+            },
+            gpu: "custom-10".into(),
+            other_usage_mib: 512,
+        }
+    }
+
+    #[test]
+    fn the_query_round_trips_through_the_codec() {
+        let s = odd_state();
+        let q = query_of(&s);
+        assert!(q.starts_with("?v=1&"));
+        let back = read_link(&q);
+        assert!(back.notices.is_empty(), "{:?}", back.notices);
+        assert_eq!(back.state, s);
+        let url = share_url("http://127.0.0.1:8080/index.html?L=3#top", &s);
+        assert_eq!(url, format!("http://127.0.0.1:8080/index.html{q}"));
+        assert_eq!(read_link(&url).state, s);
+    }
+
+    #[test]
+    fn garbage_in_a_link_falls_back_with_notices_naming_it() {
+        let d = read_link("?v=1&B=abc&L=0&zzz=1&d=fp8&gpu=<script>alert(1)</script>");
+        assert_eq!(d.state, LinkState::default());
+        let all = d.notices.join("\n");
+        for needle in ["B=abc", "L=0", "zzz", "fp8", "<script>"] {
+            assert!(all.contains(needle), "{needle} not named in {all}");
+        }
+    }
+
+    #[test]
+    fn the_flag_command_line_names_every_setting() {
+        let s = odd_state();
+        let cmd = train_command_flags(&s);
+        for part in [
+            "--n-layer 7",
+            "--n-head 6",
+            "--n-embd 384",
+            "--block-size 300",
+            "--vocab-size 65",
+            "--bias true",
+            "--dropout 0.15",
+            "--batch-size 33",
+            "--gradient-accumulation-steps 3",
+            "--eval-batch-size 5",
+            "--eval-block-size 128",
+            "--eval-iters 17",
+            "--dtype float16",
+            "--attention manual",
+            "--compile false",
+            "--activation-checkpointing true",
+            "--optimizer adamw",
+            "--expandable-segments true",
+            "--gpu custom-10",
+            "--other-usage-mib 512",
+        ] {
+            assert!(cmd.contains(part), "{part} missing from {cmd}");
+        }
+        assert!(!train_command_flags(&LinkState::default()).contains("eval-batch-size"));
+        let link_cmd = train_command_link(&s);
+        let quoted = link_cmd.strip_prefix("vramfit train --link '").unwrap().strip_suffix('\'').unwrap();
+        assert_eq!(read_link(quoted).state, s);
+        assert!(!quoted.contains('\''));
+    }
+
+    #[test]
+    fn export_then_import_gives_the_same_config() {
+        let s = odd_state();
+        let text = export_config(&s);
+        assert!(text.contains("n_layer = 7"));
+        let (back, notices) = import_config(&text, &LinkState::default()).unwrap();
+        assert_eq!(back.config, s.config);
+        assert!(notices.is_empty(), "{notices:?}");
+        // The card is the page's, not the file's.
+        assert_eq!(back.gpu, LinkState::default().gpu);
+    }
+
+    #[test]
+    fn import_reads_nanogpt_files_and_reports_problems() {
+        let text = "import os\nn_layer = 6\nn_head = 6\nn_embd = 384\nbatch_size = 64\nlearning_rate = 1e-3\n";
+        let (s, notices) = import_config(text, &LinkState::default()).unwrap();
+        assert_eq!((s.config.n_layer, s.config.n_embd, s.config.batch_size), (6, 384, 64));
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(notices[0].contains("line 1"));
+        let e = import_config("n_head = 7\n", &LinkState::default()).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("n_head"), "{e}");
+        assert!(import_config("  \n", &LinkState::default()).is_err());
+        let e = import_config("n_layer = '<script>alert(1)</script>'\n", &LinkState::default()).unwrap_err();
+        assert!(e.contains("n_layer"), "{e}");
+    }
+}
