@@ -911,6 +911,11 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
          validated against a counting allocator on 25 runs (8 MiB to 4.5 GiB, 1 and 2 threads), worst window 0.26% \
          (tests/reference/data/trainer-cpu.json). They exclude the data set and tokenizer."
         .to_string()];
+    notes.push(
+        "On CUDA (`vramfit train --device cuda`, fp32) the trainer allocates the same tensors from CUDA's memory pool: \
+         about these figures without the gemm buffers, plus the CUDA context and cuBLAS workspace. An estimate: not measured."
+            .to_string(),
+    );
     if cfg.dtype != crate::Dtype::Float32 {
         notes.push(format!("dtype = {}: the trainer computes in float32 on CPU, which these figures show.", cfg.dtype.name()));
     }
