@@ -118,3 +118,15 @@ ensure_web_tools() {
   ensure_wasm_opt
   ensure_crates
 }
+
+# The page's end-to-end test and benchmark (tests/e2e): playwright-core from npm, pinned in its
+# package-lock.json; it drives Debian's chromium and downloads no browser.
+ensure_e2e_deps() {
+  command -v node >/dev/null || die "node (20 or newer) is needed for the page's end-to-end test"
+  if (cd "$VRAMFIT_ROOT/tests/e2e" && npm ls --silent playwright-core >/dev/null 2>&1); then
+    say "tests/e2e npm packages present"
+  else
+    say "npm ci in tests/e2e (playwright-core, no browser download)"
+    (cd "$VRAMFIT_ROOT/tests/e2e" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}

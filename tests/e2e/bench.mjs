@@ -1,0 +1,81 @@
+// The page's speed and size targets, measured against the built dist/ (release build) in
+// headless Chromium on localhost. Prints the figures; exits 0 whether or not they meet the
+// targets (scripts/bench-page). Targets (issue 3): wasm + JS <= 120 KB gzipped; first chart
+// drawn <= 300 ms after navigation; one slider input -> all three charts redrawn <= 16 ms median.
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { DIST, serveDist, launchChromium, waitForCharts } from './harness.mjs';
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const kb = (n) => (n / 1024).toFixed(1);
+
+// 1. Size of what the browser downloads to run the page.
+let raw = 0;
+let gz = 0;
+for (const f of fs.readdirSync(DIST).filter((f) => f.endsWith('.wasm') || f.endsWith('.js'))) {
+  const bytes = fs.readFileSync(path.join(DIST, f));
+  const g = zlib.gzipSync(bytes, { level: 9 }).length;
+  console.log(`size: ${f}: ${kb(bytes.length)} KB, ${kb(g)} KB gzipped`);
+  raw += bytes.length;
+  gz += g;
+}
+console.log(`size: wasm + JS ${kb(raw)} KB, ${kb(gz)} KB gzipped (target <= 120 KB gzipped)`);
+
+const server = await serveDist();
+const browser = await launchChromium();
+try {
+  // 2. Navigation start -> first chart drawn (the page's `vramfit:charts` mark), fresh page each time.
+  const firsts = [];
+  for (let i = 0; i < 7; i++) {
+    const ctx = await browser.newContext();
+    const page = await ctx.newPage();
+    await page.goto(server.url);
+    await waitForCharts(page);
+    firsts.push(await page.evaluate(() => performance.getEntriesByName('vramfit:charts')[0].startTime));
+    await ctx.close();
+  }
+  console.log(`first chart: median ${median(firsts).toFixed(1)} ms after navigation start (runs: ${firsts.map((t) => t.toFixed(0)).join(', ')}; target <= 300 ms)`);
+
+  // 3. One slider input -> all three charts redrawn: from just before the input event to the
+  // mark the page sets after writing the third chart. Per config: GPT-2 124M (default) and
+  // others, the batch slider moving one step each time.
+  const configs = [
+    ['GPT-2 124M (default)', ''],
+    ['shakespeare-char', '?v=1&L=6&H=6&C=384&T=256&V=65&B=64&GA=1&drop=0.2'],
+    ['GPT-2 350M', '?v=1&L=24&H=16&C=1024'],
+    ['GPT-2 1.5B', '?v=1&L=48&H=25&C=1600'],
+  ];
+  for (const [name, query] of configs) {
+    const page = await browser.newPage();
+    await page.goto(server.url + query);
+    await waitForCharts(page);
+    const times = await page.evaluate(async () => {
+      const slider = document.querySelector('input[name=batch_size-slider]');
+      const start = Number(slider.value);
+      const out = [];
+      for (let i = 0; i < 31; i++) {
+        const before = performance.getEntriesByName('vramfit:charts').length;
+        slider.value = String(start + (i % 2 === 0 ? 1 : 0));
+        const t0 = performance.now();
+        slider.dispatchEvent(new Event('input', { bubbles: true }));
+        while (performance.getEntriesByName('vramfit:charts').length === before) {
+          await new Promise((r) => setTimeout(r, 0));
+        }
+        const marks = performance.getEntriesByName('vramfit:charts');
+        out.push(marks[marks.length - 1].startTime - t0);
+        // Let the page settle (fixes run 150 ms after the last move).
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return out;
+    });
+    console.log(`slider -> 3 charts, ${name}: median ${median(times).toFixed(1)} ms, max ${Math.max(...times).toFixed(1)} ms over ${times.length} inputs (target <= 16 ms median)`);
+    await page.close();
+  }
+} finally {
+  await browser.close();
+  await server.close();
+}

@@ -1,0 +1,155 @@
+// End-to-end: the built page (dist/, release build) in real Chromium against the CLI.
+// Opens a link, checks the page's exact figures against `vramfit plan --link ... --json`, moves a
+// slider, applies a fix, reopens the updated link, and feeds script payloads through the link.
+// Run by scripts/test (`node --test tests/e2e/page.test.mjs`); needs VRAMFIT_BIN (the CLI).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { ROOT, serveDist, launchChromium, waitForCharts } from './harness.mjs';
+
+const BIN = process.env.VRAMFIT_BIN || path.join(ROOT, 'target', 'debug', 'vramfit');
+let server;
+let browser;
+
+before(async () => {
+  server = await serveDist();
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** `vramfit plan --link <query> --json`, parsed. */
+function cliPlan(query) {
+  const out = execFileSync(BIN, ['plan', '--link', query, '--json'], { encoding: 'utf8' });
+  return JSON.parse(out);
+}
+
+/** The exact figures the page exposes on #exact, and its fixes once they are computed. */
+async function pageFigures(page) {
+  await page.waitForSelector('[data-state=ready]', { state: 'attached', timeout: 20000 });
+  return page.evaluate(() => {
+    const d = document.querySelector('#exact').dataset;
+    const fixes = document.querySelector('ol.fixes');
+    return {
+      data: { ...d },
+      fixesNeeded: fixes ? fixes.dataset.needed.split(',') : [],
+      fixTitles: [...document.querySelectorAll('ol.fixes .fix-title')].map((e) => e.textContent),
+      params: document.querySelector('.param-count').textContent,
+      verdict: document.querySelector('.verdict-title').textContent,
+      search: location.search,
+    };
+  });
+}
+
+/** Every figure the page shows equals the CLI's for the page's own link, byte for byte. */
+function assertAgrees(fig, json) {
+  const d = fig.data;
+  const card = json.cards[0];
+  const pairs = [
+    ['params', json.params.printed],
+    ['tokens', json.tokens_per_iter],
+    ['trainAllocated', json.train.peak_allocated_bytes],
+    ['trainReserved', json.train.peak_reserved_bytes],
+    ['trainSmi', json.train.nvidia_smi_bytes],
+    ['evalAllocated', json.eval.peak_allocated_bytes],
+    ['evalSmi', json.eval.nvidia_smi_bytes],
+    ['firstIterAllocated', json.first_iter.peak_allocated_bytes],
+    ['evalAtStartAllocated', json.eval_at_start.peak_allocated_bytes],
+    ['needed', card.needed_bytes],
+    ['available', card.available_bytes],
+    ['headroom', card.headroom_bytes],
+    ['fits', card.fits],
+    ['worstWindow', card.worst_window],
+    ['largestMicroBatch', json.largest_micro_batch],
+  ];
+  for (const [key, want] of pairs) {
+    assert.equal(d[key], String(want), `${key}: page ${d[key]} vs CLI ${want}`);
+  }
+  assert.deepEqual(fig.fixesNeeded, json.fixes.map((f) => String(f.needed_bytes)));
+  assert.deepEqual(fig.fixTitles, json.fixes.map((f) => f.title));
+  assert.equal(fig.verdict, card.bf16_unsupported ? fig.verdict : card.fits ? 'Fits' : 'Does not fit');
+}
+
+test('a link, a slider, a fix and the reopened link agree with vramfit plan --json', async () => {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  // GPT-2 124M at micro-batch 64 on a 12 GB card with a desktop's 300 MiB: does not fit.
+  const link = 'v=1&L=12&H=12&C=768&T=1024&B=64&GA=8&gpu=rtx-4070&other=300';
+  await page.goto(server.url + '?' + link);
+  await waitForCharts(page);
+  let fig = await pageFigures(page);
+  assert.equal(fig.verdict, 'Does not fit');
+  // The page rewrote the link in full; the CLI reads the page's link.
+  assert.ok(fig.search.startsWith('?v=1&L=12&'), fig.search);
+  assertAgrees(fig, cliPlan(fig.search.slice(1)));
+  assert.ok(fig.fixesNeeded.length > 0);
+  for (const id of ['chart-breakdown', 'chart-batch', 'chart-timeline']) {
+    assert.ok((await page.locator(`#${id} svg`).count()) === 1, `${id} drawn`);
+  }
+
+  // Move the n_layer slider to 6.
+  const draws = await page.evaluate(() => performance.getEntriesByName('vramfit:charts').length);
+  await page.locator('input[name=n_layer-slider]').fill('6');
+  await waitForCharts(page, draws + 1);
+  fig = await pageFigures(page);
+  assert.ok(fig.search.includes('&L=6&'), fig.search);
+  assert.equal(await page.locator('input[name=n_layer]').inputValue(), '6');
+  assertAgrees(fig, cliPlan(fig.search.slice(1)));
+
+  // Apply the first fix (if L=6 still does not fit), else go back to L=12 and apply there.
+  if (fig.fixesNeeded.length === 0) {
+    await page.locator('input[name=n_layer-slider]').fill('12');
+    fig = await pageFigures(page);
+  }
+  const fixNeed = fig.fixesNeeded[0];
+  const before = fig.search;
+  await page.locator('ol.fixes li button.apply').first().click();
+  await page.waitForFunction((s) => location.search !== s, before);
+  fig = await pageFigures(page);
+  assert.equal(fig.data.needed, fixNeed, 'the fix needs what it promised');
+  const json = cliPlan(fig.search.slice(1));
+  assertAgrees(fig, json);
+
+  // Reopen the updated link in a fresh page: same figures.
+  const again = await browser.newPage();
+  await again.goto(server.url + fig.search);
+  await waitForCharts(again);
+  const fig2 = await pageFigures(again);
+  assert.equal(fig2.search, fig.search);
+  assert.deepEqual(fig2.data, fig.data);
+  assert.equal(await again.locator('.notice').count(), 0, 'no notices for a link the page wrote');
+  await again.close();
+  await page.close();
+  assert.deepEqual(errors, []);
+});
+
+test('script payloads in every link field stay text; the page still works', async () => {
+  const page = await browser.newPage();
+  const dialogs = [];
+  page.on('dialog', async (d) => {
+    dialogs.push(d.message());
+    await d.dismiss();
+  });
+  const payload = '<script>alert(1)</script><img src=x onerror=alert(2)><svg onload=alert(3)>';
+  const keys = ['v', 'L', 'H', 'C', 'T', 'V', 'B', 'GA', 'EB', 'ET', 'EI', 'd', 'a', 'bias', 'drop', 'cmp', 'ckpt', 'opt', 'xs', 'gpu', 'other'];
+  const q = keys.map((k) => `${k}=${encodeURIComponent(payload)}`).join('&') + `&${encodeURIComponent(payload)}=1`;
+  await page.goto(server.url + '?' + q);
+  await waitForCharts(page);
+  const notice = await page.locator('.notice').textContent();
+  assert.ok(notice.includes('<script>alert(1)</script>'), notice);
+  // One notice per field, plus the unknown key.
+  assert.equal(await page.locator('.notice li').count(), keys.length + 1);
+  assert.equal(await page.locator('main img').count(), 0);
+  assert.equal(await page.locator('main script').count(), 0);
+  assert.equal(await page.locator('.chart svg svg').count(), 0);
+  assert.deepEqual(dialogs, []);
+  // Defaults: the same figures as an empty link.
+  const fig = await pageFigures(page);
+  assertAgrees(fig, cliPlan(fig.search.slice(1)));
+  await page.close();
+});
