@@ -784,7 +784,7 @@ pub fn App() -> impl IntoView {
                         {move || computed.with(|r| r.as_ref().ok().map(legend_view))}
                         <h2>"Peak against batch size"</h2>
                         <p class="chart-caption">
-                            "Training and eval need for each micro-batch size (fast model, scaled to the exact figure at the current batch), the capacity, where you are, and the largest batch that fits (exact search)."
+                            "Training and eval need for each micro-batch size, the capacity, where you are, and the largest batch that fits. Exact at the current batch and at the largest that fits; in between, the fast model scaled to them (an estimate)."
                         </p>
                         <div class="chart" id="chart-batch" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
                         <h2>"Memory over one iteration"</h2>

@@ -262,9 +262,10 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(2)))).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, ymax));
             let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
+            // Below the curves' legend (top left), so the two never overlap.
             root.draw(&Text::new(
                 format!("largest that fits: {lf}"),
-                (px + dx, top + 2),
+                (px + dx, top + 40),
                 font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)),
             ))
             .map_err(err)?;

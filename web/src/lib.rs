@@ -50,6 +50,10 @@ pub fn install_panic_hook() {
 /// Entry point of the page: mounts [`App`] into `#app` (replacing the loading text).
 pub fn start() {
     install_panic_hook();
+    // What the page benchmark subtracts from the first chart's mark: wasm loaded and started.
+    if let Some(p) = web_sys::window().and_then(|w| w.performance()) {
+        let _ = p.mark("vramfit:start");
+    }
     let doc = web_sys::window().and_then(|w| w.document()).expect("a browser document");
     match doc.get_element_by_id("app").and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok()) {
         Some(root) => {
