@@ -115,6 +115,16 @@ test('a link, a slider, a fix and the reopened link agree with vramfit plan --js
   const json = cliPlan(fig.search.slice(1));
   assertAgrees(fig, json);
 
+  // The exported flags are the same run: `vramfit plan` with them (plus the card, which only
+  // plan takes) gives the same figures.
+  const flags = (await page.locator('#train-command-flags').textContent()).split(' ');
+  assert.deepEqual(flags.slice(0, 2), ['vramfit', 'train']);
+  const params = new URLSearchParams(fig.search);
+  const viaFlags = JSON.parse(
+    execFileSync(BIN, ['plan', ...flags.slice(2), '--gpu', params.get('gpu'), '--other-usage-mib', params.get('other'), '--json'], { encoding: 'utf8' }),
+  );
+  assertAgrees(fig, viaFlags);
+
   // Reopen the updated link in a fresh page: same figures.
   const again = await browser.newPage();
   await again.goto(server.url + fig.search);
@@ -152,4 +162,18 @@ test('script payloads in every link field stay text; the page still works', asyn
   const fig = await pageFigures(page);
   assertAgrees(fig, cliPlan(fig.search.slice(1)));
   await page.close();
+});
+
+test('"Copy link" puts the page address with its state on the clipboard', async () => {
+  const ctx = await browser.newContext({ permissions: ['clipboard-read', 'clipboard-write'] });
+  const page = await ctx.newPage();
+  await page.goto(server.url + '?v=1&L=6&H=6&C=384&B=7');
+  await waitForCharts(page);
+  await page.locator('#copy-link').click();
+  await page.waitForFunction(() => document.querySelector('.copy-status').textContent !== '');
+  assert.equal(await page.locator('.copy-status').textContent(), 'Link copied.');
+  const [copied, href] = await page.evaluate(async () => [await navigator.clipboard.readText(), location.href]);
+  assert.equal(copied, href);
+  assert.ok(copied.includes('&L=6&H=6&C=384&') && copied.includes('&B=7&'), copied);
+  await ctx.close();
 });

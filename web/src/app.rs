@@ -846,6 +846,11 @@ pub fn App() -> impl IntoView {
                             prop:value=move || state.with(|s| share::share_url(&location_href(), s))
                         />
                         <h3>"Train it"</h3>
+                        <p class="chart-caption">
+                            "The same run for " <code>"vramfit train"</code>
+                            ", as the link or as flags (add " <code>"--device cuda"</code>
+                            " to train on the GPU; its pre-flight checks the card it runs on)."
+                        </p>
                         <pre class="command" id="train-command-link">{move || state.with(share::train_command_link)}</pre>
                         <pre class="command" id="train-command-flags">{move || state.with(share::train_command_flags)}</pre>
                         <button

@@ -28,7 +28,9 @@ pub fn train_command_link(state: &LinkState) -> String {
     format!("vramfit train --link '{}'", link::encode(state))
 }
 
-/// The same run as explicit `vramfit train` flags (the names of `trainer/src/cli.rs`).
+/// The same run as explicit `vramfit train` flags (the names of `trainer/src/cli.rs`). The card
+/// is not among them: `train` checks the device it runs on (its pre-flight), so `--gpu` and
+/// `--other-usage-mib` are `plan`'s flags only.
 pub fn train_command_flags(state: &LinkState) -> String {
     let c = &state.config;
     let mut parts: Vec<String> = vec!["vramfit train".into()];
@@ -55,8 +57,6 @@ pub fn train_command_flags(state: &LinkState) -> String {
     flag("activation-checkpointing", c.activation_checkpointing.to_string());
     flag("optimizer", c.optimizer.name().to_string());
     flag("expandable-segments", c.expandable_segments.to_string());
-    flag("gpu", state.gpu.clone());
-    flag("other-usage-mib", state.other_usage_mib.to_string());
     parts.join(" ")
 }
 
@@ -153,11 +153,11 @@ mod tests {
             "--activation-checkpointing true",
             "--optimizer adamw",
             "--expandable-segments true",
-            "--gpu custom-10",
-            "--other-usage-mib 512",
         ] {
             assert!(cmd.contains(part), "{part} missing from {cmd}");
         }
+        // train has no card flags (it checks the device it runs on).
+        assert!(!cmd.contains("--gpu") && !cmd.contains("--other-usage-mib"), "{cmd}");
         assert!(!train_command_flags(&LinkState::default()).contains("eval-batch-size"));
         let link_cmd = train_command_link(&s);
         let quoted = link_cmd.strip_prefix("vramfit train --link '").unwrap().strip_suffix('\'').unwrap();
