@@ -72,6 +72,10 @@ pub struct ConfigFile {
     pub extra: Vec<(String, Value)>,
     /// One line per skipped line, e.g. `line 4: skipped import (vramfit reads assignments only)`.
     pub notices: Vec<String>,
+    /// Recognised unmodelled settings whose value could not be read (each also has a notice):
+    /// harmless for `plan`, but `train` must not run on a default in their place.
+    #[serde(default)]
+    pub unreadable: Vec<String>,
 }
 
 impl ConfigFile {
@@ -298,6 +302,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     let mut cfg = base.clone();
     let mut extra: Vec<(String, Value)> = Vec::new();
     let mut notices = Vec::new();
+    let mut unreadable: Vec<String> = Vec::new();
     // Names the file assigned, for later expressions (Python globals).
     let mut env: Vec<(String, Value)> = Vec::new();
     // The line that last set each modelled setting, to blame combination errors on.
@@ -346,7 +351,12 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 }
                 env.push((name.to_string(), value));
             }
-            Err(e) => notices.push(format!("line {line}: ignored {name}: cannot read `{}`: {e}", excerpt(expr.trim()))),
+            Err(e) => {
+                notices.push(format!("line {line}: ignored {name}: cannot read `{}`: {e}", excerpt(expr.trim())));
+                if KNOWN_EXTRAS.contains(&name) && !unreadable.iter().any(|n| n == name) {
+                    unreadable.push(name.to_string());
+                }
+            }
         }
     }
 
@@ -368,7 +378,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             None => ConfigFileError::InvalidBase(err),
         });
     }
-    Ok(ConfigFile { config: cfg, extra, notices })
+    Ok(ConfigFile { config: cfg, extra, notices, unreadable })
 }
 
 /// Longest piece of a line quoted in a message.
@@ -550,6 +560,17 @@ fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), Strin
         }
     }
     Err("unterminated string".into())
+}
+
+/// The longest string an expression may build: far beyond any setting's value, and small
+/// enough that a file doubling a string on every line cannot exhaust memory.
+const MAX_STRING_BYTES: usize = 4096;
+
+fn concat(x: &str, y: &str) -> Result<Value, String> {
+    if x.len() + y.len() > MAX_STRING_BYTES {
+        return Err(format!("string too long (over {MAX_STRING_BYTES} bytes)"));
+    }
+    Ok(Value::Str(format!("{x}{y}")))
 }
 
 /// Evaluates one expression; `lookup` resolves names.
@@ -740,7 +761,7 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
             };
             Ok(Value::Int(v))
         }
-        (Value::Str(x), Value::Str(y)) if op == "+" => Ok(Value::Str(format!("{x}{y}"))),
+        (Value::Str(x), Value::Str(y)) if op == "+" => concat(x, y),
         _ => match (as_float(&a), as_float(&b)) {
             (Some(x), Some(y)) => {
                 let v = match op {

@@ -31,7 +31,6 @@ fn predictions_match_measured_cpu_peaks() {
             assert!(err.abs() <= TOLERANCE, "{} {window}: predicted {predicted}, measured {measured} ({:+.2}%)", row["name"], err * 100.0);
         }
     }
-    assert!(worst > 0.0);
 }
 
 #[test]

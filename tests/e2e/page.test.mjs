@@ -71,7 +71,11 @@ function assertAgrees(fig, json) {
   }
   assert.deepEqual(fig.fixesNeeded, json.fixes.map((f) => String(f.needed_bytes)));
   assert.deepEqual(fig.fixTitles, json.fixes.map((f) => f.title));
-  assert.equal(fig.verdict, card.bf16_unsupported ? fig.verdict : card.fits ? 'Fits' : 'Does not fit');
+  if (card.bf16_unsupported) {
+    assert.ok(fig.verdict.startsWith('Cannot run'), fig.verdict);
+  } else {
+    assert.equal(fig.verdict, card.fits ? 'Fits' : 'Does not fit');
+  }
 }
 
 test('a link, a slider, a fix and the reopened link agree with vramfit plan --json', async () => {
@@ -101,11 +105,8 @@ test('a link, a slider, a fix and the reopened link agree with vramfit plan --js
   assert.equal(await page.locator('input[name=n_layer]').inputValue(), '6');
   assertAgrees(fig, cliPlan(fig.search.slice(1)));
 
-  // Apply the first fix (if L=6 still does not fit), else go back to L=12 and apply there.
-  if (fig.fixesNeeded.length === 0) {
-    await page.locator('input[name=n_layer-slider]').fill('12');
-    fig = await pageFigures(page);
-  }
+  // Six layers at micro-batch 64 still do not fit 12 GB: apply the first fix.
+  assert.ok(fig.fixesNeeded.length > 0, 'L=6 at B=64 still needs a fix');
   const fixNeed = fig.fixesNeeded[0];
   const before = fig.search;
   await page.locator('ol.fixes li button.apply').first().click();

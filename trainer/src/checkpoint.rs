@@ -29,9 +29,10 @@ const META_KEY: &str = "vramfit";
 /// Bumped when the layout changes; a checkpoint of another version is refused.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Test hook: `VRAMFIT_TEST_CRASH_IN_CHECKPOINT=mid-write` aborts the process after writing half
-/// of the temporary file, `=before-rename` after writing and syncing all of it. The tests use it
-/// to show a crash at those moments leaves the previous checkpoint loadable.
+/// Test hook, in debug builds only (what `cargo test` runs): `VRAMFIT_TEST_CRASH_IN_CHECKPOINT=mid-write`
+/// aborts the process after writing half of the temporary file, `=before-rename` after writing
+/// and syncing all of it. The tests use it to show a crash at those moments leaves the previous
+/// checkpoint loadable; a release binary ignores the variable.
 const CRASH_HOOK: &str = "VRAMFIT_TEST_CRASH_IN_CHECKPOINT";
 
 /// Everything but the tensors.
@@ -124,7 +125,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
     let temp: PathBuf = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let crash = std::env::var(CRASH_HOOK).ok();
+    let crash = if cfg!(debug_assertions) { std::env::var(CRASH_HOOK).ok() } else { None };
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::File::create(&temp)?;
         if crash.as_deref() == Some("mid-write") {
@@ -156,9 +157,16 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
 pub fn remove_stale_temps(dir: &Path) -> usize {
     let prefix = format!(".{FILE_NAME}.tmp-");
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    // A file whose writer is still running (another run on the same out_dir) is not stale.
+    // Without /proc to ask, nothing is.
+    let procfs = Path::new("/proc/self").exists();
+    let writer_alive = |pid: &str| match pid.parse::<u32>() {
+        Ok(pid) => !procfs || pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists(),
+        Err(_) => !procfs,
+    };
     entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| e.file_name().to_string_lossy().strip_prefix(&prefix).is_some_and(|pid| !writer_alive(pid)))
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }
@@ -195,6 +203,24 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
         (Vec::new(), Vec::new())
     };
     Ok(Checkpoint { meta, params, exp_avg, exp_avg_sq })
+}
+
+/// Whether the stored parameters are what the stored config needs (checked before a model of
+/// that config is built, so a doctored config cannot make `sample` or `--resume` allocate a
+/// model far larger than the file).
+pub fn check_matches_config(ckpt: &Checkpoint, path: &Path) -> Result<(), String> {
+    let expected = vramfit_core::params::count(&ckpt.meta.config);
+    let stored: u64 = ckpt.params.iter().map(|t| t.elem_count() as u64).sum();
+    if stored != expected.total || ckpt.params.len() as u64 != expected.tensors {
+        return Err(format!(
+            "{} is not a usable vramfit checkpoint: it holds {} tensors with {stored} parameters, but its config needs {} with {}",
+            path.display(),
+            ckpt.params.len(),
+            expected.tensors,
+            expected.total
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

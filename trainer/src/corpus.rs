@@ -131,7 +131,7 @@ mod tests {
             assert!(a.contains(&format!("{name} the ")), "{name}");
             let intro = a.find(&format!("\n{name} the ")).map(|i| i + 1).unwrap_or(0);
             let story = a[intro..].split("\n\n").next().unwrap();
-            assert!(story.contains(he) || story.contains(name), "{story}");
+            assert!(story[name.len()..].contains(he), "{story}");
         }
         // Few distinct characters, as a character vocabulary should be.
         let mut chars: Vec<char> = builtin().chars().collect();

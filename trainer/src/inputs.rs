@@ -21,6 +21,9 @@ pub struct Inputs {
     pub extra: Vec<(String, Value)>,
     /// Lines of the config file that were skipped, each prefixed with the file's name.
     pub notices: Vec<String>,
+    /// Training settings the config file assigned but whose value could not be read (each
+    /// also in `notices`): `train` refuses to run on defaults in their place.
+    pub unreadable: Vec<String>,
 }
 
 impl Inputs {
@@ -35,6 +38,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut state = LinkState::default();
     let mut extra = Vec::new();
     let mut notices = Vec::new();
+    let mut unreadable = Vec::new();
 
     if let Some(path) = &run.config {
         let shown = path.display();
@@ -42,6 +46,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
         state.config = file.config;
         extra = file.extra;
+        unreadable = file.unreadable.into_iter().map(|name| format!("{shown}: cannot read the value of {name}")).collect();
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
     }
     if let Some(url) = &run.link {
@@ -56,7 +61,14 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     } else {
         card.gpu.clone()
     };
-    Ok(Inputs { config: state.config, gpus, other_usage_mib: card.other_usage_mib.unwrap_or(state.other_usage_mib), extra, notices })
+    Ok(Inputs {
+        config: state.config,
+        gpus,
+        other_usage_mib: card.other_usage_mib.unwrap_or(state.other_usage_mib),
+        extra,
+        notices,
+        unreadable,
+    })
 }
 
 /// Explicit flags override whatever the file and the link said.

@@ -47,6 +47,7 @@ pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
         return Err(input(format!("no checkpoint at {} (run vramfit train first, or pass --out-dir)", path.display())));
     }
     let ckpt = checkpoint::load(&path, &device).map_err(input)?;
+    checkpoint::check_matches_config(&ckpt, &path).map_err(input)?;
     let mut settings = ckpt.meta.settings.clone();
     settings.out_dir = args.out_dir.clone();
     let (model, _) = vramfit::train::build(&ckpt.meta.config, &settings, &device, None).map_err(input)?;

@@ -65,7 +65,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         if !path.exists() {
             return Err(input(format!("--resume: no checkpoint at {}", path.display())));
         }
-        Some(checkpoint::load(&path, &device).map_err(input)?)
+        let ckpt = checkpoint::load(&path, &device).map_err(input)?;
+        checkpoint::check_matches_config(&ckpt, &path).map_err(input)?;
+        Some(ckpt)
     } else {
         None
     };
@@ -88,8 +90,24 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
 
     // The data, and the vocabulary size it implies.
     let source = match (&args.data, &resume) {
-        (Some(path), _) => DataSource::from_path(path, args.tokenizer.unwrap_or(Tokenizer::Char)),
-        (None, Some(ckpt)) => ckpt.meta.data.clone(),
+        (Some(path), resumed) => {
+            // Resuming on new text keeps the checkpoint's tokenizer unless told otherwise.
+            let resumed_tokenizer = match resumed.as_ref().map(|c| &c.meta.data) {
+                Some(DataSource::Text { tokenizer, .. }) => Some(*tokenizer),
+                _ => None,
+            };
+            DataSource::from_path(path, args.tokenizer.or(resumed_tokenizer).unwrap_or(Tokenizer::Char))
+        }
+        (None, Some(ckpt)) => {
+            let stored = match &ckpt.meta.data {
+                DataSource::Text { tokenizer, .. } => Some(*tokenizer),
+                _ => None,
+            };
+            if args.tokenizer.is_some() && args.tokenizer != stored {
+                return Err(input("--tokenizer differs from the checkpoint's data; pass --data to resume on other data"));
+            }
+            ckpt.meta.data.clone()
+        }
         (None, None) => {
             if args.tokenizer == Some(Tokenizer::Gpt2) {
                 return Err(input("--tokenizer gpt2 needs --data (the built-in corpus is character-level)"));
@@ -133,10 +151,14 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         crate::print_note(note);
     }
     cfg = checked.config;
+    // --auto-fit may have raised gradient accumulation past what a config allows.
+    cfg.validate().map_err(|e| input(format!("--auto-fit: {e}")))?;
     std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     let room = if available == u64::MAX { "no limit known".to_string() } else { format!("{} available", mib(available)) };
-    say(format!("pre-flight: predicted peak {} (trainer memory model), {room}", mib(checked.predicted_peak)));
+    // The trainer model is measured on CPU; on CUDA its figure is an estimate (see plan --runtime trainer).
+    let basis = if device.is_cpu() { "trainer memory model" } else { "trainer memory model; an estimate on CUDA, not measured" };
+    say(format!("pre-flight: predicted peak {} ({basis}), {room}", mib(checked.predicted_peak)));
     let stale = checkpoint::remove_stale_temps(&settings.out_dir);
     if stale > 0 {
         crate::print_note(&format!("removed {stale} temporary checkpoint file(s) an interrupted write left behind"));
@@ -274,6 +296,10 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
     }
     let no_cards = CardArgs { gpu: Vec::new(), other_usage_mib: None };
     let resolved = inputs::resolve(run, &no_cards).map_err(input)?;
+    if let Some(what) = resolved.unreadable.first() {
+        // Training on a default in place of a setting the file meant to change loses the run.
+        return Err(input(format!("{what} (train needs every training setting it is given)")));
+    }
     for notice in &resolved.notices {
         crate::print_note(notice);
     }

@@ -9,6 +9,7 @@ use train_support::*;
 
 /// The process dies (abort) at `moment` of its next checkpoint write; the old checkpoint survives
 /// byte for byte, `sample` still reads it, and `--resume` carries on from it.
+#[cfg(debug_assertions)] // the crash hook exists in debug builds only
 fn crash_at(moment: &str) {
     let dir = scratch(&format!("crash-{moment}"));
     train_ok(&dir, &["--max-iters", "4", "--eval-interval", "4"]);
@@ -36,11 +37,13 @@ fn crash_at(moment: &str) {
 }
 
 #[test]
+#[cfg(debug_assertions)]
 fn crash_mid_write_keeps_the_previous_checkpoint() {
     crash_at("mid-write");
 }
 
 #[test]
+#[cfg(debug_assertions)]
 fn crash_before_rename_keeps_the_previous_checkpoint() {
     crash_at("before-rename");
 }

@@ -96,6 +96,13 @@ fn bad_checkpoints() {
     let other = dir.join("other.txt");
     std::fs::write(&other, "0123456789".repeat(100)).unwrap();
     assert_has(&train_err(&good, &["--resume", "--data", other.to_str().unwrap()]), &["vocabulary", "differs from the checkpoint's"]);
+    // A checkpoint whose config was edited to a far larger model than its tensors: refused
+    // before a model of that size is built.
+    let mut doctored = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    doctored.meta.config.n_layer = 1000;
+    vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &["tensors with", "its config needs"]);
+    assert_has(&train_err(&dir, &["--resume"]), &["tensors with", "its config needs"]);
     // A prompt with a character the vocabulary lacks.
     assert_has(&one_error_line(&run(&["sample", "--out-dir", good.to_str().unwrap(), "--prompt", "ZZZ"])), &["--prompt", "'Z'"]);
 }
@@ -128,6 +135,22 @@ fn bad_flags() {
         args.extend(flags);
         assert_has(&one_error_line(&run(&args)), &[expect]);
     }
+    assert!(!dir.join("ckpt.safetensors").exists());
+}
+
+/// A config file's training setting that cannot be read stops `train` (it would otherwise run
+/// on the default), and a string built up without bound is refused, not grown until abort.
+#[test]
+fn unreadable_config_file_settings() {
+    let dir = scratch("bad-config");
+    let file = dir.join("train_x.py");
+    std::fs::write(&file, "n_layer = 2\nmax_iters = 5000 * n\n").unwrap();
+    assert_has(&train_err(&dir, &["--config", file.to_str().unwrap()]), &["train_x.py", "cannot read the value of max_iters"]);
+    let doubling: String = std::iter::once("a = 'xxxxxxxx'\n".to_string()).chain((0..40).map(|_| "a = a + a\n".to_string())).collect();
+    std::fs::write(&file, doubling).unwrap();
+    let out = run(&["plan", "--config", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_has(&text(&out.stderr), &["train_x.py", "ignored a", "too long"]);
     assert!(!dir.join("ckpt.safetensors").exists());
 }
 

@@ -311,19 +311,27 @@ fn verdict_view(c: &Computed) -> impl IntoView {
 fn legend_view(c: &Computed) -> impl IntoView {
     let (_, desc, w) = model::windows(&c.plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
     let ctx = c.gpu.context_bytes;
-    let rows: Vec<_> = Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx))).collect();
+    let figure = |s: Segment| match s {
+        Segment::Context => "nvidia_smi_bytes",
+        Segment::Reserve => "peak_reserved_bytes",
+        Segment::Category(vramfit_core::Category::Workspace) => "workspace",
+        Segment::Category(_) => "peak_allocated_bytes",
+    };
+    let rows: Vec<_> = Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx), model::estimate_detail(&c.plan, &[figure(s)]))).collect();
     view! {
         <p class="legend-caption">"At the " {desc} "'s peak:"</p>
         <ul class="legend">
             {rows
                 .into_iter()
-                .map(|(s, bytes)| {
+                .map(|(s, bytes, estimate)| {
                     view! {
                         <li data-segment=s.key() data-bytes=bytes.to_string()>
                             <span class="swatch" style=format!("background:{}", charts::css_color(s.color()))></span>
                             <strong>{s.label()}</strong>
                             " "
                             <span class="num">{format_gib(bytes)} " GiB"</span>
+                            " "
+                            {estimate_marker(estimate)}
                             " — "
                             {s.explanation()}
                         </li>
@@ -334,7 +342,7 @@ fn legend_view(c: &Computed) -> impl IntoView {
     }
 }
 
-fn fix_view(f: Fix, state: RwSignal<LinkState>) -> impl IntoView {
+fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -> impl IntoView {
     let config = f.config.clone();
     let status = if f.fits { "fits" } else { "still short" };
     view! {
@@ -342,6 +350,8 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>) -> impl IntoView {
             <div>
                 <strong class="fix-title">{f.title.clone()}</strong>
                 <span class="fix-need">" → needs " {format_gib(f.needed_bytes)} " GiB (" {status} ")"</span>
+                " "
+                {estimate_marker(need_estimate)}
                 {(!f.stock_nanogpt).then(|| view! { <span class="tag">"needs a train.py change"</span> })}
             </div>
             <div class="fix-cost">"Cost: " {f.cost.clone()}</div>
@@ -736,7 +746,7 @@ pub fn App() -> impl IntoView {
                             |s, v| s.config.optimizer = Optimizer::parse(v).unwrap_or(s.config.optimizer),
                         )}
                         <div class="checks">
-                            {check_control(state, "compile", "compile (modelled as eager: an upper bound)", |c| c.compile, |c, v| c.compile = v)}
+                            {check_control(state, "compile", "compile (torch.compile; an estimate)", |c| c.compile, |c, v| c.compile = v)}
                             {check_control(
                                 state,
                                 "activation_checkpointing",
@@ -798,6 +808,9 @@ pub fn App() -> impl IntoView {
                         {move || {
                             let key = state.with(link::encode);
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
+                            // A fix's need rests on the same estimated terms as the plan's (card, compile).
+                            let need_estimate =
+                                computed.with(|r| r.as_ref().ok().and_then(|c| model::estimate_detail(&c.plan, model::NEED_FIGURES)));
                             fixes
                                 .with(|f| match f {
                                     Some((k, list)) if *k == key => {
@@ -813,7 +826,7 @@ pub fn App() -> impl IntoView {
                                             let needed: Vec<String> = list.iter().map(|f| f.needed_bytes.to_string()).collect();
                                             view! {
                                                 <ol class="fixes" data-state="ready" data-needed=needed.join(",")>
-                                                    {list.iter().cloned().map(|f| fix_view(f, state)).collect_view()}
+                                                    {list.iter().cloned().map(|f| fix_view(f, state, need_estimate.clone())).collect_view()}
                                                 </ol>
                                             }
                                                 .into_any()
