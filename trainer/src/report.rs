@@ -112,17 +112,7 @@ fn write_model(out: &mut String, plan: &Plan, inputs: &Inputs) -> std::fmt::Resu
     )?;
     writeln!(out)?;
     writeln!(out, "Run")?;
-    writeln!(
-        out,
-        "  n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, dropout {:?}",
-        c.n_layer,
-        c.n_head,
-        c.n_embd,
-        c.block_size,
-        c.vocab_size,
-        py_bool(c.bias),
-        c.dropout
-    )?;
+    write_model_line(out, c)?;
     writeln!(
         out,
         "  dtype {}, attention {}, compile {}, optimizer {}, activation_checkpointing {}, expandable_segments {}",
@@ -301,17 +291,7 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
     let (c, p, o) = (&plan.config, &plan.params, &plan.options);
     writeln!(out, "Runtime: vramfit's trainer (`vramfit train`) on CPU, float32")?;
     writeln!(out, "  number of parameters: {} ({} with position embeddings)", p.printed_millions(), thousands(p.total))?;
-    writeln!(
-        out,
-        "  n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, dropout {:?}",
-        c.n_layer,
-        c.n_head,
-        c.n_embd,
-        c.block_size,
-        c.vocab_size,
-        py_bool(c.bias),
-        c.dropout
-    )?;
+    write_model_line(out, c)?;
     writeln!(
         out,
         "  batch_size {}, gradient_accumulation_steps {}, tokens per iteration {}, eval {} x {}",
@@ -395,6 +375,21 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         writeln!(out, "  - {note}")?;
     }
     Ok(())
+}
+
+/// The model's shape in nanoGPT's names, one line (both runtimes' reports).
+fn write_model_line(out: &mut String, c: &vramfit_core::Config) -> std::fmt::Result {
+    writeln!(
+        out,
+        "  n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, dropout {:?}",
+        c.n_layer,
+        c.n_head,
+        c.n_embd,
+        c.block_size,
+        c.vocab_size,
+        py_bool(c.bias),
+        c.dropout
+    )
 }
 
 #[cfg(test)]
