@@ -281,17 +281,26 @@ struct At {
 const NO_LAYER: u32 = u32::MAX;
 
 impl At {
+    /// The op's name as users read it: the module path with `{i}` replaced by the layer,
+    /// then what the op does there (e.g. `transformer.h.11.attn backward`).
     fn describe(&self) -> String {
-        let module = if self.layer == NO_LAYER || !self.module.contains("{i}") {
-            self.module.to_string()
+        use std::fmt::Write;
+        let mut out = String::with_capacity(self.module.len() + self.what.len() + 8);
+        if self.layer == NO_LAYER {
+            out.push_str(self.module);
         } else {
-            self.module.replace("{i}", &self.layer.to_string())
-        };
-        if self.what.is_empty() {
-            module
-        } else {
-            format!("{module} {}", self.what)
+            for (k, piece) in self.module.split("{i}").enumerate() {
+                if k > 0 {
+                    write!(out, "{}", self.layer).expect("writing to a String cannot fail");
+                }
+                out.push_str(piece);
+            }
         }
+        if !self.what.is_empty() {
+            out.push(' ');
+            out.push_str(self.what);
+        }
+        out
     }
 }
 
@@ -323,7 +332,7 @@ struct Mem<'t> {
 }
 
 impl<'t> Mem<'t> {
-    fn new(granularity: u64, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
+    fn new(granularity: u64, expected_tensors: usize, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
         let at = At { phase: Phase::Init, module: "model", layer: NO_LAYER, what: "", micro_step: 0 };
         Mem {
             whole_segments: false,
@@ -331,7 +340,7 @@ impl<'t> Mem<'t> {
             handles: Vec::new(),
             window_reserved: 0,
             log: None,
-            slots: Vec::with_capacity(512),
+            slots: Vec::with_capacity(expected_tensors),
             live: [0; CATEGORY_COUNT],
             total: 0,
             granularity: granularity.max(1).next_power_of_two(),
@@ -371,31 +380,44 @@ impl<'t> Mem<'t> {
         self.at.what = what;
     }
 
+    // The hot path. `alloc`, `push` and `free` run about 1,500 times per fast simulation, so
+    // they stay small enough to inline; the exact simulation's allocator bookkeeping and the
+    // timeline recorder live in separate, never-inlined functions so that the fast path does
+    // not pay for their registers and stack.
+
+    #[inline]
     fn alloc(&mut self, bytes: u64, cat: Category) -> Id {
         if bytes == 0 {
             return Id::NONE;
         }
-        if let Some(a) = self.allocator.as_mut() {
-            let (handle, block) = a.malloc(bytes);
-            let reserved = a.reserved;
-            self.handles.push(handle);
-            self.window_reserved = self.window_reserved.max(reserved);
-            if let Some(log) = self.log.as_mut() {
-                let (segment, offset) = a.place(handle);
-                log.push(AllocEvent {
-                    op: self.at.describe(),
-                    phase: self.at.phase,
-                    requested: bytes,
-                    block: block as i64,
-                    reserved,
-                    segment,
-                    offset,
-                });
-            }
-            return self.push(block, cat);
+        if self.allocator.is_some() {
+            return self.alloc_in_allocator(bytes, cat);
         }
         let bytes = self.block_bytes(bytes);
         self.push(bytes, cat)
+    }
+
+    /// [`Mem::alloc`] of an exact simulation: the caching allocator picks the block.
+    #[inline(never)]
+    fn alloc_in_allocator(&mut self, bytes: u64, cat: Category) -> Id {
+        let Some(a) = self.allocator.as_mut() else { unreachable!("only called with an allocator") };
+        let (handle, block) = a.malloc(bytes);
+        let reserved = a.reserved;
+        self.handles.push(handle);
+        self.window_reserved = self.window_reserved.max(reserved);
+        if let Some(log) = self.log.as_mut() {
+            let (segment, offset) = a.place(handle);
+            log.push(AllocEvent {
+                op: self.at.describe(),
+                phase: self.at.phase,
+                requested: bytes,
+                block: block as i64,
+                reserved,
+                segment,
+                offset,
+            });
+        }
+        self.push(block, cat)
     }
 
     /// A bulk allocation of an exact byte count (already a sum of block sizes).
@@ -407,6 +429,7 @@ impl<'t> Mem<'t> {
         self.push(bytes, cat)
     }
 
+    #[inline]
     fn push(&mut self, bytes: u64, cat: Category) -> Id {
         let id = Id(self.slots.len() as u32);
         self.slots.push((bytes, cat));
@@ -417,10 +440,13 @@ impl<'t> Mem<'t> {
             self.window_live = self.live;
             self.window_at = self.at;
         }
-        self.record();
+        if self.timeline.is_some() {
+            self.record();
+        }
         id
     }
 
+    #[inline]
     fn free(&mut self, id: Id) {
         if id == Id::NONE {
             return;
@@ -433,23 +459,32 @@ impl<'t> Mem<'t> {
         }
         self.live[cat.index()] -= bytes;
         self.total -= bytes;
-        if let Some(a) = self.allocator.as_mut() {
-            let handle = self.handles[id.0 as usize];
-            let (segment, offset) = a.place(handle);
-            a.free(handle);
-            if let Some(log) = self.log.as_mut() {
-                log.push(AllocEvent {
-                    op: self.at.describe(),
-                    phase: self.at.phase,
-                    requested: 0,
-                    block: -(bytes as i64),
-                    reserved: a.reserved,
-                    segment,
-                    offset,
-                });
-            }
+        if self.allocator.is_some() {
+            self.free_in_allocator(id, bytes);
         }
-        self.record();
+        if self.timeline.is_some() {
+            self.record();
+        }
+    }
+
+    /// The allocator's side of [`Mem::free`] in an exact simulation.
+    #[inline(never)]
+    fn free_in_allocator(&mut self, id: Id, bytes: u64) {
+        let Some(a) = self.allocator.as_mut() else { unreachable!("only called with an allocator") };
+        let handle = self.handles[id.0 as usize];
+        let (segment, offset) = a.place(handle);
+        a.free(handle);
+        if let Some(log) = self.log.as_mut() {
+            log.push(AllocEvent {
+                op: self.at.describe(),
+                phase: self.at.phase,
+                requested: 0,
+                block: -(bytes as i64),
+                reserved: a.reserved,
+                segment,
+                offset,
+            });
+        }
     }
 
     /// A tensor changes role without being copied (a gradient buffer becomes `param.grad`).
@@ -463,6 +498,8 @@ impl<'t> Mem<'t> {
         slot.1 = cat;
     }
 
+    /// Appends the point after the event just applied to the timeline being recorded.
+    #[inline(never)]
     fn record(&mut self) {
         if let Some(tl) = self.timeline.as_deref_mut() {
             tl.push(TimelinePoint { phase: self.at.phase, op: self.at.describe(), micro_step: self.at.micro_step, live_bytes: self.total });
@@ -695,19 +732,25 @@ struct Run<'c, 't> {
 
 impl<'c, 't> Run<'c, 't> {
     fn new(cfg: &'c Config, target: Target, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
-        let mut mem = Mem::new(target.granularity, timeline);
+        // Room for every tensor a folded run creates, so the slot table never grows mid-run:
+        // eager runs simulate two blocks per pass (under 1,600 tensors in all), compiled runs
+        // every block (about 50 tensors each). Unfolded runs grow it as they go.
+        let expected_tensors = if cfg.compile { 256 + 64 * cfg.n_layer as usize } else { 2048 };
+        let mut mem = Mem::new(target.granularity, expected_tensors, timeline);
         mem.whole_segments = target.cuda_kernels;
         let tensors = param_tensors(cfg);
         // Each parameter tensor is its own allocation (and so are its gradient and moments).
         let param_bytes = tensors.iter().map(|p| p.count * mem.block_bytes(p.elements() * 4)).sum();
+        let param_tensors: u64 = tensors.iter().map(|p| p.count).sum();
         Run {
             cfg,
             target,
             fold: true,
-            param_tensors: tensors.iter().map(|p| p.count).sum(),
+            param_tensors,
             param_bytes,
             mem,
-            grads: Vec::new(),
+            // One gradient buffer per parameter tensor at most (folded blocks share one).
+            grads: Vec::with_capacity(param_tensors as usize),
             grads_resident: false,
             opt_state: Vec::new(),
             workspace_fwd: false,

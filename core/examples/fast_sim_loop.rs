@@ -1,0 +1,51 @@
+//! Calls the fast simulation (`plan::simulate_fast_on`, what searches run) N times for one of
+//! the bench's four configs, for counting instructions per call without timer noise:
+//!
+//! ```text
+//! cargo build -p vramfit-core --release --example fast_sim_loop
+//! valgrind --tool=callgrind target/release/examples/fast_sim_loop eager 1000
+//! ```
+//!
+//! Run it once with N and once with 2N: the difference in instructions divided by N is the
+//! cost of one call, free of start-up costs. Configs: `eager`, `compile`, `shakespeare`, `xl`.
+use std::hint::black_box;
+use vramfit_core::{device, Config};
+
+fn config(name: &str) -> Option<Config> {
+    Some(match name {
+        "eager" => Config { compile: false, ..Config::default() },
+        "compile" => Config::default(),
+        "shakespeare" => Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 384,
+            block_size: 256,
+            vocab_size: 65,
+            batch_size: 64,
+            gradient_accumulation_steps: 1,
+            dropout: 0.2,
+            compile: false,
+            ..Config::default()
+        },
+        "xl" => Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, compile: false, ..Config::default() },
+        _ => return None,
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: fast_sim_loop eager|compile|shakespeare|xl CALLS";
+    let (Some(cfg), Some(calls)) = (args.first().and_then(|n| config(n)), args.get(1).and_then(|n| n.parse::<u64>().ok())) else {
+        eprintln!("error: {usage}");
+        std::process::exit(2);
+    };
+    let gpu = device::default_gpu();
+    let mut peak = 0;
+    let start = std::time::Instant::now();
+    for _ in 0..calls {
+        peak = black_box(vramfit_core::plan::simulate_fast_on(black_box(&cfg), &gpu)).train.bytes;
+    }
+    // Wall time is only indicative (use the bench for timings); instruction counts are the measure.
+    let per_call_us = start.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64;
+    println!("{calls} calls, train peak {peak} B, {per_call_us:.2} us per call");
+}
