@@ -304,6 +304,23 @@ impl At {
     }
 }
 
+/// The highest live total over a stretch of events, what it was made of and where it was.
+#[derive(Clone, Copy)]
+struct High {
+    bytes: u64,
+    live: [u64; CATEGORY_COUNT],
+    at: At,
+}
+
+impl High {
+    /// The same point had every category started from `to` instead of `from` (the same events
+    /// on another base).
+    fn rebased(&self, from: &[u64; CATEGORY_COUNT], to: &[u64; CATEGORY_COUNT]) -> High {
+        let live = std::array::from_fn(|c| self.live[c] + to[c] - from[c]);
+        High { bytes: self.bytes + to.iter().sum::<u64>() - from.iter().sum::<u64>(), live, at: self.at }
+    }
+}
+
 const MIB: u64 = 1 << 20;
 
 /// cuBLASLt's workspace (PyTorch's default `TORCH_CUBLASLT_WORKSPACE_SIZE`, 1024 KiB).
@@ -325,9 +342,9 @@ struct Mem<'t> {
     total: u64,
     granularity: u64,
     at: At,
-    window_peak: u64,
-    window_live: [u64; CATEGORY_COUNT],
-    window_at: At,
+    /// The highest point of the current window so far (or of the current stretch, see
+    /// [`Mem::begin_stretch`]).
+    window: High,
     timeline: Option<&'t mut Vec<TimelinePoint>>,
 }
 
@@ -345,9 +362,7 @@ impl<'t> Mem<'t> {
             total: 0,
             granularity: granularity.max(1).next_power_of_two(),
             at,
-            window_peak: 0,
-            window_live: [0; CATEGORY_COUNT],
-            window_at: at,
+            window: High { bytes: 0, live: [0; CATEGORY_COUNT], at },
             timeline,
         }
     }
@@ -436,10 +451,8 @@ impl<'t> Mem<'t> {
         self.slots.push((bytes, cat));
         self.live[cat.index()] += bytes;
         self.total += bytes;
-        if self.total > self.window_peak {
-            self.window_peak = self.total;
-            self.window_live = self.live;
-            self.window_at = self.at;
+        if self.total > self.window.bytes {
+            self.window = self.here();
         }
         if self.timeline.is_some() {
             self.record();
@@ -508,22 +521,59 @@ impl<'t> Mem<'t> {
         }
     }
 
+    /// The live bytes and category of a tensor (nothing for `Id::NONE` or a freed one).
+    fn slot(&self, id: Id) -> (u64, Category) {
+        if id == Id::NONE {
+            return (0, Category::Temporaries);
+        }
+        self.slots[id.0 as usize]
+    }
+
+    /// The current state as a candidate peak.
+    #[inline]
+    fn here(&self) -> High {
+        High { bytes: self.total, live: self.live, at: self.at }
+    }
+
     fn begin_window(&mut self) {
         self.window_reserved = self.allocator.as_ref().map_or(0, |a| a.reserved);
-        self.window_peak = self.total;
-        self.window_live = self.live;
-        self.window_at = self.at;
+        self.window = self.here();
     }
 
     fn end_window(&self) -> Peak {
         Peak {
-            bytes: self.window_peak,
-            phase: Some(self.window_at.phase),
-            op: self.window_at.describe(),
-            micro_step: self.window_at.micro_step,
-            breakdown: Breakdown::from_array(&self.window_live),
+            bytes: self.window.bytes,
+            phase: Some(self.window.at.phase),
+            op: self.window.at.describe(),
+            micro_step: self.window.at.micro_step,
+            breakdown: Breakdown::from_array(&self.window.live),
             reserved_bytes: self.window_reserved,
         }
+    }
+
+    /// A point reached by events that were not simulated (see [`Run::replay_iteration`]):
+    /// it becomes the window's peak if it is higher, as it would had the events run here.
+    fn offer(&mut self, point: High) {
+        if point.bytes > self.window.bytes {
+            self.window = point;
+        }
+    }
+
+    /// Starts a stretch inside the window: from here, `window` tracks the stretch's own highest
+    /// point. Returns the window's so far, for [`Mem::end_stretch`].
+    fn begin_stretch(&mut self) -> High {
+        let here = self.here();
+        std::mem::replace(&mut self.window, here)
+    }
+
+    /// Ends a stretch: returns its highest point and makes the window's peak the higher of it
+    /// and the window's before the stretch (the earlier one on a tie, as if never split).
+    fn end_stretch(&mut self, before: High) -> High {
+        let stretch = self.window;
+        if before.bytes >= stretch.bytes {
+            self.window = before;
+        }
+        stretch
     }
 }
 
@@ -730,6 +780,27 @@ struct Run<'c, 't> {
     /// The bulk allocations standing for the folded blocks' saved tensors, and their input.
     folded: [Id; CATEGORY_COUNT],
     folded_input: Id,
+    /// While the first iteration of a folded run is being cut into stretches (see
+    /// [`Run::replay_iteration`]).
+    record: Option<IterationRecord>,
+}
+
+/// The first training iteration of a folded run, cut at the few events later iterations do
+/// not share with it: the previous iteration's logits and loss that micro-step 1 drops (later
+/// iterations only), the backward's cuBLAS workspace and AdamW's state (created in the first
+/// iteration only). Between the cuts both run the same events on different bases.
+#[derive(Default)]
+struct IterationRecord {
+    stretches: Vec<Stretch>,
+    /// The stretch being recorded: the window's peak before it, and the live bytes at its start.
+    open: Option<(High, [u64; CATEGORY_COUNT])>,
+}
+
+/// Events between two cuts: their highest point and the live bytes before and after them.
+struct Stretch {
+    high: High,
+    start: [u64; CATEGORY_COUNT],
+    end: [u64; CATEGORY_COUNT],
 }
 
 impl<'c, 't> Run<'c, 't> {
@@ -765,6 +836,7 @@ impl<'c, 't> Run<'c, 't> {
             ctx_cache: Vec::with_capacity(8 * cfg.n_layer as usize + 1),
             folded: [Id::NONE; CATEGORY_COUNT],
             folded_input: Id::NONE,
+            record: None,
         }
     }
 
@@ -841,8 +913,11 @@ impl<'c, 't> Run<'c, 't> {
     fn create_workspace(&mut self, backward: bool) {
         let ws = self.target.cublas_workspace_bytes;
         if backward {
+            // Only the first iteration creates it: a cut in its record.
+            self.end_stretch();
             self.workspace_bwd = true;
             self.mem.alloc(ws, Category::Workspace);
+            self.begin_stretch();
         } else {
             self.workspace_fwd = true;
             self.mem.alloc(ws, Category::Workspace);
@@ -1823,6 +1898,11 @@ impl<'c, 't> Run<'c, 't> {
             self.loss = h.loss;
             self.mem.free(old_logits);
             self.mem.free(old_loss);
+            if micro == 1 {
+                // Later iterations drop the previous iteration's logits here; the first has none.
+                self.end_stretch();
+                self.begin_stretch();
+            }
             // loss = loss / gradient_accumulation_steps.
             self.mem.at(Phase::Loss, "loss / gradient_accumulation_steps", NO_LAYER, "");
             let scaled = self.mem.alloc(4, Category::LogitsAndLoss);
@@ -1863,6 +1943,7 @@ impl<'c, 't> Run<'c, 't> {
         // first time, then updates in place. Plain SGD keeps nothing.
         self.mem.at(Phase::OptimizerStep, "optimizer.step", NO_LAYER, "");
         if self.cfg.optimizer == Optimizer::Adamw && self.opt_state.is_empty() {
+            self.end_stretch();
             // Per parameter: a 0-d fp32 step and two moments shaped like it, group by group
             // (decayed tensors first).
             if self.mem.allocator.is_some() {
@@ -1883,6 +1964,7 @@ impl<'c, 't> Run<'c, 't> {
                 let id = self.mem.alloc_exact(step + 2 * self.param_bytes, Category::OptimizerState);
                 self.opt_state.push(id);
             }
+            self.begin_stretch();
         }
 
         // zero_grad(set_to_none=True).
@@ -1891,6 +1973,61 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.free(id);
         }
         self.grads_resident = false;
+    }
+
+    // --- replaying an iteration -----------------------------------------------------------------
+    //
+    // A folded run simulates the first training iteration event by event, cut into stretches
+    // (see `IterationRecord`), and replays the steady one from that record: each stretch's
+    // highest point moved onto the steady iteration's base at that stretch. Within a stretch
+    // both iterations run the same events (same sizes, same ops), so the live total differs by
+    // a constant per category and the highest point is the same event; the bases differ by
+    // what the first iteration had not created yet and by the logits it did not hold.
+
+    fn begin_stretch(&mut self) {
+        if let Some(record) = self.record.as_mut() {
+            let before = self.mem.begin_stretch();
+            record.open = Some((before, self.mem.live));
+        }
+    }
+
+    fn end_stretch(&mut self) {
+        if let Some(record) = self.record.as_mut() {
+            if let Some((before, start)) = record.open.take() {
+                let high = self.mem.end_stretch(before);
+                record.stretches.push(Stretch { high, start, end: self.mem.live });
+            }
+        }
+    }
+
+    /// The first iteration, recorded.
+    fn recorded_iteration(&mut self) -> IterationRecord {
+        self.record = Some(IterationRecord::default());
+        self.begin_stretch();
+        self.iteration();
+        self.end_stretch();
+        self.record.take().unwrap_or_default()
+    }
+
+    /// The peak of a steady iteration, from the first one's record instead of its events. It
+    /// is the last thing a run does, so the live state is left as it was.
+    fn replay_iteration(&mut self, first: &IterationRecord) -> Peak {
+        self.mem.begin_window();
+        // The live bytes at the start of each stretch in this iteration.
+        let mut base = self.mem.live;
+        for (k, stretch) in first.stretches.iter().enumerate() {
+            self.mem.offer(stretch.high.rebased(&stretch.start, &base));
+            base = std::array::from_fn(|c| base[c] + stretch.end[c] - stretch.start[c]);
+            if k == 0 {
+                // The first stretch ends where micro-step 1 has bound its logits: this
+                // iteration drops the previous iteration's logits and loss there.
+                for id in [self.logits, self.loss] {
+                    let (bytes, cat) = self.mem.slot(id);
+                    base[cat.index()] -= bytes;
+                }
+            }
+        }
+        self.mem.end_window()
     }
 
     /// `estimate_loss()`: two splits, `eval_iters` batches each, under no_grad. The second
@@ -2032,34 +2169,34 @@ fn simulate_run(run: &mut Run) -> Simulation {
     run.init();
     run.mem.begin_window();
     run.estimate_loss();
+    let eval_at_start_high = run.mem.window;
     let eval_at_start = run.mem.end_window();
     let after_first_eval = run.mem.live;
-    run.mem.begin_window();
-    run.iteration();
-    let first_iter = run.mem.end_window();
-    let eval = if run.fold {
-        // Once the workspaces exist, estimate_loss leaves nothing behind and its events do not
-        // depend on anything the iteration changed: the second one is the first one on a
-        // different base. Its peak is the first one's (which is in batch 1, after the first
-        // one's workspaces were created) moved by what the base gained or lost per category.
-        rebased(&eval_at_start, &after_first_eval, &run.mem.live)
-    } else {
+    if !run.fold {
+        run.mem.begin_window();
+        run.iteration();
+        let first_iter = run.mem.end_window();
         run.mem.begin_window();
         run.estimate_loss();
-        run.mem.end_window()
-    };
+        let eval = run.mem.end_window();
+        run.mem.begin_window();
+        run.iteration();
+        let train = run.mem.end_window();
+        return Simulation { train, eval, first_iter, eval_at_start };
+    }
+    // Folded: the same windows, the later two from what the earlier ones recorded.
     run.mem.begin_window();
-    run.iteration();
-    let train = run.mem.end_window();
+    let first = run.recorded_iteration();
+    let first_iter = run.mem.end_window();
+    // Once the workspaces exist, estimate_loss leaves nothing behind and its events do not
+    // depend on anything the iteration changed: the second one is the first one on a
+    // different base. Its peak is the first one's (which is in batch 1, after the first one's
+    // workspaces were created) moved by what the base gained or lost per category.
+    run.mem.begin_window();
+    run.mem.offer(eval_at_start_high.rebased(&after_first_eval, &run.mem.live));
+    let eval = run.mem.end_window();
+    let train = run.replay_iteration(&first);
     Simulation { train, eval, first_iter, eval_at_start }
-}
-
-/// `peak` as it would be had every category started at `to` instead of `from`.
-fn rebased(peak: &Peak, from: &[u64; CATEGORY_COUNT], to: &[u64; CATEGORY_COUNT]) -> Peak {
-    let live: [u64; CATEGORY_COUNT] = std::array::from_fn(|c| peak.breakdown.get(Category::ALL[c]) + to[c] - from[c]);
-    let from_total: u64 = from.iter().sum();
-    let to_total: u64 = to.iter().sum();
-    Peak { bytes: peak.bytes + to_total - from_total, breakdown: Breakdown::from_array(&live), ..peak.clone() }
 }
 
 /// Every allocator event of [`simulate_exact`], in order: what the caching allocator is asked
@@ -2100,8 +2237,35 @@ mod tests {
         simulate_run(&mut run)
     }
 
+    /// Splitting a window into stretches must not move its peak: a stretch that only comes back
+    /// to the height reached before it leaves the earlier point as the peak (a tie is not a new
+    /// peak), and one that climbs higher takes over.
+    #[test]
+    fn stretches_keep_the_window_peak_of_the_whole() {
+        let mut mem = Mem::new(512, 16, None);
+        mem.begin_window();
+        mem.at(Phase::Forward, "first", NO_LAYER, "");
+        let a = mem.alloc(1024, Category::Temporaries);
+        mem.at(Phase::Backward, "second", NO_LAYER, "");
+        let before = mem.begin_stretch();
+        mem.free(a);
+        mem.alloc(1000, Category::Temporaries); // rounded to 1024: back to the same height
+        let flat = mem.end_stretch(before);
+        assert_eq!((flat.bytes, flat.at.module), (1024, "second"));
+        assert_eq!(mem.end_window().op, "first");
+
+        mem.at(Phase::Backward, "third", NO_LAYER, "");
+        let before = mem.begin_stretch();
+        mem.alloc(512, Category::Gradients);
+        let climb = mem.end_stretch(before);
+        assert_eq!(climb.bytes, 1536);
+        let peak = mem.end_window();
+        assert_eq!((peak.bytes, peak.op.as_str(), peak.breakdown.gradients), (1536, "third", 512));
+    }
+
     /// The fast run's shortcuts (folding the middle blocks, batch 0 of estimate_loss as its
-    /// net effect, the eval window rebased from the one at iteration 0) must not change any
+    /// net effect, the eval window rebased from the one at iteration 0, the steady iteration
+    /// replayed from the first one's stretches) must not change any
     /// peak, byte for byte, nor where it is, nor what it is made of: compared with the run
     /// that simulates every event, for eager and compiled loops, CUDA and CPU kernels, and
     /// eval shapes that differ from the training ones.
@@ -2113,11 +2277,11 @@ mod tests {
             for compile in [false, true] {
                 for dtype in Dtype::ALL {
                     for attention in [Attention::Flash, Attention::Manual] {
-                        for (ga, ckpt, dropout, bias, eval) in [
-                            (1, false, 0.0, false, (None, None)),
-                            (3, true, 0.1, true, (Some(1), Some(64))),
-                            (2, false, 0.1, false, (Some(8), None)),
-                            (1, true, 0.0, true, (None, Some(1))),
+                        for (ga, ckpt, dropout, bias, eval, optimizer) in [
+                            (1, false, 0.0, false, (None, None), Optimizer::Adamw),
+                            (3, true, 0.1, true, (Some(1), Some(64)), Optimizer::Adamw),
+                            (2, false, 0.1, false, (Some(8), None), Optimizer::Sgd),
+                            (1, true, 0.0, true, (None, Some(1)), Optimizer::Sgd),
                         ] {
                             for n_layer in [1, 2, 3, 7] {
                                 let cfg = Config {
@@ -2136,6 +2300,7 @@ mod tests {
                                     dtype,
                                     attention,
                                     compile,
+                                    optimizer,
                                     ..Config::default()
                                 };
                                 assert_eq!(simulate(&cfg, target), unfolded(&cfg, target), "{cfg:?} {target:?}");
