@@ -18,6 +18,13 @@
 //! what `torch.cuda.memory_allocated()` reports and the peak what `max_memory_allocated()`
 //! reports. The simulation only ever adds and subtracts: it is cheap enough to run thousands of
 //! times per second for fit solving.
+//!
+//! The fast run ([`simulate`], what searches call) skips events that cannot change any peak,
+//! each shortcut explained where it is taken: the middle blocks are applied as their net effect
+//! ("layer folding"), `estimate_loss`'s batch 0 as what it leaves behind, the second
+//! `estimate_loss` and the steady iteration are the first ones moved onto their own bases
+//! ([`Run::replay_iteration`]). [`simulate_exact`] and [`timeline`] run every event, and
+//! `tests::folding_is_exact` holds the fast run to the full one, byte for byte.
 
 use crate::allocator::CachingAllocator;
 use crate::config::{Attention, Config, Dtype, Optimizer};
@@ -330,6 +337,8 @@ struct Mem<'t> {
     /// Whether large requests are counted as the caching allocator's whole segments (the
     /// fast approximation of `allocator` when that is off).
     whole_segments: bool,
+    /// Whether an allocator or a timeline is attached: events then take the slower path.
+    detailed: bool,
     /// The caching allocator, block by block (exact simulations).
     allocator: Option<CachingAllocator>,
     /// Allocator block handle per slot (exact simulations).
@@ -353,6 +362,7 @@ impl<'t> Mem<'t> {
         let at = At { phase: Phase::Init, module: "model", layer: NO_LAYER, what: "", micro_step: 0 };
         Mem {
             whole_segments: false,
+            detailed: timeline.is_some(),
             allocator: None,
             handles: Vec::new(),
             window_reserved: 0,
@@ -396,27 +406,44 @@ impl<'t> Mem<'t> {
         self.at.what = what;
     }
 
-    // The hot path. `alloc`, `push` and `free` run about 1,500 times per fast simulation, so
-    // they stay small enough to inline; the exact simulation's allocator bookkeeping and the
-    // timeline recorder live in separate, never-inlined functions so that the fast path does
-    // not pay for their registers and stack.
+    /// Exact simulations: every tensor goes through the block-level caching allocator.
+    fn attach_allocator(&mut self, allocator: CachingAllocator) {
+        self.allocator = Some(allocator);
+        self.detailed = true;
+    }
+
+    /// From now on, every event appends a point to `timeline`.
+    fn attach_timeline(&mut self, timeline: &'t mut Vec<TimelinePoint>) {
+        self.timeline = Some(timeline);
+        self.detailed = true;
+    }
+
+    // The hot path. `alloc`, `push` and `free` run about a thousand times per fast simulation,
+    // so they stay small enough to inline and test one flag for everything else: the exact
+    // simulation's allocator bookkeeping and the timeline recorder live in separate,
+    // never-inlined functions, so the fast path does not pay for their registers and stack.
 
     #[inline]
     fn alloc(&mut self, bytes: u64, cat: Category) -> Id {
         if bytes == 0 {
             return Id::NONE;
         }
-        if self.allocator.is_some() {
-            return self.alloc_in_allocator(bytes, cat);
+        if self.detailed {
+            return self.alloc_detailed(bytes, cat);
         }
         let bytes = self.block_bytes(bytes);
         self.push(bytes, cat)
     }
 
-    /// [`Mem::alloc`] of an exact simulation: the caching allocator picks the block.
+    /// [`Mem::alloc`] with an allocator (which picks the block) or a timeline attached.
     #[inline(never)]
-    fn alloc_in_allocator(&mut self, bytes: u64, cat: Category) -> Id {
-        let Some(a) = self.allocator.as_mut() else { unreachable!("only called with an allocator") };
+    fn alloc_detailed(&mut self, bytes: u64, cat: Category) -> Id {
+        let Some(a) = self.allocator.as_mut() else {
+            let bytes = self.block_bytes(bytes);
+            let id = self.push(bytes, cat);
+            self.record();
+            return id;
+        };
         let (handle, block) = a.malloc(bytes);
         let reserved = a.reserved;
         self.handles.push(handle);
@@ -433,7 +460,9 @@ impl<'t> Mem<'t> {
                 offset,
             });
         }
-        self.push(block, cat)
+        let id = self.push(block, cat);
+        self.record();
+        id
     }
 
     /// A bulk allocation of an exact byte count (already a sum of block sizes).
@@ -442,7 +471,11 @@ impl<'t> Mem<'t> {
             return Id::NONE;
         }
         debug_assert!(self.allocator.is_none(), "exact simulations allocate tensor by tensor");
-        self.push(bytes, cat)
+        let id = self.push(bytes, cat);
+        if self.detailed {
+            self.record();
+        }
+        id
     }
 
     #[inline]
@@ -453,9 +486,6 @@ impl<'t> Mem<'t> {
         self.total += bytes;
         if self.total > self.window.bytes {
             self.window = self.here();
-        }
-        if self.timeline.is_some() {
-            self.record();
         }
         id
     }
@@ -473,18 +503,23 @@ impl<'t> Mem<'t> {
         }
         self.live[cat.index()] -= bytes;
         self.total -= bytes;
-        if self.allocator.is_some() {
-            self.free_in_allocator(id, bytes);
-        }
-        if self.timeline.is_some() {
-            self.record();
+        if self.detailed {
+            self.free_detailed(id, bytes);
         }
     }
 
-    /// The allocator's side of [`Mem::free`] in an exact simulation.
+    /// The rest of [`Mem::free`] with an allocator or a timeline attached.
     #[inline(never)]
+    fn free_detailed(&mut self, id: Id, bytes: u64) {
+        if self.allocator.is_some() {
+            self.free_in_allocator(id, bytes);
+        }
+        self.record();
+    }
+
+    /// The allocator's side of [`Mem::free`] in an exact simulation.
     fn free_in_allocator(&mut self, id: Id, bytes: u64) {
-        let Some(a) = self.allocator.as_mut() else { unreachable!("only called with an allocator") };
+        let Some(a) = self.allocator.as_mut() else { return };
         let handle = self.handles[id.0 as usize];
         let (segment, offset) = a.place(handle);
         a.free(handle);
@@ -2161,7 +2196,7 @@ pub fn simulate_exact(cfg: &Config, target: &Target) -> Simulation {
 fn exact_run<'c, 't>(cfg: &'c Config, target: &Target) -> Run<'c, 't> {
     let mut run = Run::new(cfg, *target, None);
     run.fold = false;
-    run.mem.allocator = Some(CachingAllocator::configured(cfg.expandable_segments));
+    run.mem.attach_allocator(CachingAllocator::configured(cfg.expandable_segments));
     run
 }
 
@@ -2220,7 +2255,7 @@ pub fn timeline(cfg: &Config, target: &Target) -> Vec<TimelinePoint> {
         run.iteration();
         run.estimate_loss();
         // Attach the recorder for the steady iteration and the eval after it.
-        run.mem.timeline = Some(&mut points);
+        run.mem.attach_timeline(&mut points);
         run.iteration();
         run.estimate_loss();
     }
