@@ -3,6 +3,8 @@
 //! `exact_events`. Run it before and after a change to the simulation and diff the outputs:
 //! `cargo run -p vramfit-core --release --example sim_digest > before.jsonl`.
 //! Any difference in any peak, op, phase, breakdown or timeline point shows up as a changed line.
+//! An optional argument sets how many configs (default 64; the first four are the bench's).
+use std::io::Write;
 use vramfit_core::config::{Attention, Dtype, Optimizer};
 use vramfit_core::sim::{exact_events, simulate, simulate_exact, timeline, Target};
 use vramfit_core::{device, Config};
@@ -19,7 +21,7 @@ impl Lcg {
 }
 
 /// The bench's four configs, then a pseudo-random spread over every switch the loop has.
-fn configs() -> Vec<Config> {
+fn configs(count: usize) -> Vec<Config> {
     let mut out = vec![
         Config { compile: false, ..Config::default() },
         Config::default(),
@@ -38,7 +40,7 @@ fn configs() -> Vec<Config> {
         Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, compile: false, ..Config::default() },
     ];
     let mut rng = Lcg(0x5eed);
-    while out.len() < 64 {
+    while out.len() < count {
         let n_head = rng.pick(&[1u32, 2, 3, 4, 6]);
         let block_size = rng.pick(&[16u32, 64, 100, 128, 257]);
         let cfg = Config {
@@ -69,8 +71,17 @@ fn configs() -> Vec<Config> {
 }
 
 fn main() {
+    let count = match std::env::args().nth(1).map(|n| n.parse::<usize>()) {
+        None => 64,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            eprintln!("error: usage: sim_digest [CONFIGS]");
+            std::process::exit(2);
+        }
+    };
+    let mut out = std::io::stdout().lock();
     let gpu_targets = [("h100", device::Gpu::find("h100-80gb").expect("preset").target()), ("cpu", Target::cpu_trace())];
-    for (i, cfg) in configs().iter().enumerate() {
+    for (i, cfg) in configs(count).iter().enumerate() {
         // Alternate the target so both kernel families are covered; the bench configs get both.
         let targets: &[(&str, Target)] = if i < 4 { &gpu_targets } else { std::slice::from_ref(&gpu_targets[i % 2]) };
         for (name, target) in targets {
@@ -82,7 +93,10 @@ fn main() {
                 "timeline": timeline(cfg, target),
                 "exact_events": exact_events(cfg, target),
             });
-            println!("{line}");
+            // A closed pipe (e.g. `| head`) ends the listing quietly.
+            if writeln!(out, "{line}").is_err() {
+                return;
+            }
         }
     }
 }
