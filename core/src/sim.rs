@@ -841,9 +841,9 @@ struct Stretch {
 impl<'c, 't> Run<'c, 't> {
     fn new(cfg: &'c Config, target: Target, timeline: Option<&'t mut Vec<TimelinePoint>>) -> Self {
         // Room for every tensor a folded run creates, so the slot table never grows mid-run:
-        // eager runs simulate two blocks per pass (under 1,600 tensors in all), compiled runs
-        // every block (about 50 tensors each). Unfolded runs grow it as they go.
-        let expected_tensors = if cfg.compile { 256 + 64 * cfg.n_layer as usize } else { 2048 };
+        // it simulates two blocks per pass (under 1,600 tensors in all for any eager config,
+        // fewer compiled). Unfolded runs grow it as they go.
+        let expected_tensors = 2048;
         let mut mem = Mem::new(target.granularity, expected_tensors, timeline);
         mem.whole_segments = target.cuda_kernels;
         let tensors = param_tensors(cfg);
@@ -1043,7 +1043,8 @@ impl<'c, 't> Run<'c, 't> {
     // blocks before it left behind. So the live total inside any block is an affine function of
     // its index, and its maximum is reached in the first or the last block run. When no
     // timeline is recorded, the blocks in between are applied as their net effect (same bytes
-    // per category, one bulk allocation each) instead of event by event. Peaks are unchanged.
+    // per category, one bulk allocation each) instead of event by event, eager and compiled
+    // alike. Peaks are unchanged (on a tie the earlier block, which is simulated, keeps it).
 
     /// Whether block `i` is applied as a net effect rather than simulated event by event.
     fn folds(&self, i: usize) -> bool {
@@ -1829,20 +1830,22 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at(phase, "compiled GPT.forward", NO_LAYER, "embeddings");
         // The fp32 residual stream, reused from block to block inside the graph.
         let mut x = self.mem.alloc(d.btc() * 4, Category::Temporaries);
-        for i in 0..self.cfg.n_layer {
-            self.mem.at(phase, "transformer.h.{i} (compiled)", i, "");
-            if graph {
-                // What the partitioner saves (only the block input under checkpointing).
-                let bytes = if self.cfg.activation_checkpointing { d.btc() * 4 } else { compiled_saved_bytes(&d) };
-                self.blocks[i as usize].x_in = self.mem.alloc(bytes, Category::SavedActivations);
+        let layers = self.cfg.n_layer as usize;
+        let mut per_layer = [0i64; CATEGORY_COUNT];
+        let mut i = 0;
+        while i < layers {
+            if self.folds(i) {
+                // Blocks 1..L-1 at once (see "layer folding").
+                self.folded_compiled_blocks_forward(&per_layer, layers - 2);
+                i = layers - 1;
+                continue;
             }
-            // The block's widest intermediate: the MLP's hidden activations.
-            let hidden = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
-            self.ensure_workspace(false);
-            let next = self.mem.alloc(d.btc() * 4, Category::Temporaries);
-            self.mem.free(hidden);
-            self.mem.free(x);
-            x = next;
+            let before = self.mem.live;
+            x = self.compiled_block_forward(&d, i, x, phase, graph);
+            if i == 0 {
+                per_layer = delta(&before, &self.mem.live);
+            }
+            i += 1;
         }
         self.mem.at(phase, "lm_head (compiled)", NO_LAYER, "");
         // The tied weight's cast is made inside the graph and dropped with it.
@@ -1870,6 +1873,58 @@ impl<'c, 't> Run<'c, 't> {
         }
     }
 
+    /// One compiled block, forward: `x` is the residual stream coming in; returns the one
+    /// going out.
+    fn compiled_block_forward(&mut self, d: &Dims, i: usize, x: Id, phase: Phase, graph: bool) -> Id {
+        self.mem.at(phase, "transformer.h.{i} (compiled)", i as u32, "");
+        if graph {
+            // What the partitioner saves (only the block input under checkpointing).
+            let bytes = if self.cfg.activation_checkpointing { d.btc() * 4 } else { compiled_saved_bytes(d) };
+            self.blocks[i].x_in = self.mem.alloc(bytes, Category::SavedActivations);
+        }
+        // The block's widest intermediate: the MLP's hidden activations.
+        let hidden = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
+        self.ensure_workspace(false);
+        let next = self.mem.alloc(d.btc() * 4, Category::Temporaries);
+        self.mem.free(hidden);
+        self.mem.free(x);
+        next
+    }
+
+    /// Compiled forward of the middle blocks 1..L-1 as `count` times block 0's net effect:
+    /// what the partitioner saves, one bulk allocation per category kept for the backward
+    /// (the residual stream is a single tensor handed on, so nothing else accumulates).
+    fn folded_compiled_blocks_forward(&mut self, per_layer: &[i64; CATEGORY_COUNT], count: usize) {
+        let mut bulk = [Id::NONE; CATEGORY_COUNT];
+        for c in Category::ALL {
+            let bytes = per_layer[c.index()] * count as i64;
+            debug_assert!(bytes >= 0, "a compiled block's forward never shrinks {c:?}");
+            if bytes > 0 {
+                bulk[c.index()] = self.mem.alloc_exact(bytes as u64, c);
+            }
+        }
+        self.folded = bulk;
+        self.folded_input = Id::NONE;
+    }
+
+    /// One compiled block, backward: its parameters' gradients arrive, its saved tensors go.
+    fn compiled_block_backward(&mut self, d: &Dims, i: usize, resident: bool) {
+        self.mem.at(Phase::Backward, "transformer.h.{i} (compiled)", i as u32, "backward");
+        if self.cfg.activation_checkpointing {
+            // The block's forward runs again for its backward.
+            let again = self.mem.alloc(compiled_saved_bytes(d), Category::SavedActivations);
+            self.mem.free(again);
+        }
+        let saved = std::mem::replace(&mut self.blocks[i].x_in, Id::NONE);
+        for elems in layer_param_elems(d) {
+            if elems > 0 {
+                let g = self.mem.alloc(elems * 4, Category::Temporaries);
+                self.grad_arrives(g, resident);
+            }
+        }
+        self.mem.free(saved);
+    }
+
     /// The compiled backward: the loss's three B*T*V tensors, then block by block the saved
     /// tensors go and fp32 gradients arrive.
     fn compiled_backward(&mut self, h: HeadSaved, old_x: Id, old_y: Id, root: Id) {
@@ -1895,21 +1950,21 @@ impl<'c, 't> Run<'c, 't> {
                 self.grad_arrives(g, resident);
             }
         }
-        for i in (0..self.cfg.n_layer).rev() {
-            self.mem.at(Phase::Backward, "transformer.h.{i} (compiled)", i, "backward");
-            if self.cfg.activation_checkpointing {
-                // The block's forward runs again for its backward.
-                let again = self.mem.alloc(compiled_saved_bytes(&d), Category::SavedActivations);
-                self.mem.free(again);
+        let layers = self.cfg.n_layer as usize;
+        let mut per_layer = [0i64; CATEGORY_COUNT];
+        let mut i = layers;
+        while i > 0 {
+            i -= 1;
+            if self.folds(i) {
+                self.folded_blocks_backward(&per_layer, layers - 2);
+                i = 1;
+                continue;
             }
-            let saved = std::mem::replace(&mut self.blocks[i as usize].x_in, Id::NONE);
-            for elems in layer_param_elems(&d) {
-                if elems > 0 {
-                    let g = self.mem.alloc(elems * 4, Category::Temporaries);
-                    self.grad_arrives(g, resident);
-                }
+            let before = self.mem.live;
+            self.compiled_block_backward(&d, i, resident);
+            if i + 1 == layers {
+                per_layer = delta(&before, &self.mem.live);
             }
-            self.mem.free(saved);
         }
         self.mem.at(Phase::Backward, "transformer.wte+wpe (compiled)", NO_LAYER, "backward");
         let g_wpe = self.mem.alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
