@@ -38,7 +38,7 @@ fn cases() -> Vec<Case> {
         eval_block_size: None,
         ..Config::default()
     };
-    let o = TrainerOptions::default();
+    let o = TrainerOptions { gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(), ..TrainerOptions::default() };
     let c = |name, cfg: Config, opts: TrainerOptions| Case { name, cfg, opts };
     vec![
         c("char 4L C128 T128 B8", base.clone(), o),

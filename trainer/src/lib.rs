@@ -1,6 +1,7 @@
 //! The trainer's library half: what `vramfit train`/`sample`, the tests and the benches share.
 //!
-//! - [`model`] — nanoGPT's GPT on candle with a hand-written backward (explicit tensor lifetimes).
+//! - [`model`] — nanoGPT's GPT on candle with a hand-written backward (explicit tensor lifetimes);
+//!   [`fused`] — one-pass CPU kernels for its layer norms, GELU and softmaxes.
 //! - [`preflight`] — predicts the run's memory with core before allocating; refuses or `--auto-fit`s.
 //! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks.
 //! - [`data`] (with [`corpus`], the built-in text) — tokens, vocabularies and nanoGPT's random batches.
@@ -11,6 +12,7 @@
 pub mod checkpoint;
 pub mod corpus;
 pub mod data;
+pub mod fused;
 pub mod lossplot;
 pub mod mem;
 pub mod model;

@@ -169,6 +169,10 @@ fn mul_opt(x: Tensor, mask: &Option<Tensor>) -> Result<Tensor> {
 
 /// `F.layer_norm` over the last dim of `x` [N, C]; returns the output and what backward needs.
 fn ln_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, keep: bool) -> Result<(Tensor, Option<LnSaved>)> {
+    if let Some(fused) = crate::fused::layer_norm(x, w, b, LN_EPS as f32, keep) {
+        let (y, kept) = fused?;
+        return Ok((y, kept.map(|(xhat, rstd)| LnSaved { xhat, rstd })));
+    }
     let mean = x.mean_keepdim(D::Minus1)?;
     let centred = x.broadcast_sub(&mean)?;
     drop(mean);
@@ -187,6 +191,9 @@ fn ln_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, keep: bool) -> Result<
 
 /// LayerNorm's backward: (dx, dw, db).
 fn ln_backward(dy: &Tensor, saved: &LnSaved, w: &Tensor, with_bias: bool) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+    if let Some(fused) = crate::fused::layer_norm_backward(dy, &saved.xhat, &saved.rstd, w, with_bias) {
+        return fused;
+    }
     let dw = dy.mul(&saved.xhat)?.sum(0)?;
     let db = if with_bias { Some(dy.sum(0)?) } else { None };
     let dxhat = dy.broadcast_mul(w)?;
@@ -220,6 +227,9 @@ fn linear_backward(dy: &Tensor, x: &Tensor, w: &Tensor, with_bias: bool) -> Resu
 
 /// d/du of the exact (erf) GELU: Phi(u) + u * phi(u).
 fn gelu_backward(dy: &Tensor, u: &Tensor) -> Result<Tensor> {
+    if let Some(fused) = crate::fused::gelu_backward(dy, u) {
+        return fused;
+    }
     let cdf = u.affine(std::f64::consts::FRAC_1_SQRT_2, 0.0)?.erf()?.affine(0.5, 0.5)?;
     let pdf = u.sqr()?.affine(-0.5, 0.0)?.exp()?.affine(1.0 / (std::f64::consts::TAU).sqrt(), 0.0)?;
     let u_pdf = u.mul(&pdf)?;
@@ -419,10 +429,17 @@ impl Gpt {
         let v = head(2)?;
         drop(qkv);
         let scores = q_scaled.matmul(&k.t()?)?;
-        let masked = scores.broadcast_add(mask)?;
-        drop(scores);
-        let att = candle_nn::ops::softmax_last_dim(&masked)?;
-        drop(masked);
+        let att = match crate::fused::causal_softmax(&scores) {
+            Some(att) => {
+                drop(scores);
+                att?
+            }
+            None => {
+                let masked = scores.broadcast_add(mask)?;
+                drop(scores);
+                candle_nn::ops::softmax_last_dim(&masked)?
+            }
+        };
         let att_drop_mask = draw(site, &[b, h, t, t])?;
         let y = match &att_drop_mask {
             Some(m) => att.mul(m)?.matmul(&v)?,
@@ -436,7 +453,10 @@ impl Gpt {
 
         let (ln2_out, ln2) = ln_forward(&x1, &self.w(bp.ln2_w), self.wo(bp.ln2_b).as_ref(), keep)?;
         let fc_out = linear(&ln2_out, &self.w(bp.fc_w), self.wo(bp.fc_b).as_ref())?;
-        let gelu_out = fc_out.gelu_erf()?;
+        let gelu_out = match crate::fused::gelu(&fc_out) {
+            Some(fused) => fused?,
+            None => fc_out.gelu_erf()?,
+        };
         let mlp = linear(&gelu_out, &self.w(bp.mlp_proj_w), self.wo(bp.mlp_proj_b).as_ref())?;
         let resid2_mask = draw(site + 2, &[b * t, c])?;
         let x2 = x1.add(&mul_opt(mlp, &resid2_mask)?)?;
@@ -498,11 +518,18 @@ impl Gpt {
         let datt = mul_opt(dy.matmul(&s.v.t()?)?, &s.att_drop_mask)?;
         drop(dy);
         // Softmax backward: ds = att * (datt - sum(datt * att, -1)).
-        let row_dot = datt.mul(&s.att)?.sum_keepdim(D::Minus1)?;
-        let centred = datt.broadcast_sub(&row_dot)?;
-        drop((datt, row_dot));
-        let ds = centred.mul(&s.att)?;
-        drop(centred);
+        let ds = match crate::fused::softmax_backward(&s.att, &datt) {
+            Some(ds) => {
+                drop(datt);
+                ds?
+            }
+            None => {
+                let row_dot = datt.mul(&s.att)?.sum_keepdim(D::Minus1)?;
+                let centred = datt.broadcast_sub(&row_dot)?;
+                drop((datt, row_dot));
+                centred.mul(&s.att)?
+            }
+        };
         let dq = ds.matmul(&s.k)?.affine(1.0 / (hs as f64).sqrt(), 0.0)?;
         let dk = ds.t()?.matmul(&s.q_scaled)?;
         drop(ds);
@@ -743,6 +770,30 @@ enum Init {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The f32 model runs the fused CPU kernels (`fused.rs`), the f64 one candle's op-by-op
+    /// compositions that the finite-difference check validates: their gradients must agree.
+    #[test]
+    fn fused_f32_gradients_match_the_plain_f64_path() {
+        for (bias, dropout) in [(true, 0.0), (false, 0.25)] {
+            let cfg = tiny(bias, dropout);
+            let plain = Gpt::new_with_dtype(&cfg, ModelOptions::default(), &Device::Cpu, 11, DType::F64).unwrap();
+            let fused = Gpt::new_with_dtype(&cfg, ModelOptions::default(), &Device::Cpu, 11, DType::F32).unwrap();
+            let (x, y) = batch(&cfg, 2, 6, 13);
+            let (loss64, grads64) = plain.loss_and_grads(&x, &y, 17).unwrap();
+            let (loss32, grads32) = fused.loss_and_grads(&x, &y, 17).unwrap();
+            assert!((loss64 - loss32).abs() < 1e-5, "loss {loss32} (fused f32) vs {loss64} (plain f64)");
+            for ((name, _), (g64, g32)) in plain.params().iter().zip(grads64.iter().zip(&grads32)) {
+                let want: Vec<f64> = g64.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+                let got = flat(g32);
+                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+                assert!(scale > 0.0, "{name}: zero gradient");
+                for (w, g) in want.iter().zip(&got) {
+                    assert!((w - f64::from(*g)).abs() <= 1e-4 * scale, "{name} (bias {bias}, dropout {dropout}): {g} vs {w}");
+                }
+            }
+        }
+    }
 
     fn tiny(bias: bool, dropout: f64) -> Config {
         Config { n_layer: 2, n_head: 2, n_embd: 8, block_size: 6, vocab_size: 11, bias, dropout, batch_size: 3, ..Config::default() }

@@ -81,11 +81,24 @@ impl AdamW {
         let step_size = lr / (1.0 - beta1.powi(t));
         let bias_correction2_sqrt = (1.0 - beta2.powi(t)).sqrt();
         for (i, ((_, p), g)) in params.iter().zip(grads).enumerate() {
+            let decay = if self.decays[i] { 1.0 - lr * weight_decay } else { 1.0 };
+            let fused = crate::fused::AdamWStep {
+                beta1: beta1 as f32,
+                beta2: beta2 as f32,
+                eps: eps as f32,
+                decay: decay as f32,
+                step_size: step_size as f32,
+                bias_correction2_sqrt: bias_correction2_sqrt as f32,
+            };
+            // CPU f32: three in-place passes, no temporaries; elsewhere the tensor-op formula.
+            if let Some(done) = crate::fused::adamw_step(p.as_tensor(), g, &self.m[i], &self.v[i], fused) {
+                done?;
+                continue;
+            }
             let g = g.to_dtype(DType::F32)?;
             let m = ((&self.m[i] * beta1)? + (&g * (1.0 - beta1))?)?;
             let v = ((&self.v[i] * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
             let denom = v.sqrt()?.affine(1.0 / bias_correction2_sqrt, eps)?;
-            let decay = if self.decays[i] { 1.0 - lr * weight_decay } else { 1.0 };
             let updated = ((p.as_tensor() * decay)? - (m.div(&denom)? * step_size)?)?;
             p.set(&updated)?;
             self.m[i] = m;

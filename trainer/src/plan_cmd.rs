@@ -53,6 +53,7 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
         eval_chunk_rows: args.eval_chunk_rows,
         grad_clip: args.grad_clip.unwrap_or(true),
         cpu_threads: u32::try_from(threads).unwrap_or(u32::MAX),
+        gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
     };
     let available = match args.max_memory_mib {
         Some(mib) => Some(mib.saturating_mul(1 << 20)),

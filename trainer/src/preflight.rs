@@ -11,6 +11,17 @@ use vramfit_core::sim::Simulation;
 use vramfit_core::trainer_model::{self, TrainerOptions};
 use vramfit_core::{Category, Config};
 
+/// Rows of gemm's f32 microkernel on this CPU, for [`TrainerOptions::gemm_kernel_rows`]: with the
+/// `x86-v4` feature (root Cargo.toml) gemm-common 0.19 runs its AVX-512 kernels (64 rows) when the
+/// CPU has AVX-512F, else its AVX2/FMA ones (16 rows). Other architectures count as 16 (an estimate).
+pub fn gemm_kernel_rows() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return 64;
+    }
+    16
+}
+
 /// What pre-flight decided.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Preflight {

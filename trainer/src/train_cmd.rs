@@ -144,6 +144,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         grad_clip: settings.grad_clip > 0.0,
         // Threads candle's matmuls use (RAYON_NUM_THREADS, set above): gemm keeps a buffer per thread.
         cpu_threads: candle_core::utils::get_num_threads() as u32,
+        gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
     };
     let available = available_memory(&device, args.max_memory_mib);
     let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit).map_err(input)?;

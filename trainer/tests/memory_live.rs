@@ -45,7 +45,11 @@ fn measured_training_peak_is_within_3_percent_of_core() {
     iteration(&model, &cfg, &mut optimizer, &mut rng);
     assert!(mem::installed());
     let measured = mem::peak() - baseline;
-    let opts = TrainerOptions { cpu_threads: candle_core::utils::get_num_threads() as u32, ..TrainerOptions::default() };
+    let opts = TrainerOptions {
+        cpu_threads: candle_core::utils::get_num_threads() as u32,
+        gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        ..TrainerOptions::default()
+    };
     let predicted = simulate(&cfg, &opts).train.bytes;
     let err = (predicted as f64 - measured as f64) / measured as f64;
     eprintln!("live: predicted {predicted}, measured {measured} ({:+.3}%)", err * 100.0);

@@ -38,7 +38,13 @@ fn trainer_json_matches_core_for_the_same_settings() {
         gradient_accumulation_steps: 3,
         ..Config::default()
     };
-    let opts = TrainerOptions { chunked_loss: true, grad_clip: true, cpu_threads: 1, eval_chunk_rows: None };
+    let opts = TrainerOptions {
+        chunked_loss: true,
+        grad_clip: true,
+        cpu_threads: 1,
+        eval_chunk_rows: None,
+        gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+    };
     let sim = trainer_model::simulate(&cfg, &opts);
     assert_eq!(plan["train"]["peak_bytes"].as_u64(), Some(sim.train.bytes));
     assert_eq!(plan["eval"]["peak_bytes"].as_u64(), Some(sim.eval.bytes));
@@ -61,7 +67,15 @@ fn trainer_text_report_and_a_run_that_does_not_fit() {
     // A budget between the peaks of micro-batches 3 and 4 gives exactly 3 as the fix.
     let need = |b: u32| {
         let cfg = Config { n_layer: 2, n_head: 2, n_embd: 64, block_size: 128, vocab_size: 500, batch_size: b, ..Config::default() };
-        trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &TrainerOptions { grad_clip: true, cpu_threads: 1, ..Default::default() }))
+        trainer_model::peak_bytes(&trainer_model::simulate(
+            &cfg,
+            &TrainerOptions {
+                grad_clip: true,
+                cpu_threads: 1,
+                gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+                ..Default::default()
+            },
+        ))
     };
     let mib = ((need(3) + need(4)) / 2) >> 20;
     assert!(need(3) <= (mib << 20) && need(4) > (mib << 20), "a whole MiB between the two peaks");

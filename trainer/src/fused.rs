@@ -1,0 +1,432 @@
+//! Fused CPU kernels for the elementwise chains of the trainer's forward and backward.
+//!
+//! Written as candle ops, layer norm, the exact GELU's backward and the softmax backward each take
+//! 4 to 10 passes over their tensors, with a fresh output tensor per pass. On CPU those passes,
+//! not the matmuls, were half of a training step's time. Here each chain is one pass (two for layer
+//! norm) that reads its inputs and writes only the tensors the caller keeps.
+//!
+//! Every function takes the fused path only for contiguous f32 tensors on the CPU and returns
+//! `None` otherwise; the caller then runs the plain candle composition (f64 in the gradient check,
+//! CUDA). Both paths compute the same formulas; `tests` below hold them to each other.
+//! `core::trainer_model` follows the fused path's allocations, which are the ones measured.
+
+use candle_core::{CpuStorage, DType, Device, InplaceOp2, InplaceOp3, Layout, Result, Storage, StorageRef, Tensor};
+
+/// A read view of a contiguous f32 tensor on the CPU (holds the storage's read lock).
+struct F32View<'a> {
+    storage: StorageRef<'a>,
+    start: usize,
+    end: usize,
+}
+
+impl F32View<'_> {
+    fn slice(&self) -> &[f32] {
+        match &*self.storage {
+            Storage::Cpu(cpu) => cpu.as_slice::<f32>().map_or(&[][..], |all| &all[self.start..self.end]),
+            _ => &[],
+        }
+    }
+}
+
+/// `t`'s elements, if it is a contiguous f32 tensor on the CPU.
+fn view(t: &Tensor) -> Option<F32View<'_>> {
+    if t.dtype() != DType::F32 || !t.device().is_cpu() {
+        return None;
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let (start, end) = layout.contiguous_offsets()?;
+    matches!(&*storage, Storage::Cpu(_)).then_some(F32View { storage, start, end })
+}
+
+fn cpu_tensor(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
+    Tensor::from_vec(data, dims, &Device::Cpu)
+}
+
+/// erf(x) by Abramowitz and Stegun, Handbook of Mathematical Functions, formula 7.1.26
+/// (absolute error at most 1.5e-7, below f32's resolution of the GELU's values), together with
+/// the exp(-x^2) it uses, which the GELU's derivative needs too.
+#[inline]
+#[allow(clippy::excessive_precision)] // the coefficients as published, rounded to f32 by the compiler
+fn erf_and_gauss(x: f32) -> (f32, f32) {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [0.254_829_592, -0.284_496_736, 1.421_413_741, -1.453_152_027, 1.061_405_429];
+    let ax = x.abs();
+    let t = 1.0 / (1.0 + P * ax);
+    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    let gauss = (-ax * ax).exp();
+    let erf_abs = 1.0 - poly * gauss;
+    (if x < 0.0 { -erf_abs } else { erf_abs }, gauss)
+}
+
+/// Phi(u), the standard normal CDF, and phi(u), its density.
+#[inline]
+fn normal_cdf_pdf(u: f32) -> (f32, f32) {
+    let (erf, gauss) = erf_and_gauss(u * std::f32::consts::FRAC_1_SQRT_2);
+    // gauss = exp(-u^2 / 2); phi(u) = gauss / sqrt(2 pi).
+    const INV_SQRT_TAU: f32 = 0.398_942_3; // 1 / sqrt(2 pi)
+    (0.5 * (1.0 + erf), gauss * INV_SQRT_TAU)
+}
+
+/// The exact GELU, u * Phi(u) (PyTorch's `nn.GELU()`, which nanoGPT uses).
+pub fn gelu(u: &Tensor) -> Option<Result<Tensor>> {
+    let out: Vec<f32> = view(u)?.slice().iter().map(|&x| x * normal_cdf_pdf(x).0).collect();
+    Some(cpu_tensor(out, u.dims()))
+}
+
+/// GELU's backward: dy * (Phi(u) + u * phi(u)).
+pub fn gelu_backward(dy: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
+    if dy.dims() != u.dims() {
+        return None;
+    }
+    let (g, x) = (view(dy)?, view(u)?);
+    let out: Vec<f32> = g
+        .slice()
+        .iter()
+        .zip(x.slice())
+        .map(|(&g, &x)| {
+            let (cdf, pdf) = normal_cdf_pdf(x);
+            g * (cdf + x * pdf)
+        })
+        .collect();
+    Some(cpu_tensor(out, u.dims()))
+}
+
+/// Softmax over the last dim of attention scores [.., T, T] with the causal mask applied: row i
+/// (query position i mod T) sees keys 0..=i; the masked keys get probability 0. The same as adding
+/// the -inf mask and taking the softmax, without the masked copy.
+pub fn causal_softmax(scores: &Tensor) -> Option<Result<Tensor>> {
+    let dims = scores.dims();
+    let t = *dims.last()?;
+    if dims.len() < 2 || dims[dims.len() - 2] != t || t == 0 {
+        return None;
+    }
+    let s = view(scores)?;
+    let s = s.slice();
+    let out = {
+        let mut out = vec![0f32; s.len()];
+        for (r, (row, o)) in s.chunks_exact(t).zip(out.chunks_exact_mut(t)).enumerate() {
+            let seen = r % t + 1;
+            let (row, o) = (&row[..seen], &mut o[..seen]);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for (y, &x) in o.iter_mut().zip(row) {
+                *y = (x - max).exp();
+                sum += *y;
+            }
+            let inv = 1.0 / sum;
+            o.iter_mut().for_each(|y| *y *= inv);
+        }
+        out
+    };
+    Some(cpu_tensor(out, dims))
+}
+
+/// Softmax's backward along the last dim: att * (datt - sum(datt * att)) row by row.
+pub fn softmax_backward(att: &Tensor, datt: &Tensor) -> Option<Result<Tensor>> {
+    let dims = att.dims();
+    let t = *dims.last()?;
+    if datt.dims() != dims || t == 0 {
+        return None;
+    }
+    let (a, g) = (view(att)?, view(datt)?);
+    let (a, g) = (a.slice(), g.slice());
+    let out = {
+        let mut out = vec![0f32; a.len()];
+        for ((a, g), o) in a.chunks_exact(t).zip(g.chunks_exact(t)).zip(out.chunks_exact_mut(t)) {
+            let dot: f32 = a.iter().zip(g).map(|(a, g)| a * g).sum();
+            for ((o, &a), &g) in o.iter_mut().zip(a).zip(g) {
+                *o = a * (g - dot);
+            }
+        }
+        out
+    };
+    Some(cpu_tensor(out, dims))
+}
+
+/// Layer norm's forward over the last dim of x [N, C]: y = xhat * w (+ b), with
+/// xhat = (x - mean) * rstd and rstd = 1 / sqrt(var + eps) (biased variance, as PyTorch).
+/// Returns y and, with `keep`, xhat [N, C] and rstd [N, 1] for the backward.
+#[allow(clippy::type_complexity)]
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f32, keep: bool) -> Option<Result<(Tensor, Option<(Tensor, Tensor)>)>> {
+    let (n, c) = x.dims2().ok()?;
+    if w.dims() != [c] || b.is_some_and(|b| b.dims() != [c]) || c == 0 {
+        return None;
+    }
+    let (xv, wv) = (view(x)?, view(w)?);
+    let bv = match b {
+        Some(b) => Some(view(b)?),
+        None => None,
+    };
+    let (x, w, bias) = (xv.slice(), wv.slice(), bv.as_ref().map(F32View::slice));
+    let mut y = vec![0f32; n * c];
+    let mut xhat = if keep { vec![0f32; n * c] } else { Vec::new() };
+    let mut rstds = if keep { vec![0f32; n] } else { Vec::new() };
+    for (r, (row, out)) in x.chunks_exact(c).zip(y.chunks_exact_mut(c)).enumerate() {
+        let mean = row.iter().sum::<f32>() / c as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
+            let h = (v - mean) * rstd;
+            if keep {
+                xhat[r * c + j] = h;
+            }
+            *o = h * w[j] + bias.map_or(0.0, |b| b[j]);
+        }
+        if keep {
+            rstds[r] = rstd;
+        }
+    }
+    let kept = keep.then_some((xhat, rstds));
+    Some((|| {
+        let y = cpu_tensor(y, &[n, c])?;
+        let kept = match kept {
+            Some((xhat, rstd)) => Some((cpu_tensor(xhat, &[n, c])?, cpu_tensor(rstd, &[n, 1])?)),
+            None => None,
+        };
+        Ok((y, kept))
+    })())
+}
+
+/// Layer norm's backward for dy [N, C] given the forward's xhat [N, C], rstd [N, 1] and weight
+/// w [C]: (dx, dw, db). dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) * rstd with
+/// dxhat = dy * w; dw = sum over rows of dy * xhat; db = sum over rows of dy.
+#[allow(clippy::type_complexity)]
+pub fn layer_norm_backward(
+    dy: &Tensor,
+    xhat: &Tensor,
+    rstd: &Tensor,
+    w: &Tensor,
+    with_bias: bool,
+) -> Option<Result<(Tensor, Tensor, Option<Tensor>)>> {
+    let (n, c) = dy.dims2().ok()?;
+    if xhat.dims() != [n, c] || rstd.dims() != [n, 1] || w.dims() != [c] || c == 0 {
+        return None;
+    }
+    let (gv, hv, rv, wv) = (view(dy)?, view(xhat)?, view(rstd)?, view(w)?);
+    let (dy, xhat, rstd, w) = (gv.slice(), hv.slice(), rv.slice(), wv.slice());
+    let mut dx = vec![0f32; n * c];
+    let mut dw = vec![0f32; c];
+    let mut db = if with_bias { vec![0f32; c] } else { Vec::new() };
+    for (r, ((g, h), out)) in dy.chunks_exact(c).zip(xhat.chunks_exact(c)).zip(dx.chunks_exact_mut(c)).enumerate() {
+        let (mut sum_dxhat, mut sum_dxhat_xhat) = (0f32, 0f32);
+        for j in 0..c {
+            let d = g[j] * w[j];
+            sum_dxhat += d;
+            sum_dxhat_xhat += d * h[j];
+            dw[j] += g[j] * h[j];
+        }
+        if with_bias {
+            db.iter_mut().zip(g).for_each(|(s, &v)| *s += v);
+        }
+        let (m1, m2) = (sum_dxhat / c as f32, sum_dxhat_xhat / c as f32);
+        for j in 0..c {
+            out[j] = (g[j] * w[j] - m1 - h[j] * m2) * rstd[r];
+        }
+    }
+    drop((gv, hv, rv, wv));
+    Some((|| {
+        let db = if with_bias { Some(cpu_tensor(db, &[c])?) } else { None };
+        Ok((cpu_tensor(dx, &[n, c])?, cpu_tensor(dw, &[c])?, db))
+    })())
+}
+
+/// AdamW's constants for one parameter at one step (see `optim.rs` for the formula).
+#[derive(Clone, Copy, Debug)]
+pub struct AdamWStep {
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    /// 1 - lr * weight_decay for the decay group, 1 otherwise.
+    pub decay: f32,
+    /// lr / (1 - beta1^t).
+    pub step_size: f32,
+    /// sqrt(1 - beta2^t).
+    pub bias_correction2_sqrt: f32,
+}
+
+/// The mutable f32 elements of `s` under layout `l`, if contiguous.
+fn slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> Result<&'a mut [f32]> {
+    let (start, end) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("in-place AdamW needs contiguous tensors".into()))?;
+    match s {
+        CpuStorage::F32(v) => Ok(&mut v[start..end]),
+        _ => candle_core::bail!("in-place AdamW needs f32 tensors"),
+    }
+}
+
+fn slice<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    let (start, end) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("in-place AdamW needs contiguous tensors".into()))?;
+    Ok(&s.as_slice::<f32>()?[start..end])
+}
+
+/// m <- beta m + (1 - beta) g, or with `square` v <- beta v + (1 - beta) g^2, in place.
+struct MovingAverage {
+    beta: f32,
+    square: bool,
+}
+
+impl InplaceOp2 for MovingAverage {
+    fn name(&self) -> &'static str {
+        "adamw-moment"
+    }
+
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<()> {
+        let (avg, g) = (slice_mut(s1, l1)?, slice(s2, l2)?);
+        let (beta, rest) = (self.beta, 1.0 - self.beta);
+        if self.square {
+            avg.iter_mut().zip(g).for_each(|(a, &g)| *a = beta * *a + rest * (g * g));
+        } else {
+            avg.iter_mut().zip(g).for_each(|(a, &g)| *a = beta * *a + rest * g);
+        }
+        Ok(())
+    }
+}
+
+/// p <- p * decay - step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), in place.
+struct AdamWUpdate(AdamWStep);
+
+impl InplaceOp3 for AdamWUpdate {
+    fn name(&self) -> &'static str {
+        "adamw-update"
+    }
+
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> Result<()> {
+        let (p, m, v) = (slice_mut(s1, l1)?, slice(s2, l2)?, slice(s3, l3)?);
+        let AdamWStep { eps, decay, step_size, bias_correction2_sqrt, .. } = self.0;
+        let inv_bc2 = 1.0 / bias_correction2_sqrt;
+        for ((p, &m), &v) in p.iter_mut().zip(m).zip(v) {
+            *p = *p * decay - step_size * (m / (v.sqrt() * inv_bc2 + eps));
+        }
+        Ok(())
+    }
+}
+
+/// One AdamW step for parameter `p` with gradient `g` and moments `m`, `v`, updating `p`, `m` and
+/// `v` in place in three passes and allocating nothing, if all four are contiguous f32 CPU
+/// tensors of one shape; `None` (nothing changed) otherwise.
+pub fn adamw_step(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, k: AdamWStep) -> Option<Result<()>> {
+    let fusable = |t: &Tensor| t.dims() == p.dims() && view(t).is_some();
+    if !(fusable(p) && fusable(g) && fusable(m) && fusable(v)) {
+        return None;
+    }
+    Some((|| {
+        m.inplace_op2(g, &MovingAverage { beta: k.beta1, square: false })?;
+        v.inplace_op2(g, &MovingAverage { beta: k.beta2, square: true })?;
+        p.inplace_op3(m, v, &AdamWUpdate(k))
+    })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::D;
+
+    fn randn(dims: &[usize], seed: u64) -> Tensor {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let data: Vec<f32> = (0..dims.iter().product::<usize>())
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 6.0
+            })
+            .collect();
+        Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
+    }
+
+    fn close(a: &Tensor, b: &Tensor, tol: f32) {
+        assert_eq!(a.dims(), b.dims());
+        let (a, b) = (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "element {i}: fused {x} vs candle {y}");
+        }
+    }
+
+    #[test]
+    fn erf_matches_the_exact_function_within_its_published_error() {
+        // Reference values of erf from the f64 series sum_k (-1)^k x^(2k+1) / (k! (2k+1)) * 2/sqrt(pi).
+        for i in -400..=400 {
+            let x = i as f64 / 100.0;
+            let (mut term, mut sum, mut k) = (x, x, 0.0);
+            while term.abs() > 1e-17 && k < 200.0 {
+                k += 1.0;
+                term *= -x * x / k;
+                sum += term / (2.0 * k + 1.0);
+            }
+            let exact = sum * 2.0 / std::f64::consts::PI.sqrt();
+            let (fast, gauss) = erf_and_gauss(x as f32);
+            assert!((fast as f64 - exact).abs() < 3e-7, "erf({x}): {fast} vs {exact}");
+            assert!((gauss as f64 - (-x * x).exp()).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn gelu_and_its_backward_match_candles_exact_gelu() {
+        let u = randn(&[7, 33], 1);
+        let dy = randn(&[7, 33], 2);
+        close(&gelu(&u).unwrap().unwrap(), &u.gelu_erf().unwrap(), 1e-6);
+        // candle's composition of the derivative, as the trainer runs it off the fused path.
+        let cdf = u.affine(std::f64::consts::FRAC_1_SQRT_2, 0.0).unwrap().erf().unwrap().affine(0.5, 0.5).unwrap();
+        let pdf = u.sqr().unwrap().affine(-0.5, 0.0).unwrap().exp().unwrap().affine(1.0 / std::f64::consts::TAU.sqrt(), 0.0).unwrap();
+        let want = dy.mul(&u.mul(&pdf).unwrap().add(&cdf).unwrap()).unwrap();
+        close(&gelu_backward(&dy, &u).unwrap().unwrap(), &want, 1e-6);
+    }
+
+    #[test]
+    fn causal_softmax_equals_mask_then_softmax() {
+        let t = 9;
+        let scores = randn(&[2, 3, t, t], 3);
+        let mask: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+        let want = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask).unwrap()).unwrap();
+        close(&causal_softmax(&scores).unwrap().unwrap(), &want, 1e-6);
+    }
+
+    #[test]
+    fn softmax_backward_matches_the_composition() {
+        let att = candle_nn::ops::softmax_last_dim(&randn(&[2, 2, 5, 5], 4)).unwrap();
+        let datt = randn(&[2, 2, 5, 5], 5);
+        let dot = datt.mul(&att).unwrap().sum_keepdim(D::Minus1).unwrap();
+        let want = datt.broadcast_sub(&dot).unwrap().mul(&att).unwrap();
+        close(&softmax_backward(&att, &datt).unwrap().unwrap(), &want, 1e-6);
+    }
+
+    #[test]
+    fn layer_norm_forward_and_backward_match_the_composition() {
+        let (n, c) = (6, 20);
+        let x = randn(&[n, c], 6);
+        let w = randn(&[c], 7);
+        let b = randn(&[c], 8);
+        let dy = randn(&[n, c], 9);
+        let eps = 1e-5;
+        let mean = x.mean_keepdim(D::Minus1).unwrap();
+        let centred = x.broadcast_sub(&mean).unwrap();
+        let rstd = centred.sqr().unwrap().mean_keepdim(D::Minus1).unwrap().affine(1.0, eps).unwrap().sqrt().unwrap().recip().unwrap();
+        let xhat = centred.broadcast_mul(&rstd).unwrap();
+        let y = xhat.broadcast_mul(&w).unwrap().broadcast_add(&b).unwrap();
+        let (fy, kept) = layer_norm(&x, &w, Some(&b), eps as f32, true).unwrap().unwrap();
+        let (fxhat, frstd) = kept.unwrap();
+        close(&fy, &y, 1e-5);
+        close(&fxhat, &xhat, 1e-5);
+        close(&frstd, &rstd, 1e-5);
+        let (fy_nokeep, none) = layer_norm(&x, &w, None, eps as f32, false).unwrap().unwrap();
+        assert!(none.is_none());
+        close(&fy_nokeep, &xhat.broadcast_mul(&w).unwrap(), 1e-5);
+
+        let dxhat = dy.broadcast_mul(&w).unwrap();
+        let m1 = dxhat.mean_keepdim(D::Minus1).unwrap();
+        let m2 = dxhat.mul(&xhat).unwrap().mean_keepdim(D::Minus1).unwrap();
+        let dx = dxhat.broadcast_sub(&m1).unwrap().sub(&xhat.broadcast_mul(&m2).unwrap()).unwrap().broadcast_mul(&rstd).unwrap();
+        let (fdx, fdw, fdb) = layer_norm_backward(&dy, &xhat, &rstd, &w, true).unwrap().unwrap();
+        close(&fdx, &dx, 1e-5);
+        close(&fdw, &dy.mul(&xhat).unwrap().sum(0).unwrap(), 1e-5);
+        close(&fdb.unwrap(), &dy.sum(0).unwrap(), 1e-5);
+    }
+
+    #[test]
+    fn other_dtypes_and_shapes_take_the_plain_path() {
+        let u64_ = randn(&[3, 4], 1).to_dtype(DType::F64).unwrap();
+        assert!(gelu(&u64_).is_none());
+        let strided = randn(&[4, 3], 2).t().unwrap();
+        assert!(gelu(&strided).is_none());
+        assert!(causal_softmax(&randn(&[2, 3], 3)).is_none());
+        assert!(gelu_backward(&randn(&[2, 3], 1), &randn(&[3, 2], 2)).is_none());
+    }
+}
