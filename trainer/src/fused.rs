@@ -42,10 +42,59 @@ fn cpu_tensor(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
     Tensor::from_vec(data, dims, &Device::Cpu)
 }
 
+/// Defines `$name`, which runs the `#[inline(always)]` function `$kernel` compiled for AVX-512 or
+/// AVX2/FMA when the CPU has them. The default x86_64 target allows only SSE2, so without this
+/// LLVM vectorizes the kernels' loops 4 lanes wide at most.
+macro_rules! widened {
+    ($name:ident => $kernel:ident ( $($arg:ident : $ty:ty),* )) => {
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) {
+                    $kernel($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) {
+                    $kernel($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F (checked just above).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $kernel($($arg),*)
+        }
+    };
+}
+
+/// e^x in f32 without a library call, so loops over it vectorize: e^x = 2^n e^r with
+/// n = round(x / ln 2) and |r| <= ln(2)/2, e^r by its Taylor series to degree 7 (truncation below
+/// 1e-8 relative), 2^n built in the exponent bits. Arguments are clamped to [-87, 88], where f32's
+/// normal range ends (e^-87 is 1.6e-38, which callers treat as zero).
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split in two (Cody and Waite) so that n * LN2_HI is exact for the n that occur.
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer in plain float arithmetic.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2_E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
 /// erf(x) by Abramowitz and Stegun, Handbook of Mathematical Functions, formula 7.1.26
 /// (absolute error at most 1.5e-7, below f32's resolution of the GELU's values), together with
 /// the exp(-x^2) it uses, which the GELU's derivative needs too.
-#[inline]
+#[inline(always)]
 #[allow(clippy::excessive_precision)] // the coefficients as published, rounded to f32 by the compiler
 fn erf_and_gauss(x: f32) -> (f32, f32) {
     const P: f32 = 0.327_591_1;
@@ -53,13 +102,13 @@ fn erf_and_gauss(x: f32) -> (f32, f32) {
     let ax = x.abs();
     let t = 1.0 / (1.0 + P * ax);
     let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
-    let gauss = (-ax * ax).exp();
+    let gauss = exp_f32(-ax * ax);
     let erf_abs = 1.0 - poly * gauss;
-    (if x < 0.0 { -erf_abs } else { erf_abs }, gauss)
+    (erf_abs.copysign(x), gauss)
 }
 
 /// Phi(u), the standard normal CDF, and phi(u), its density.
-#[inline]
+#[inline(always)]
 fn normal_cdf_pdf(u: f32) -> (f32, f32) {
     let (erf, gauss) = erf_and_gauss(u * std::f32::consts::FRAC_1_SQRT_2);
     // gauss = exp(-u^2 / 2); phi(u) = gauss / sqrt(2 pi).
@@ -67,9 +116,28 @@ fn normal_cdf_pdf(u: f32) -> (f32, f32) {
     (0.5 * (1.0 + erf), gauss * INV_SQRT_TAU)
 }
 
+#[inline(always)]
+fn gelu_kernel(u: &[f32], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(u) {
+        *o = x * normal_cdf_pdf(x).0;
+    }
+}
+widened!(gelu_into => gelu_kernel(u: &[f32], out: &mut [f32]));
+
+#[inline(always)]
+fn gelu_backward_kernel(g: &[f32], u: &[f32], out: &mut [f32]) {
+    for ((o, &g), &x) in out.iter_mut().zip(g).zip(u) {
+        let (cdf, pdf) = normal_cdf_pdf(x);
+        *o = g * (cdf + x * pdf);
+    }
+}
+widened!(gelu_backward_into => gelu_backward_kernel(g: &[f32], u: &[f32], out: &mut [f32]));
+
 /// The exact GELU, u * Phi(u) (PyTorch's `nn.GELU()`, which nanoGPT uses).
 pub fn gelu(u: &Tensor) -> Option<Result<Tensor>> {
-    let out: Vec<f32> = view(u)?.slice().iter().map(|&x| x * normal_cdf_pdf(x).0).collect();
+    let x = view(u)?;
+    let mut out = vec![0f32; x.slice().len()];
+    gelu_into(x.slice(), &mut out);
     Some(cpu_tensor(out, u.dims()))
 }
 
@@ -79,17 +147,49 @@ pub fn gelu_backward(dy: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
         return None;
     }
     let (g, x) = (view(dy)?, view(u)?);
-    let out: Vec<f32> = g
-        .slice()
-        .iter()
-        .zip(x.slice())
-        .map(|(&g, &x)| {
-            let (cdf, pdf) = normal_cdf_pdf(x);
-            g * (cdf + x * pdf)
-        })
-        .collect();
+    let mut out = vec![0f32; x.slice().len()];
+    gelu_backward_into(g.slice(), x.slice(), &mut out);
     Some(cpu_tensor(out, u.dims()))
 }
+
+/// Folds `x` with `op` in 16 interleaved accumulators, then folds those: a reduction LLVM can
+/// vectorize (a single running value is one long dependent chain). `op` must be associative
+/// up to rounding (max, +).
+#[inline(always)]
+fn lanes(x: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a = op(*a, v);
+        }
+    }
+    let mut out = tail.iter().fold(init, |a, &v| op(a, v));
+    for a in acc {
+        out = op(out, a);
+    }
+    out
+}
+
+/// Row r of `s` (rows of length t) gets the softmax of its first r mod t + 1 entries in `out`;
+/// the rest of `out` stays zero.
+#[inline(always)]
+fn causal_softmax_kernel(s: &[f32], t: usize, out: &mut [f32]) {
+    for (r, (row, o)) in s.chunks_exact(t).zip(out.chunks_exact_mut(t)).enumerate() {
+        let seen = r % t + 1;
+        let (row, o) = (&row[..seen], &mut o[..seen]);
+        let max = lanes(row, f32::NEG_INFINITY, f32::max);
+        for (y, &x) in o.iter_mut().zip(row) {
+            *y = exp_f32(x - max);
+        }
+        let inv = 1.0 / lanes(o, 0.0, |a, b| a + b);
+        for y in o.iter_mut() {
+            *y *= inv;
+        }
+    }
+}
+widened!(causal_softmax_into => causal_softmax_kernel(s: &[f32], t: usize, out: &mut [f32]));
 
 /// Softmax over the last dim of attention scores [.., T, T] with the causal mask applied: row i
 /// (query position i mod T) sees keys 0..=i; the masked keys get probability 0. The same as adding
@@ -102,22 +202,8 @@ pub fn causal_softmax(scores: &Tensor) -> Option<Result<Tensor>> {
     }
     let s = view(scores)?;
     let s = s.slice();
-    let out = {
-        let mut out = vec![0f32; s.len()];
-        for (r, (row, o)) in s.chunks_exact(t).zip(out.chunks_exact_mut(t)).enumerate() {
-            let seen = r % t + 1;
-            let (row, o) = (&row[..seen], &mut o[..seen]);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
-            for (y, &x) in o.iter_mut().zip(row) {
-                *y = (x - max).exp();
-                sum += *y;
-            }
-            let inv = 1.0 / sum;
-            o.iter_mut().for_each(|y| *y *= inv);
-        }
-        out
-    };
+    let mut out = vec![0f32; s.len()];
+    causal_softmax_into(s, t, &mut out);
     Some(cpu_tensor(out, dims))
 }
 
@@ -355,6 +441,19 @@ mod tests {
             assert!((fast as f64 - exact).abs() < 3e-7, "erf({x}): {fast} vs {exact}");
             assert!((gauss as f64 - (-x * x).exp()).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn exp_matches_the_library_function() {
+        for i in -8700..=8800 {
+            let x = i as f32 / 100.0;
+            let (fast, exact) = (exp_f32(x) as f64, (x as f64).exp());
+            assert!((fast - exact).abs() <= 4e-7 * exact, "exp({x}): {fast} vs {exact}");
+        }
+        // Below -87 the result is held at e^-87 (1.6e-38): zero for every caller.
+        assert!(exp_f32(-90.0) < 2e-38);
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(-1e4) < 1e-37 && exp_f32(f32::NEG_INFINITY) < 1e-37);
     }
 
     #[test]
