@@ -118,6 +118,9 @@ fn default_run(data: &Dataset, out_dir: &std::path::Path) {
 }
 
 fn main() {
+    // As `vramfit train` does when the run needs at most half the free memory (all of these do):
+    // freed tensor memory is reused instead of page-faulted in afresh every iteration.
+    vramfit::mem::keep_freed_memory();
     // Both sides get the same thread count: the environment's, else one.
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() && std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("CANDLE_NUM_THREADS", "1");

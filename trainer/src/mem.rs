@@ -118,3 +118,36 @@ pub fn trace_stop() -> Vec<i64> {
     let n = TRACE_AT.load(Ordering::Relaxed).min(TRACE_LEN);
     (0..n).map(|i| TRACE[i].load(Ordering::Relaxed)).collect()
 }
+
+/// Tells glibc's malloc to keep freed memory for reuse instead of returning it to the kernel.
+///
+/// By default glibc serves large blocks with fresh `mmap`s and trims the top of its heap as soon
+/// as a few hundred KiB are free, so a training step that allocates and frees the same tensors
+/// every iteration takes a page fault (and the kernel zeroes a page) for every 4 KiB of every
+/// fresh tensor, each iteration: about a quarter of the default run's time. Serving blocks up to
+/// 32 MiB (glibc's largest mmap threshold) from the heap and never trimming it makes later
+/// iterations reuse the same memory. The counted bytes ([`live`], [`peak`]) do not change, but
+/// resident memory does: the heap keeps its high-water extent, fragmentation included (measured:
+/// 488 MiB resident for a 334 MiB counted peak, against 366 MiB with glibc's defaults). So
+/// `train` calls this only when the predicted peak is at most half the memory available.
+/// No-op off Linux/glibc.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn mallopt(param: i32, value: i32) -> i32;
+        }
+        // glibc's malloc.h.
+        const M_TRIM_THRESHOLD: i32 = -1;
+        const M_MMAP_THRESHOLD: i32 = -3;
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only changes glibc malloc's tuning parameters; both values are in
+            // the ranges glibc documents (mmap threshold at most 32 MiB on 64-bit).
+            unsafe {
+                mallopt(M_MMAP_THRESHOLD, 32 << 20);
+                mallopt(M_TRIM_THRESHOLD, i32::MAX);
+            }
+        });
+    }
+}
