@@ -85,10 +85,14 @@ fn exp_f32(x: f32) -> f32 {
     // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer in plain float arithmetic.
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2_E + ROUND) - ROUND;
+    let shifted = x * LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    // n as an integer, read from the mantissa bits of `shifted` (a float-to-int `as` cast would
+    // check each lane for NaN and overflow and keep the loop from vectorizing).
+    let n_int = shifted.to_bits() as i32 - ROUND.to_bits() as i32;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    p * f32::from_bits(((n_int + 127) as u32) << 23)
 }
 
 /// erf(x) by Abramowitz and Stegun, Handbook of Mathematical Functions, formula 7.1.26
