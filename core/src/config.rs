@@ -233,7 +233,7 @@ impl Config {
         if self.eval_block() > self.block_size {
             return Err(ConfigError::EvalBlockTooLong { eval: self.eval_block(), block: self.block_size });
         }
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(ConfigError::HeadsDoNotDivide { n_embd: self.n_embd, n_head: self.n_head });
         }
         if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {

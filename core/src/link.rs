@@ -439,7 +439,7 @@ fn blame(err: &ConfigError, cfg: &Config, base: &Config, given: &[bool]) -> Opti
             let heads_ok = |f: Field| {
                 let mut c = cfg.clone();
                 revert(&mut c, base, f);
-                c.n_embd % c.n_head.max(1) == 0
+                c.n_embd.is_multiple_of(c.n_head.max(1))
             };
             let candidates = [Field::NHead, Field::NEmbd];
             candidates.iter().copied().find(|&f| was_given(f) && heads_ok(f)).or_else(|| first_given(&candidates))

@@ -381,7 +381,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
 
     // 1. Same tokens per iteration in smaller micro-batches: B' divides B*GA.
     let tokens = cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64;
-    let divisors = (1..cfg.batch_size).rev().filter(|b| tokens % *b as u64 == 0);
+    let divisors = (1..cfg.batch_size).rev().filter(|b| tokens.is_multiple_of(*b as u64));
     for b in divisors {
         let ga = tokens / b as u64;
         if ga > crate::config::MAX_ACCUM as u64 {

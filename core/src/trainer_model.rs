@@ -10,8 +10,9 @@
 //!
 //! Measured on CPU (f32, a counting allocator): see `trainer/benches/trainer_memory.rs` and
 //! `tests/reference/data/trainer-cpu.json`. On CUDA the same tensors are allocated from CUDA's pool,
-//! except that the fused kernels are CPU-only: there candle's op-by-op compositions run, with a few
-//! more temporaries. CUDA figures are estimates (not measured).
+//! except that the fused kernels are CPU-only: there candle's op-by-op compositions run, with more
+//! temporaries ([`TrainerOptions::unfused_ops`], as before the fused kernels, when they were
+//! measured on CPU too). CUDA figures are estimates (not measured on a GPU).
 
 use crate::config::Config;
 use crate::params::param_tensors;
@@ -40,12 +41,17 @@ pub struct TrainerOptions {
     /// Rows of the f32 microkernel gemm picks on the CPU that trains: 16 with AVX2/FMA, 64 with
     /// AVX-512 (gemm-common 0.19); 0 counts as 16. See [`packs_dlogits`].
     pub gemm_kernel_rows: u32,
+    /// The trainer runs candle's op-by-op compositions instead of its fused CPU kernels
+    /// (`trainer/src/fused.rs`): on CUDA, where those kernels do not exist. Layer norm, GELU's
+    /// backward, the masked softmax, its backward and AdamW then keep more temporaries.
+    pub unfused_ops: bool,
 }
 
 /// Whether gemm copies the loss head's transposed dlogits (rows x V) into a packing buffer of its
 /// own for the wte gradient dlogits^T @ h. gemm-common 0.19 packs a strided right-hand operand when
 /// the product's m (here n_embd) exceeds twice its microkernel's rows, so with AVX2 nearly always
-/// and with AVX-512 only above n_embd 128 (both measured: `trainer/benches/trainer_memory.rs`).
+/// and with AVX-512 only above n_embd 128 (both measured: tests/reference/data/trainer-cpu.json
+/// with AVX-512, trainer-cpu-unfused-avx2.json with AVX2).
 pub fn packs_dlogits(n_embd: u32, opts: &TrainerOptions) -> bool {
     let rows = if opts.gemm_kernel_rows == 0 { 16 } else { opts.gemm_kernel_rows };
     u64::from(n_embd) > 2 * u64::from(rows)
@@ -213,6 +219,8 @@ struct Dims {
     dropout: bool,
     /// See [`packs_dlogits`].
     packs_dlogits: bool,
+    /// See [`TrainerOptions::unfused_ops`].
+    unfused: bool,
 }
 
 /// Tensors one block's forward leaves alive (`BlockSaved` in model.rs) plus its output.
@@ -224,12 +232,44 @@ struct BlockTensors {
 /// `ln_forward` (one fused pass, `trainer/src/fused.rs`): returns (y, [xhat, rstd]); xhat and
 /// rstd exist only with `keep` (otherwise the returned ids are unused).
 fn ln_forward(m: &mut Tracker, d: &Dims, n: u64, keep: bool, cat: Category) -> (Id, [Id; 2]) {
+    if d.unfused {
+        return ln_forward_unfused(m, d, n, keep, cat);
+    }
     let y = m.alloc(cat, n * d.c); // xhat * w (+ b)
     if !keep {
         return (y, [Id(usize::MAX); 2]);
     }
     let xhat = m.alloc(cat, n * d.c);
     let rstd = m.alloc(cat, n); // [N, 1]
+    (y, [xhat, rstd])
+}
+
+/// `ln_forward` as candle ops (`unfused_ops`): returns (y, [xhat, rstd]).
+fn ln_forward_unfused(m: &mut Tracker, d: &Dims, n: u64, keep: bool, cat: Category) -> (Id, [Id; 2]) {
+    let mean_sum = m.alloc(Temporaries, n); // x.sum_keepdim [N,1]
+    let mean = m.alloc(Temporaries, n); // * 1/C
+    m.free(mean_sum);
+    let centred = m.alloc(Temporaries, n * d.c); // x - mean
+    m.free(mean);
+    let sq = m.alloc(Temporaries, n * d.c); // centred.sqr()
+    let var_sum = m.alloc(Temporaries, n);
+    let var = m.alloc(Temporaries, n);
+    m.free_all(&[sq, var_sum]);
+    let plus_eps = m.alloc(Temporaries, n);
+    let sqrt = m.alloc(Temporaries, n);
+    let rstd = m.alloc(cat, n);
+    m.free_all(&[plus_eps, sqrt, var]);
+    let xhat = m.alloc(cat, n * d.c);
+    m.free(centred);
+    let mut y = m.alloc(cat, n * d.c); // xhat * w
+    if d.bias {
+        let yb = m.alloc(cat, n * d.c); // + b
+        m.free(y);
+        y = yb;
+    }
+    if !keep {
+        m.free_all(&[xhat, rstd]);
+    }
     (y, [xhat, rstd])
 }
 
@@ -265,8 +305,17 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     let v = m.alloc(s, n * c);
     m.free(qkv);
     let scores = m.alloc(Temporaries, att_elems);
-    let att = m.alloc(s, att_elems); // the fused causal softmax: no masked copy
-    m.free(scores);
+    let att = if d.unfused {
+        let masked = m.alloc(Temporaries, att_elems); // scores + the -inf mask
+        m.free(scores);
+        let att = m.alloc(s, att_elems);
+        m.free(masked);
+        att
+    } else {
+        let att = m.alloc(s, att_elems); // the fused causal softmax: no masked copy
+        m.free(scores);
+        att
+    };
     let att_mask = mask(m, d, att_elems, s);
     let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
     let y = m.alloc(Temporaries, n * c);
@@ -309,11 +358,40 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
 /// `ln_backward` for dy [N, C] (one fused pass): returns dx; the weight (and bias) gradients go
 /// to `grads`.
 fn ln_backward(m: &mut Tracker, d: &Dims, n: u64, grads: &mut Vec<Id>) -> Id {
+    if d.unfused {
+        return ln_backward_unfused(m, d, n, grads);
+    }
     let dx = m.alloc(Temporaries, n * d.c);
     grads.push(m.alloc(Gradients, d.c));
     if d.bias {
         grads.push(m.alloc(Gradients, d.c));
     }
+    dx
+}
+
+/// `ln_backward` as candle ops (`unfused_ops`) for dy [N, C]: returns dx; the weight (and bias) gradients go to `grads`.
+fn ln_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, grads: &mut Vec<Id>) -> Id {
+    let prod = m.alloc(Temporaries, n * d.c); // dy * xhat
+    grads.push(m.alloc(Gradients, d.c)); // .sum(0)
+    m.free(prod);
+    if d.bias {
+        grads.push(m.alloc(Gradients, d.c));
+    }
+    let dxhat = m.alloc(Temporaries, n * d.c);
+    let s1 = m.alloc(Temporaries, n);
+    let mean1 = m.alloc(Temporaries, n);
+    m.free(s1);
+    let prod2 = m.alloc(Temporaries, n * d.c);
+    let s2 = m.alloc(Temporaries, n);
+    let mean2 = m.alloc(Temporaries, n);
+    m.free_all(&[prod2, s2]);
+    let centred = m.alloc(Temporaries, n * d.c);
+    m.free(dxhat);
+    let xm = m.alloc(Temporaries, n * d.c); // xhat * mean2
+    let unscaled = m.alloc(Temporaries, n * d.c);
+    m.free_all(&[xm, centred]);
+    let dx = m.alloc(Temporaries, n * d.c);
+    m.free_all(&[unscaled, mean1, mean2]);
     dx
 }
 
@@ -336,8 +414,28 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
     if let Some(id) = dmlp {
         m.free(id);
     }
-    // gelu_backward: one fused pass.
-    let dfc = m.alloc(Temporaries, n * 4 * c);
+    let dfc = if d.unfused {
+        // gelu_backward as candle ops: the erf chain (3 alive at the statement's end), the pdf
+        // chain (4), then the products.
+        let a1 = m.alloc(Temporaries, n * 4 * c);
+        let a2 = m.alloc(Temporaries, n * 4 * c);
+        let cdf = m.alloc(Temporaries, n * 4 * c);
+        m.free_all(&[a1, a2]);
+        let p1 = m.alloc(Temporaries, n * 4 * c);
+        let p2 = m.alloc(Temporaries, n * 4 * c);
+        let p3 = m.alloc(Temporaries, n * 4 * c);
+        let pdf = m.alloc(Temporaries, n * 4 * c);
+        m.free_all(&[p1, p2, p3]);
+        let u_pdf = m.alloc(Temporaries, n * 4 * c);
+        m.free(pdf);
+        let slope = m.alloc(Temporaries, n * 4 * c);
+        m.free_all(&[u_pdf, cdf]);
+        let dfc = m.alloc(Temporaries, n * 4 * c);
+        m.free(slope);
+        dfc
+    } else {
+        m.alloc(Temporaries, n * 4 * c) // gelu_backward: one fused pass
+    };
     m.free(dgelu);
     let dln2 = linear_backward(m, d, n, 4 * c, c, grads);
     m.free(dfc);
@@ -364,8 +462,21 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
         datt = masked;
     }
     m.free(dy);
-    let ds = m.alloc(Temporaries, att_elems); // the fused softmax backward
-    m.free(datt);
+    let ds = if d.unfused {
+        // ds = att * (datt - sum(datt * att)) as candle ops.
+        let prod = m.alloc(Temporaries, att_elems);
+        let row_dot = m.alloc(Temporaries, b * d.h * t);
+        m.free(prod);
+        let centred = m.alloc(Temporaries, att_elems);
+        m.free_all(&[datt, row_dot]);
+        let ds = m.alloc(Temporaries, att_elems);
+        m.free(centred);
+        ds
+    } else {
+        let ds = m.alloc(Temporaries, att_elems); // the fused softmax backward
+        m.free(datt);
+        ds
+    };
     let dq_raw = m.alloc(Temporaries, n * c);
     let dq = m.alloc(Temporaries, n * c);
     m.free(dq_raw);
@@ -583,7 +694,33 @@ fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, siz
             state.push(m.alloc(OptimizerState, s));
         }
     }
-    // The step itself updates parameters and moments in place (`fused::adamw_step`): no temporaries.
+    // On CPU the step updates parameters and moments in place (`fused::adamw_step`): no
+    // temporaries. As candle ops, per parameter: m*b1, g*(1-b1), new m; v*b2, g^2, *(1-b2), new v;
+    // sqrt, denom; p*decay, m/denom, *lr, p'.
+    if d.unfused {
+        for (i, &s) in sizes.iter().enumerate() {
+            let t1 = m.alloc(Temporaries, s);
+            let t2 = m.alloc(Temporaries, s);
+            let new_m = m.alloc(OptimizerState, s);
+            m.free_all(&[t1, t2]);
+            let t3 = m.alloc(Temporaries, s);
+            let t4 = m.alloc(Temporaries, s);
+            let t5 = m.alloc(Temporaries, s);
+            let new_v = m.alloc(OptimizerState, s);
+            m.free_all(&[t3, t4, t5]);
+            let sq = m.alloc(Temporaries, s);
+            let denom = m.alloc(Temporaries, s);
+            m.free(sq);
+            let u1 = m.alloc(Temporaries, s);
+            let u2 = m.alloc(Temporaries, s);
+            let u3 = m.alloc(Temporaries, s);
+            let u4 = m.alloc(Temporaries, s);
+            m.free_all(&[u1, u2, u3, u4, denom]);
+            m.free_all(&[state[2 * i], state[2 * i + 1]]);
+            state[2 * i] = new_m;
+            state[2 * i + 1] = new_v;
+        }
+    }
     m.at(Phase::ZeroGrad, "gradients dropped");
     m.free_all(&acc);
 }
@@ -656,6 +793,7 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         bias: cfg.bias,
         dropout: cfg.dropout > 0.0,
         packs_dlogits: packs_dlogits(cfg.n_embd, opts),
+        unfused: opts.unfused_ops,
     };
     let sizes = param_sizes(cfg);
     let mut m = Tracker::new(timeline);
@@ -718,7 +856,14 @@ mod tests {
         let cfg = Config { batch_size: 0, block_size: 0, n_head: 0, eval_batch_size: Some(0), ..small() };
         let _ = simulate(
             &cfg,
-            &TrainerOptions { chunked_loss: true, eval_chunk_rows: Some(0), grad_clip: true, cpu_threads: 0, gemm_kernel_rows: 0 },
+            &TrainerOptions {
+                chunked_loss: true,
+                eval_chunk_rows: Some(0),
+                grad_clip: true,
+                cpu_threads: 0,
+                gemm_kernel_rows: 0,
+                unfused_ops: true,
+            },
         );
     }
 

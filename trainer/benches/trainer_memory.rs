@@ -255,7 +255,12 @@ fn probe_once() {
         iteration(&model, &cfg, &TrainerOptions::default(), &mut optimizer, &mut rng);
         iteration(&model, &cfg, &TrainerOptions::default(), &mut optimizer, &mut rng);
         drop((model, optimizer));
-        let predicted = trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &TrainerOptions::default()));
+        let opts = TrainerOptions {
+            gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+            cpu_threads: candle_core::utils::get_num_threads() as u32,
+            ..TrainerOptions::default()
+        };
+        let predicted = trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &opts));
         let events = mem::trace_stop();
         let mut open: Vec<i64> = Vec::new();
         for e in events {

@@ -54,6 +54,8 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
         grad_clip: args.grad_clip.unwrap_or(true),
         cpu_threads: u32::try_from(threads).unwrap_or(u32::MAX),
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        // It plans a run on this CPU, where the fused kernels run.
+        unfused_ops: false,
     };
     let available = match args.max_memory_mib {
         Some(mib) => Some(mib.saturating_mul(1 << 20)),

@@ -136,7 +136,7 @@ impl Progress {
         if self.interactive {
             self.bar.set_message(text);
             self.bar.set_position(rec.iter + 1);
-        } else if rec.iter % self.log_interval == 0 {
+        } else if rec.iter.is_multiple_of(self.log_interval) {
             self.line(&format!("iter {}: {text}, {:.0} ms", rec.iter, rec.secs * 1000.0));
         }
     }

@@ -92,7 +92,7 @@ pub fn gpu_of(state: &LinkState) -> Gpu {
 
 /// The divisors of `n` up to `limit`: the head counts the n_head select offers.
 pub fn divisors(n: u32, limit: u32) -> Vec<u32> {
-    (1..=n.min(limit)).filter(|d| n % d == 0).collect()
+    (1..=n.min(limit)).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// The head count closest to `wanted` that divides `n_embd` (ties: the smaller).
