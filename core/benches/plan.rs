@@ -5,13 +5,15 @@
 //! one plan evaluation (simulation + breakdown, no fixes) <= 5 us; the largest-batch search
 //! <= 100 us. Timings are medians of repeated runs on whatever machine runs the bench.
 
+#[path = "common/bench_configs.rs"]
+mod bench_configs;
 #[path = "../tests/reference_data.rs"]
 mod reference_data;
 
 use std::hint::black_box;
 use std::time::Instant;
+use vramfit_core::device;
 use vramfit_core::plan::{largest_micro_batch, plan, PlanRequest};
-use vramfit_core::{device, Config};
 
 fn main() {
     accuracy_table();
@@ -80,29 +82,7 @@ fn timings() {
     println!("| what | config | time | target |");
     println!("|---|---|---:|---:|");
     let gpu = device::default_gpu();
-    let configs = [
-        ("GPT-2 124M, B12, GA40, eager", Config { compile: false, ..Config::default() }),
-        ("GPT-2 124M, B12, GA40, compile (nanoGPT's defaults)", Config::default()),
-        (
-            "shakespeare-char, eager",
-            Config {
-                n_layer: 6,
-                n_head: 6,
-                n_embd: 384,
-                block_size: 256,
-                vocab_size: 65,
-                batch_size: 64,
-                gradient_accumulation_steps: 1,
-                dropout: 0.2,
-                compile: false,
-                ..Config::default()
-            },
-        ),
-        (
-            "GPT-2 1.5B (48 layers), eager",
-            Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, compile: false, ..Config::default() },
-        ),
-    ];
+    let configs = bench_configs::bench_configs().map(|(_, name, cfg)| (name, cfg));
     for (name, cfg) in &configs {
         let req = PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
         let sim_ns = median_ns(31, 200, || {

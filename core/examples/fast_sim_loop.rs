@@ -8,28 +8,14 @@
 //!
 //! Run it once with N and once with 2N: the difference in instructions divided by N is the
 //! cost of one call, free of start-up costs. Configs: `eager`, `compile`, `shakespeare`, `xl`.
+#[path = "../benches/common/bench_configs.rs"]
+mod bench_configs;
+
 use std::hint::black_box;
 use vramfit_core::{device, Config};
 
 fn config(name: &str) -> Option<Config> {
-    Some(match name {
-        "eager" => Config { compile: false, ..Config::default() },
-        "compile" => Config::default(),
-        "shakespeare" => Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 256,
-            vocab_size: 65,
-            batch_size: 64,
-            gradient_accumulation_steps: 1,
-            dropout: 0.2,
-            compile: false,
-            ..Config::default()
-        },
-        "xl" => Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, compile: false, ..Config::default() },
-        _ => return None,
-    })
+    bench_configs::bench_configs().into_iter().find(|(short, _, _)| *short == name).map(|(_, _, cfg)| cfg)
 }
 
 fn main() {

@@ -4,6 +4,9 @@
 //! `cargo run -p vramfit-core --release --example sim_digest > before.jsonl`.
 //! Any difference in any peak, op, phase, breakdown or timeline point shows up as a changed line.
 //! An optional argument sets how many configs (default 64; the first four are the bench's).
+#[path = "../benches/common/bench_configs.rs"]
+mod bench_configs;
+
 use std::io::Write;
 use vramfit_core::config::{Attention, Dtype, Optimizer};
 use vramfit_core::sim::{exact_events, simulate, simulate_exact, timeline, Target};
@@ -22,23 +25,7 @@ impl Lcg {
 
 /// The bench's four configs, then a pseudo-random spread over every switch the loop has.
 fn configs(count: usize) -> Vec<Config> {
-    let mut out = vec![
-        Config { compile: false, ..Config::default() },
-        Config::default(),
-        Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 256,
-            vocab_size: 65,
-            batch_size: 64,
-            gradient_accumulation_steps: 1,
-            dropout: 0.2,
-            compile: false,
-            ..Config::default()
-        },
-        Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 1, compile: false, ..Config::default() },
-    ];
+    let mut out: Vec<Config> = bench_configs::bench_configs().into_iter().map(|(_, _, cfg)| cfg).collect();
     let mut rng = Lcg(0x5eed);
     while out.len() < count {
         let n_head = rng.pick(&[1u32, 2, 3, 4, 6]);

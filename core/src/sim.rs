@@ -1084,6 +1084,28 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.alloc(d.btc() * 4, out_cat)
     }
 
+    /// The blocks' backward, last layer first, by `block(run, layer)`. When the run folds, the
+    /// last layer is simulated, the middle ones are applied as its net effect, and layer 0 is
+    /// simulated again (eager and compiled runs alike).
+    fn blocks_backward(&mut self, mut block: impl FnMut(&mut Self, usize)) {
+        let layers = self.cfg.n_layer as usize;
+        let mut per_layer = [0i64; CATEGORY_COUNT];
+        let mut i = layers;
+        while i > 0 {
+            i -= 1;
+            if self.folds(i) {
+                self.folded_blocks_backward(&per_layer, layers - 2);
+                i = 1;
+                continue;
+            }
+            let before = self.mem.live;
+            block(self, i);
+            if i + 1 == layers {
+                per_layer = delta(&before, &self.mem.live);
+            }
+        }
+    }
+
     /// Backward of the middle blocks as `count` times block L-1's net effect: their saved
     /// tensors go, their parameters' gradients arrive (one bulk allocation, or nothing when
     /// they are resident).
@@ -1770,22 +1792,7 @@ impl<'c, 't> Run<'c, 't> {
         self.weight_grads_to_fp32(&d, g_w, Id::NONE, d.v * d.c, 0);
         let mut g = self.layer_norm_backward(&d, "transformer.ln_f", NO_LAYER, g_x, h.lnf_in, h.lnf_stats);
 
-        let layers = self.cfg.n_layer as usize;
-        let mut per_layer = [0i64; CATEGORY_COUNT];
-        let mut i = layers;
-        while i > 0 {
-            i -= 1;
-            if self.folds(i) {
-                self.folded_blocks_backward(&per_layer, layers - 2);
-                i = 1;
-                continue;
-            }
-            let before = self.mem.live;
-            g = self.block_backward(i, g);
-            if i + 1 == layers {
-                per_layer = delta(&before, &self.mem.live);
-            }
-        }
+        self.blocks_backward(|run, i| g = run.block_backward(i, g));
 
         // drop(tok_emb + pos_emb), then the two embeddings.
         self.mem.at(Phase::Backward, "transformer.wte+wpe", NO_LAYER, "backward");
@@ -1950,22 +1957,7 @@ impl<'c, 't> Run<'c, 't> {
                 self.grad_arrives(g, resident);
             }
         }
-        let layers = self.cfg.n_layer as usize;
-        let mut per_layer = [0i64; CATEGORY_COUNT];
-        let mut i = layers;
-        while i > 0 {
-            i -= 1;
-            if self.folds(i) {
-                self.folded_blocks_backward(&per_layer, layers - 2);
-                i = 1;
-                continue;
-            }
-            let before = self.mem.live;
-            self.compiled_block_backward(&d, i, resident);
-            if i + 1 == layers {
-                per_layer = delta(&before, &self.mem.live);
-            }
-        }
+        self.blocks_backward(|run, i| run.compiled_block_backward(&d, i, resident));
         self.mem.at(Phase::Backward, "transformer.wte+wpe (compiled)", NO_LAYER, "backward");
         let g_wpe = self.mem.alloc(self.cfg.block_size as u64 * d.c * 4, Category::Temporaries);
         self.grad_arrives(g_wpe, resident);
