@@ -4,7 +4,8 @@
 //! The trainer differs from PyTorch eager in what it keeps: its backward is hand-written, each block's
 //! saved tensors live until that block's backward returns, the loss head takes its gradient during the
 //! forward (chunk by chunk with the chunked loss), gradient accumulation sums into fresh tensors, and
-//! layer norms, GELU, softmaxes and AdamW are fused one-pass kernels (`trainer/src/fused.rs`). Every
+//! layer norms, GELU, softmaxes and AdamW are fused one-pass kernels (`trainer/src/fused.rs`), and
+//! attention reads q, k and v in place from c_attn's output (`trainer/src/attention.rs`). Every
 //! tensor below is one allocation the trainer makes, in the trainer's order, with its shape in a comment; the tracker adds and removes bytes and
 //! keeps the high-water mark per window, as [`crate::sim`] does for PyTorch.
 //!
@@ -42,8 +43,9 @@ pub struct TrainerOptions {
     /// AVX-512 (gemm-common 0.19); 0 counts as 16. See [`packs_dlogits`].
     pub gemm_kernel_rows: u32,
     /// The trainer runs candle's op-by-op compositions instead of its fused CPU kernels
-    /// (`trainer/src/fused.rs`): on CUDA, where those kernels do not exist. Layer norm, GELU's
-    /// backward, the masked softmax, its backward and AdamW then keep more temporaries.
+    /// (`trainer/src/fused.rs`, `trainer/src/attention.rs`): on CUDA, where those kernels do not
+    /// exist. Layer norm, GELU's backward, attention (per-head copies of q, k, v, the masked
+    /// softmax, its backward, the heads merged) and AdamW then keep more temporaries.
     pub unfused_ops: bool,
 }
 
@@ -77,7 +79,22 @@ pub fn gemm_slabs(cpu_threads: u32, smallest_product: u64) -> u64 {
     }
 }
 
-/// The least m·n·k among the trainer's matmuls for `cfg`: per-head attention products (T·T·hs, in
+/// Rows (and columns) per block of the trainer's CPU attention products (`trainer/src/attention.rs`
+/// skips the blocks above the diagonal).
+pub const ATTENTION_BLOCK: u64 = 64;
+
+/// The least m·n·k of one head's attention products at block length t: T·T·hs as candle ops; with
+/// the blocked kernels, the last row block's L·L·hs (L = t's remainder after whole blocks, or a
+/// whole block), which the gradient of v and k takes.
+fn attention_smallest_product(t: u64, hs: u64, unfused: bool) -> u64 {
+    if unfused || t == 0 {
+        return t * t * hs;
+    }
+    let last = t - ATTENTION_BLOCK * ((t - 1) / ATTENTION_BLOCK);
+    last * last * hs
+}
+
+/// The least m·n·k among the trainer's matmuls for `cfg`: per-head attention products (in
 /// training and eval), the linears, and the loss head's last chunk of rows.
 fn smallest_product(cfg: &Config, opts: &TrainerOptions) -> u64 {
     let (c, v, h) = (u64::from(cfg.n_embd), u64::from(cfg.vocab_size), u64::from(cfg.n_head.max(1)));
@@ -87,7 +104,8 @@ fn smallest_product(cfg: &Config, opts: &TrainerOptions) -> u64 {
     let chunk = if opts.chunked_loss { loss_chunk_rows(cfg.vocab_size).min(n) } else { n };
     let last_rows = if chunk == 0 || n % chunk == 0 { chunk } else { n % chunk };
     let eval_seqs = opts.eval_chunk_rows.map(|r| (r / te.max(1)).max(1)).unwrap_or(u64::from(cfg.eval_batch()));
-    [t * t * hs, te * te * hs, n * c * c, last_rows * c * v, eval_seqs.min(u64::from(cfg.eval_batch())) * te * c * c]
+    let attention = |t| attention_smallest_product(t, hs, opts.unfused_ops);
+    [attention(t), attention(te), n * c * c, last_rows * c * v, eval_seqs.min(u64::from(cfg.eval_batch())) * te * c * c]
         .into_iter()
         .min()
         .unwrap_or(0)
@@ -289,14 +307,11 @@ fn mask(m: &mut Tracker, d: &Dims, elems: u64, cat: Category) -> Option<Id> {
     d.dropout.then(|| m.alloc(cat, elems))
 }
 
-/// `block_forward`: with `keep`, the saved tensors stay; without, only the output.
-fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> BlockTensors {
-    let n = b * t;
-    let c = d.c;
-    let att_elems = b * d.h * t * t;
+/// Attention as candle ops (`unfused_ops`): per-head copies of q, k and v, the masked softmax,
+/// p·v, the heads merged. Returns (what the backward keeps of q, k, v; att; its dropout mask; heads).
+fn attention_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64) -> (Vec<Id>, Id, Option<Id>, Id) {
     let s = SavedActivations;
-    let mut saved = Vec::new();
-    let (ln1_out, ln1) = ln_forward(m, d, n, keep, s);
+    let c = d.c;
     let qkv = linear(m, d, n, 3 * c, Temporaries);
     let q = m.alloc(Temporaries, n * c); // contiguous copy of q
     let q_scaled = m.alloc(s, n * c);
@@ -305,17 +320,10 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     let v = m.alloc(s, n * c);
     m.free(qkv);
     let scores = m.alloc(Temporaries, att_elems);
-    let att = if d.unfused {
-        let masked = m.alloc(Temporaries, att_elems); // scores + the -inf mask
-        m.free(scores);
-        let att = m.alloc(s, att_elems);
-        m.free(masked);
-        att
-    } else {
-        let att = m.alloc(s, att_elems); // the fused causal softmax: no masked copy
-        m.free(scores);
-        att
-    };
+    let masked = m.alloc(Temporaries, att_elems); // scores + the -inf mask
+    m.free(scores);
+    let att = m.alloc(s, att_elems);
+    m.free(masked);
     let att_mask = mask(m, d, att_elems, s);
     let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
     let y = m.alloc(Temporaries, n * c);
@@ -324,6 +332,32 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     }
     let heads = m.alloc(s, n * c);
     m.free(y);
+    (vec![q_scaled, k, v], att, att_mask, heads)
+}
+
+/// `block_forward`: with `keep`, the saved tensors stay; without, only the output.
+fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> BlockTensors {
+    let n = b * t;
+    let c = d.c;
+    let att_elems = b * d.h * t * t;
+    let s = SavedActivations;
+    let mut saved = Vec::new();
+    let (ln1_out, ln1) = ln_forward(m, d, n, keep, s);
+    let (qkv, att, att_mask, heads) = if d.unfused {
+        attention_unfused(m, d, n, att_elems)
+    } else {
+        // trainer/src/attention.rs: q, k and v are read in place from c_attn's output, which is
+        // therefore what the backward keeps (the same bytes as q·scale, k and v).
+        let qkv = linear(m, d, n, 3 * c, s);
+        let att = m.alloc(s, att_elems); // the blocked q·kᵀ, softmax in place
+        let att_mask = mask(m, d, att_elems, s);
+        let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
+        let heads = m.alloc(s, n * c); // p·v written into each head's columns
+        if let Some(id) = att_dropped {
+            m.free(id);
+        }
+        (vec![qkv], att, att_mask, heads)
+    };
     let proj = linear(m, d, n, c, Temporaries);
     let r1 = mask(m, d, n * c, s);
     let proj_dropped = r1.map(|_| m.alloc(Temporaries, n * c));
@@ -344,7 +378,9 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     let out = m.alloc(s, n * c);
     m.free(mlp_dropped.unwrap_or(mlp));
     m.free(x1);
-    saved.extend([ln1_out, q_scaled, k, v, att, heads, ln2_out, fc_out, gelu_out]);
+    saved.push(ln1_out);
+    saved.extend(qkv);
+    saved.extend([att, heads, ln2_out, fc_out, gelu_out]);
     saved.extend(att_mask.into_iter().chain(r1).chain(r2));
     if keep {
         saved.extend(ln1.into_iter().chain(ln2));
@@ -404,6 +440,46 @@ fn linear_backward(m: &mut Tracker, d: &Dims, n: u64, out: u64, inp: u64, grads:
     m.alloc(Temporaries, n * inp)
 }
 
+/// The backward of [`attention_unfused`] from d(heads): returns d(qkv) [N, 3C].
+fn attention_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64, dheads: Id) -> Id {
+    let c = d.c;
+    let dy = m.alloc(Temporaries, n * c);
+    m.free(dheads);
+    let att_dropped = d.dropout.then(|| m.alloc(Temporaries, att_elems));
+    let dv = m.alloc(Temporaries, n * c);
+    if let Some(id) = att_dropped {
+        m.free(id);
+    }
+    let mut datt = m.alloc(Temporaries, att_elems); // dy @ v^T
+    if d.dropout {
+        let masked = m.alloc(Temporaries, att_elems);
+        m.free(datt);
+        datt = masked;
+    }
+    m.free(dy);
+    // ds = att * (datt - sum(datt * att)) as candle ops.
+    let prod = m.alloc(Temporaries, att_elems);
+    let row_dot = m.alloc(Temporaries, n * d.h);
+    m.free(prod);
+    let centred = m.alloc(Temporaries, att_elems);
+    m.free_all(&[datt, row_dot]);
+    let ds = m.alloc(Temporaries, att_elems);
+    m.free(centred);
+    let dq_raw = m.alloc(Temporaries, n * c);
+    let dq = m.alloc(Temporaries, n * c);
+    m.free(dq_raw);
+    let dk = m.alloc(Temporaries, n * c);
+    m.free(ds);
+    let mut merged = Vec::new();
+    for g in [dq, dk, dv] {
+        merged.push(m.alloc(Temporaries, n * c));
+        m.free(g);
+    }
+    let dqkv = m.alloc(Temporaries, 3 * n * c);
+    m.free_all(&merged);
+    dqkv
+}
+
 /// `block_backward`: consumes `saved` and `dx2`; returns dx.
 fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2: Id, grads: &mut Vec<Id>) -> Id {
     let n = b * t;
@@ -448,47 +524,20 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
     if let Some(id) = dproj {
         m.free(id);
     }
-    let dy = m.alloc(Temporaries, n * c);
-    m.free(dheads);
-    let att_dropped = d.dropout.then(|| m.alloc(Temporaries, att_elems));
-    let dv = m.alloc(Temporaries, n * c);
-    if let Some(id) = att_dropped {
-        m.free(id);
-    }
-    let mut datt = m.alloc(Temporaries, att_elems); // dy @ v^T
-    if d.dropout {
-        let masked = m.alloc(Temporaries, att_elems);
-        m.free(datt);
-        datt = masked;
-    }
-    m.free(dy);
-    let ds = if d.unfused {
-        // ds = att * (datt - sum(datt * att)) as candle ops.
-        let prod = m.alloc(Temporaries, att_elems);
-        let row_dot = m.alloc(Temporaries, b * d.h * t);
-        m.free(prod);
-        let centred = m.alloc(Temporaries, att_elems);
-        m.free_all(&[datt, row_dot]);
-        let ds = m.alloc(Temporaries, att_elems);
-        m.free(centred);
-        ds
+    let dqkv = if d.unfused {
+        attention_backward_unfused(m, d, n, att_elems, dheads)
     } else {
-        let ds = m.alloc(Temporaries, att_elems); // the fused softmax backward
-        m.free(datt);
-        ds
+        // trainer/src/attention.rs::backward: d(qkv) written per head, one T×T scratch.
+        let att_dropped = d.dropout.then(|| m.alloc(Temporaries, att_elems));
+        let dqkv = m.alloc(Temporaries, 3 * n * c);
+        let scratch = m.alloc(Temporaries, t * t);
+        m.free(scratch);
+        if let Some(id) = att_dropped {
+            m.free(id);
+        }
+        m.free(dheads);
+        dqkv
     };
-    let dq_raw = m.alloc(Temporaries, n * c);
-    let dq = m.alloc(Temporaries, n * c);
-    m.free(dq_raw);
-    let dk = m.alloc(Temporaries, n * c);
-    m.free(ds);
-    let mut merged = Vec::new();
-    for g in [dq, dk, dv] {
-        merged.push(m.alloc(Temporaries, n * c));
-        m.free(g);
-    }
-    let dqkv = m.alloc(Temporaries, 3 * n * c);
-    m.free_all(&merged);
     let dln1 = linear_backward(m, d, n, 3 * c, c, grads);
     m.free(dqkv);
     let dx_ln = ln_backward(m, d, n, grads);

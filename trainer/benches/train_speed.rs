@@ -135,8 +135,8 @@ fn main() {
     let data = Dataset::load(&DataSource::Builtin { version: vramfit::corpus::CORPUS_VERSION }).expect("built-in corpus");
     let out_dir = std::env::temp_dir().join(format!("vramfit-train-speed-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("scratch dir");
-    println!("training tokens/s on CPU, {threads} thread(s) each, f32 (vramfit's attention is a masked softmax;");
-    println!("PyTorch eager with SDPA, nanoGPT's default, and with the manual masked softmax)");
+    println!("training tokens/s on CPU, {threads} thread(s) each, f32 (vramfit's attention skips the blocks above the");
+    println!("diagonal; PyTorch eager with SDPA, nanoGPT's default, and with the manual masked softmax)");
     println!("{:<30} {:>9} {:>12} {:>7} {:>13} {:>7}", "config", "vramfit", "torch sdpa", "ratio", "torch manual", "ratio");
     let mut torch_version = None;
     for c in &cases {

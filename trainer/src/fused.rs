@@ -11,16 +11,18 @@
 //! `core::trainer_model` follows the fused path's allocations, which are the ones measured.
 
 use candle_core::{CpuStorage, DType, Device, InplaceOp2, InplaceOp3, Layout, Result, Storage, StorageRef, Tensor};
+use gemm::Parallelism;
+use std::mem::MaybeUninit;
 
 /// A read view of a contiguous f32 tensor on the CPU (holds the storage's read lock).
-struct F32View<'a> {
+pub(crate) struct F32View<'a> {
     storage: StorageRef<'a>,
     start: usize,
     end: usize,
 }
 
 impl F32View<'_> {
-    fn slice(&self) -> &[f32] {
+    pub(crate) fn slice(&self) -> &[f32] {
         match &*self.storage {
             Storage::Cpu(cpu) => cpu.as_slice::<f32>().map_or(&[][..], |all| &all[self.start..self.end]),
             _ => &[],
@@ -29,7 +31,7 @@ impl F32View<'_> {
 }
 
 /// `t`'s elements, if it is a contiguous f32 tensor on the CPU.
-fn view(t: &Tensor) -> Option<F32View<'_>> {
+pub(crate) fn view(t: &Tensor) -> Option<F32View<'_>> {
     if t.dtype() != DType::F32 || !t.device().is_cpu() {
         return None;
     }
@@ -38,7 +40,7 @@ fn view(t: &Tensor) -> Option<F32View<'_>> {
     matches!(&*storage, Storage::Cpu(_)).then_some(F32View { storage, start, end })
 }
 
-fn cpu_tensor(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
+pub(crate) fn cpu_tensor(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
     Tensor::from_vec(data, dims, &Device::Cpu)
 }
 
@@ -72,12 +74,14 @@ macro_rules! widened {
     };
 }
 
+pub(crate) use widened;
+
 /// e^x in f32 without a library call, so loops over it vectorize: e^x = 2^n e^r with
 /// n = round(x / ln 2) and |r| <= ln(2)/2, e^r by its Taylor series to degree 7 (truncation below
 /// 1e-8 relative), 2^n built in the exponent bits. Below -87, where f32's normal range ends, the
 /// result is 0; above 88 it is held at e^88.
 #[inline(always)]
-fn exp_f32(x: f32) -> f32 {
+pub(crate) fn exp_f32(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split in two (Cody and Waite) so that n * LN2_HI is exact for the n that occur.
     const LN2_HI: f32 = 0.693_145_75;
@@ -128,28 +132,29 @@ fn normal_cdf_pdf(u: f32) -> (f32, f32) {
 }
 
 #[inline(always)]
-fn gelu_kernel(u: &[f32], out: &mut [f32]) {
+fn gelu_kernel(u: &[f32], out: &mut [MaybeUninit<f32>]) {
     for (o, &x) in out.iter_mut().zip(u) {
-        *o = x * normal_cdf_pdf(x).0;
+        o.write(x * normal_cdf_pdf(x).0);
     }
 }
-widened!(gelu_into => gelu_kernel(u: &[f32], out: &mut [f32]));
+widened!(gelu_into => gelu_kernel(u: &[f32], out: &mut [MaybeUninit<f32>]));
 
 #[inline(always)]
-fn gelu_backward_kernel(g: &[f32], u: &[f32], out: &mut [f32]) {
+fn gelu_backward_kernel(g: &[f32], u: &[f32], out: &mut [MaybeUninit<f32>]) {
     for ((o, &g), &x) in out.iter_mut().zip(g).zip(u) {
         let (cdf, pdf) = normal_cdf_pdf(x);
-        *o = g * (cdf + x * pdf);
+        o.write(g * (cdf + x * pdf));
     }
 }
-widened!(gelu_backward_into => gelu_backward_kernel(g: &[f32], u: &[f32], out: &mut [f32]));
+widened!(gelu_backward_into => gelu_backward_kernel(g: &[f32], u: &[f32], out: &mut [MaybeUninit<f32>]));
 
 /// The exact GELU, u * Phi(u) (PyTorch's `nn.GELU()`, which nanoGPT uses).
 pub fn gelu(u: &Tensor) -> Option<Result<Tensor>> {
     let x = view(u)?;
-    let mut out = vec![0f32; x.slice().len()];
-    gelu_into(x.slice(), &mut out);
-    Some(cpu_tensor(out, u.dims()))
+    let mut out = Filled::new(x.slice().len());
+    gelu_into(x.slice(), out.slots());
+    // SAFETY: the kernel wrote every element.
+    Some(cpu_tensor(unsafe { out.into_vec() }, u.dims()))
 }
 
 /// GELU's backward: dy * (Phi(u) + u * phi(u)).
@@ -158,16 +163,17 @@ pub fn gelu_backward(dy: &Tensor, u: &Tensor) -> Option<Result<Tensor>> {
         return None;
     }
     let (g, x) = (view(dy)?, view(u)?);
-    let mut out = vec![0f32; x.slice().len()];
-    gelu_backward_into(g.slice(), x.slice(), &mut out);
-    Some(cpu_tensor(out, u.dims()))
+    let mut out = Filled::new(x.slice().len());
+    gelu_backward_into(g.slice(), x.slice(), out.slots());
+    // SAFETY: the kernel wrote every element.
+    Some(cpu_tensor(unsafe { out.into_vec() }, u.dims()))
 }
 
 /// Folds `x` with `op` in 16 interleaved accumulators, then folds those: a reduction LLVM can
 /// vectorize (a single running value is one long dependent chain). `op` must be associative
 /// up to rounding (max, +).
 #[inline(always)]
-fn lanes(x: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+pub(crate) fn lanes(x: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
     let mut acc = [init; 16];
     let chunks = x.chunks_exact(16);
     let tail = chunks.remainder();
@@ -201,6 +207,139 @@ fn causal_softmax_kernel(s: &[f32], t: usize, out: &mut [f32]) {
     }
 }
 widened!(causal_softmax_into => causal_softmax_kernel(s: &[f32], t: usize, out: &mut [f32]));
+
+/// An f32 buffer that a kernel fills completely through raw pointers before anything
+/// reads it, so it skips the zero-fill that `vec![0.0; n]` (and candle's matmul) pays.
+pub(crate) struct Filled(Vec<MaybeUninit<f32>>);
+
+impl Filled {
+    pub(crate) fn new(len: usize) -> Filled {
+        let mut v = Vec::with_capacity(len);
+        // SAFETY: MaybeUninit needs no initialisation; the capacity is `len`.
+        unsafe { v.set_len(len) };
+        Filled(v)
+    }
+
+    pub(crate) fn slots(&mut self) -> &mut [MaybeUninit<f32>] {
+        &mut self.0
+    }
+
+    pub(crate) fn ptr(&mut self) -> *mut f32 {
+        self.0.as_mut_ptr().cast()
+    }
+
+    /// SAFETY: every element has been written.
+    pub(crate) unsafe fn into_vec(self) -> Vec<f32> {
+        let mut v = std::mem::ManuallyDrop::new(self.0);
+        // SAFETY: same allocation, length and capacity; MaybeUninit<f32> has f32's layout, and the
+        // caller guarantees every element is initialised.
+        unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast(), v.len(), v.capacity()) }
+    }
+}
+
+/// A strided read-only matrix: element (i, j) at `ptr + i * rs + j * cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat {
+    pub(crate) ptr: *const f32,
+    pub(crate) rs: isize,
+    pub(crate) cs: isize,
+}
+
+impl Mat {
+    /// The submatrix starting at row `i`, column `j`.
+    pub(crate) fn at(self, i: usize, j: usize) -> Mat {
+        // wrapping_offset: computing the address is safe; gemm reads only inside the tensor.
+        Mat { ptr: self.ptr.wrapping_offset(i as isize * self.rs + j as isize * self.cs), ..self }
+    }
+
+    pub(crate) fn t(self) -> Mat {
+        Mat { ptr: self.ptr, rs: self.cs, cs: self.rs }
+    }
+}
+
+pub(crate) fn parallelism() -> Parallelism {
+    match candle_core::utils::get_num_threads() {
+        0 | 1 => Parallelism::None,
+        n => Parallelism::Rayon(n),
+    }
+}
+
+/// dst[m×n] (row stride `dst_rs`, unit column stride) = scale · lhs[m×k] · rhs[k×n], overwriting dst.
+///
+/// SAFETY: the three matrices lie inside live allocations for the given sizes and strides, and
+/// dst overlaps neither input.
+#[allow(clippy::too_many_arguments)] // the sizes, the destination and its stride, two operands: a thin wrapper of gemm's 19
+pub(crate) unsafe fn product(m: usize, n: usize, k: usize, dst: *mut f32, dst_rs: usize, lhs: Mat, rhs: Mat, scale: f32, par: Parallelism) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: forwarded from the caller. gemm computes dst = alpha·dst + beta·lhs·rhs and, with
+    // read_dst false, never reads dst.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            false,
+            lhs.ptr,
+            lhs.cs,
+            lhs.rs,
+            rhs.ptr,
+            rhs.cs,
+            rhs.rs,
+            0.0,
+            scale,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+/// a · b for 2-D f32 CPU tensors of any strides (transposed views included), as candle's matmul
+/// computes it (the same gemm call), into a fresh contiguous [m, n] tensor, without candle's
+/// zero-fill of the output first. `None` for anything else; the caller then uses `Tensor::matmul`.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Option<Result<Tensor>> {
+    let ((m, k), (k2, n)) = (a.dims2().ok()?, b.dims2().ok()?);
+    if k != k2 || k == 0 {
+        return None;
+    }
+    let (av, bv) = (strided_view(a)?, strided_view(b)?);
+    let (lhs, rhs) = (av.0.mat(av.1), bv.0.mat(bv.1));
+    let mut out = Filled::new(m * n);
+    // SAFETY: lhs and rhs address only their tensors' elements (m×k and k×n under their strides);
+    // out is m×n, contiguous, fresh.
+    unsafe { product(m, n, k, out.ptr(), n, lhs, rhs, 1.0, parallelism()) };
+    drop((av, bv));
+    // SAFETY: gemm wrote all m×n elements.
+    Some(cpu_tensor(unsafe { out.into_vec() }, &[m, n]))
+}
+
+/// A 2-D f32 CPU tensor's storage (read-locked) and its strides and start.
+fn strided_view(t: &Tensor) -> Option<(F32View<'_>, (usize, [usize; 2]))> {
+    if t.dtype() != DType::F32 || !t.device().is_cpu() || t.rank() != 2 {
+        return None;
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let stride = layout.stride();
+    let start = layout.start_offset();
+    matches!(&*storage, Storage::Cpu(_)).then_some((F32View { storage, start, end: start }, (start, [stride[0], stride[1]])))
+}
+
+impl F32View<'_> {
+    /// The matrix at `start` with row and column strides.
+    fn mat(&self, (start, [rs, cs]): (usize, [usize; 2])) -> Mat {
+        let all = match &*self.storage {
+            Storage::Cpu(cpu) => cpu.as_slice::<f32>().unwrap_or(&[]),
+            _ => &[],
+        };
+        Mat { ptr: all.as_ptr().wrapping_add(start), rs: rs as isize, cs: cs as isize }
+    }
+}
 
 /// Softmax over the last dim of attention scores [.., T, T] with the causal mask applied: row i
 /// (query position i mod T) sees keys 0..=i; the masked keys get probability 0. The same as adding
@@ -255,24 +394,27 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f32, keep: bo
         None => None,
     };
     let (x, w, bias) = (xv.slice(), wv.slice(), bv.as_ref().map(F32View::slice));
-    let mut y = vec![0f32; n * c];
-    let mut xhat = if keep { vec![0f32; n * c] } else { Vec::new() };
+    let mut y = Filled::new(n * c);
+    let mut xhat = Filled::new(if keep { n * c } else { 0 });
     let mut rstds = if keep { vec![0f32; n] } else { Vec::new() };
-    for (r, (row, out)) in x.chunks_exact(c).zip(y.chunks_exact_mut(c)).enumerate() {
+    let xhat_slots = xhat.slots();
+    for (r, (row, out)) in x.chunks_exact(c).zip(y.slots().chunks_exact_mut(c)).enumerate() {
         let mean = row.iter().sum::<f32>() / c as f32;
         let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
         let rstd = 1.0 / (var + eps).sqrt();
         for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
             let h = (v - mean) * rstd;
             if keep {
-                xhat[r * c + j] = h;
+                xhat_slots[r * c + j].write(h);
             }
-            *o = h * w[j] + bias.map_or(0.0, |b| b[j]);
+            o.write(h * w[j] + bias.map_or(0.0, |b| b[j]));
         }
         if keep {
             rstds[r] = rstd;
         }
     }
+    // SAFETY: every row of y (and with `keep`, of xhat) was written.
+    let (y, xhat) = unsafe { (y.into_vec(), xhat.into_vec()) };
     let kept = keep.then_some((xhat, rstds));
     Some((|| {
         let y = cpu_tensor(y, &[n, c])?;
@@ -301,10 +443,10 @@ pub fn layer_norm_backward(
     }
     let (gv, hv, rv, wv) = (view(dy)?, view(xhat)?, view(rstd)?, view(w)?);
     let (dy, xhat, rstd, w) = (gv.slice(), hv.slice(), rv.slice(), wv.slice());
-    let mut dx = vec![0f32; n * c];
+    let mut dx = Filled::new(n * c);
     let mut dw = vec![0f32; c];
     let mut db = if with_bias { vec![0f32; c] } else { Vec::new() };
-    for (r, ((g, h), out)) in dy.chunks_exact(c).zip(xhat.chunks_exact(c)).zip(dx.chunks_exact_mut(c)).enumerate() {
+    for (r, ((g, h), out)) in dy.chunks_exact(c).zip(xhat.chunks_exact(c)).zip(dx.slots().chunks_exact_mut(c)).enumerate() {
         let (mut sum_dxhat, mut sum_dxhat_xhat) = (0f32, 0f32);
         for j in 0..c {
             let d = g[j] * w[j];
@@ -317,10 +459,12 @@ pub fn layer_norm_backward(
         }
         let (m1, m2) = (sum_dxhat / c as f32, sum_dxhat_xhat / c as f32);
         for j in 0..c {
-            out[j] = (g[j] * w[j] - m1 - h[j] * m2) * rstd[r];
+            out[j].write((g[j] * w[j] - m1 - h[j] * m2) * rstd[r]);
         }
     }
     drop((gv, hv, rv, wv));
+    // SAFETY: every row of dx was written.
+    let dx = unsafe { dx.into_vec() };
     Some((|| {
         let db = if with_bias { Some(cpu_tensor(db, &[c])?) } else { None };
         Ok((cpu_tensor(dx, &[n, c])?, cpu_tensor(dw, &[c])?, db))
@@ -488,13 +632,14 @@ mod tests {
     fn wide_and_baseline_kernels_agree_bit_for_bit() {
         let u = randn(&[5, 77], 11).flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let g = randn(&[5, 77], 12).flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let (mut wide, mut base) = (vec![0f32; u.len()], vec![0f32; u.len()]);
-        gelu_into(&u, &mut wide);
-        gelu_kernel(&u, &mut base);
-        assert_eq!(wide, base);
-        gelu_backward_into(&g, &u, &mut wide);
-        gelu_backward_kernel(&g, &u, &mut base);
-        assert_eq!(wide, base);
+        let written = |kernel: &dyn Fn(&mut [MaybeUninit<f32>])| {
+            let mut out = Filled::new(u.len());
+            kernel(out.slots());
+            // SAFETY: the kernels write every element.
+            unsafe { out.into_vec() }
+        };
+        assert_eq!(written(&|o| gelu_into(&u, o)), written(&|o| gelu_kernel(&u, o)));
+        assert_eq!(written(&|o| gelu_backward_into(&g, &u, o)), written(&|o| gelu_backward_kernel(&g, &u, o)));
         let t = 35;
         let s = randn(&[3, t, t], 13).flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let (mut wide, mut base) = (vec![0f32; s.len()], vec![0f32; s.len()]);

@@ -9,6 +9,7 @@
 //! - [`train`] — train.py's loop; [`checkpoint`] — atomic safetensors checkpoints for `--resume` and `sample`.
 //! - [`progress`] and [`lossplot`] — the progress bar, `log.jsonl` and `loss.svg`.
 
+pub mod attention;
 pub mod checkpoint;
 pub mod corpus;
 pub mod data;

@@ -110,10 +110,8 @@ impl HostRng {
 struct BlockSaved {
     ln1: LnSaved,
     ln1_out: Tensor,
-    /// q already multiplied by 1/sqrt(head size), [B, H, T, hs].
-    q_scaled: Tensor,
-    k: Tensor,
-    v: Tensor,
+    /// What attention's backward reads of q, k and v.
+    qkv: QkvSaved,
     /// Attention probabilities before dropout, [B, H, T, T].
     att: Tensor,
     att_drop_mask: Option<Tensor>,
@@ -126,6 +124,14 @@ struct BlockSaved {
     fc_out: Tensor,
     gelu_out: Tensor,
     resid2_mask: Option<Tensor>,
+}
+
+/// q, k and v as attention's backward reads them.
+enum QkvSaved {
+    /// c_attn's output [N, 3C], read in place by `attention.rs` (CPU, f32).
+    Fused(Tensor),
+    /// Per-head copies [B, H, T, hs], q already multiplied by 1/sqrt(head size) (candle ops).
+    Heads { q_scaled: Tensor, k: Tensor, v: Tensor },
 }
 
 struct LnSaved {
@@ -209,8 +215,13 @@ fn ln_backward(dy: &Tensor, saved: &LnSaved, w: &Tensor, with_bias: bool) -> Res
 }
 
 /// `x @ w^T (+ b)` for x [N, in], w [out, in].
+/// a · b: gemm straight into the output on CPU f32 (`fused::matmul`), candle's matmul otherwise.
+fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    crate::fused::matmul(a, b).unwrap_or_else(|| a.matmul(b))
+}
+
 fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let y = x.matmul(&w.t()?)?;
+    let y = mm(x, &w.t()?)?;
     match b {
         Some(b) => y.broadcast_add(b),
         None => Ok(y),
@@ -219,9 +230,9 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 
 /// Linear's backward: (dx, dw, db) for y = x w^T + b.
 fn linear_backward(dy: &Tensor, x: &Tensor, w: &Tensor, with_bias: bool) -> Result<(Tensor, Tensor, Option<Tensor>)> {
-    let dw = dy.t()?.matmul(x)?;
+    let dw = mm(&dy.t()?, x)?;
     let db = if with_bias { Some(dy.sum(0)?) } else { None };
-    let dx = dy.matmul(w)?;
+    let dx = mm(dy, w)?;
     Ok((dx, dw, db))
 }
 
@@ -410,7 +421,6 @@ impl Gpt {
     ) -> Result<(Tensor, Option<BlockSaved>)> {
         let bp = self.blocks[layer];
         let (c, h) = (self.n_embd, self.n_head);
-        let hs = c / h;
         let site = 1 + 3 * layer as u64;
         let draw = |s: u64, shape: &[usize]| -> Result<Option<Tensor>> {
             match dropout {
@@ -420,7 +430,54 @@ impl Gpt {
         };
 
         let (ln1_out, ln1) = ln_forward(x, &self.w(bp.ln1_w), self.wo(bp.ln1_b).as_ref(), keep)?;
-        let qkv = linear(&ln1_out, &self.w(bp.attn_w), self.wo(bp.attn_b).as_ref())?.reshape((b, t, 3, h, hs))?;
+        let qkv = linear(&ln1_out, &self.w(bp.attn_w), self.wo(bp.attn_b).as_ref())?;
+        let geometry = crate::attention::Heads { b, t, h, c };
+        let (qkv, att, att_drop_mask, heads) = match crate::attention::probabilities(&qkv, geometry) {
+            Some(att) => {
+                let att = att?;
+                let att_drop_mask = draw(site, &[b, h, t, t])?;
+                let dropped = att_drop_mask.as_ref().map(|m| att.mul(m)).transpose()?;
+                let heads = crate::attention::values(dropped.as_ref().unwrap_or(&att), &qkv, geometry)
+                    .ok_or_else(|| candle_core::Error::Msg("fused attention: probabilities and values disagree on the layout".into()))??;
+                drop(dropped);
+                (QkvSaved::Fused(qkv), att, att_drop_mask, heads)
+            }
+            None => self.attention_plain(qkv, (b, t), mask, draw(site, &[b, h, t, t])?)?,
+        };
+        let proj = linear(&heads, &self.w(bp.attn_proj_w), self.wo(bp.attn_proj_b).as_ref())?;
+        let resid1_mask = draw(site + 1, &[b * t, c])?;
+        let x1 = x.add(&mul_opt(proj, &resid1_mask)?)?;
+
+        let (ln2_out, ln2) = ln_forward(&x1, &self.w(bp.ln2_w), self.wo(bp.ln2_b).as_ref(), keep)?;
+        let fc_out = linear(&ln2_out, &self.w(bp.fc_w), self.wo(bp.fc_b).as_ref())?;
+        let gelu_out = match crate::fused::gelu(&fc_out) {
+            Some(fused) => fused?,
+            None => fc_out.gelu_erf()?,
+        };
+        let mlp = linear(&gelu_out, &self.w(bp.mlp_proj_w), self.wo(bp.mlp_proj_b).as_ref())?;
+        let resid2_mask = draw(site + 2, &[b * t, c])?;
+        let x2 = x1.add(&mul_opt(mlp, &resid2_mask)?)?;
+        let saved = match (keep, ln1, ln2) {
+            (true, Some(ln1), Some(ln2)) => {
+                Some(BlockSaved { ln1, ln1_out, qkv, att, att_drop_mask, heads, resid1_mask, ln2, ln2_out, fc_out, gelu_out, resid2_mask })
+            }
+            _ => None,
+        };
+        Ok((x2, saved))
+    }
+
+    /// Attention as candle ops (f64, CUDA): per-head copies of q, k and v out of qkv [N, 3C],
+    /// masked softmax, p · v, heads merged. Returns what the block saves and the merged heads [N, C].
+    fn attention_plain(
+        &self,
+        qkv: Tensor,
+        (b, t): (usize, usize),
+        mask: &Tensor,
+        att_drop_mask: Option<Tensor>,
+    ) -> Result<(QkvSaved, Tensor, Option<Tensor>, Tensor)> {
+        let (c, h) = (self.n_embd, self.n_head);
+        let hs = c / h;
+        let qkv = qkv.reshape((b, t, 3, h, hs))?;
         let head = |i: usize| -> Result<Tensor> { qkv.narrow(2, i, 1)?.squeeze(2)?.transpose(1, 2)?.contiguous() };
         let q = head(0)?;
         let q_scaled = q.affine(1.0 / (hs as f64).sqrt(), 0.0)?;
@@ -440,46 +497,59 @@ impl Gpt {
                 candle_nn::ops::softmax_last_dim(&masked)?
             }
         };
-        let att_drop_mask = draw(site, &[b, h, t, t])?;
         let y = match &att_drop_mask {
             Some(m) => att.mul(m)?.matmul(&v)?,
             None => att.matmul(&v)?,
         };
         let heads = y.transpose(1, 2)?.contiguous()?.reshape((b * t, c))?;
         drop(y);
-        let proj = linear(&heads, &self.w(bp.attn_proj_w), self.wo(bp.attn_proj_b).as_ref())?;
-        let resid1_mask = draw(site + 1, &[b * t, c])?;
-        let x1 = x.add(&mul_opt(proj, &resid1_mask)?)?;
+        Ok((QkvSaved::Heads { q_scaled, k, v }, att, att_drop_mask, heads))
+    }
 
-        let (ln2_out, ln2) = ln_forward(&x1, &self.w(bp.ln2_w), self.wo(bp.ln2_b).as_ref(), keep)?;
-        let fc_out = linear(&ln2_out, &self.w(bp.fc_w), self.wo(bp.fc_b).as_ref())?;
-        let gelu_out = match crate::fused::gelu(&fc_out) {
-            Some(fused) => fused?,
-            None => fc_out.gelu_erf()?,
+    /// The backward of [`Gpt::attention_plain`]: d(qkv) [N, 3C] from d(heads) [N, C].
+    fn attention_plain_backward(
+        dheads: Tensor,
+        q_scaled: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        att: &Tensor,
+        att_drop_mask: Option<&Tensor>,
+        (b, t, h, hs): (usize, usize, usize, usize),
+    ) -> Result<Tensor> {
+        let c = h * hs;
+        let dy = dheads.reshape((b, t, h, hs))?.transpose(1, 2)?.contiguous()?;
+        drop(dheads);
+        let dv = match att_drop_mask {
+            Some(m) => att.mul(m)?.t()?.matmul(&dy)?,
+            None => att.t()?.matmul(&dy)?,
         };
-        let mlp = linear(&gelu_out, &self.w(bp.mlp_proj_w), self.wo(bp.mlp_proj_b).as_ref())?;
-        let resid2_mask = draw(site + 2, &[b * t, c])?;
-        let x2 = x1.add(&mul_opt(mlp, &resid2_mask)?)?;
-        let saved = match (keep, ln1, ln2) {
-            (true, Some(ln1), Some(ln2)) => Some(BlockSaved {
-                ln1,
-                ln1_out,
-                q_scaled,
-                k,
-                v,
-                att,
-                att_drop_mask,
-                heads,
-                resid1_mask,
-                ln2,
-                ln2_out,
-                fc_out,
-                gelu_out,
-                resid2_mask,
-            }),
-            _ => None,
+        let datt = dy.matmul(&v.t()?)?;
+        let datt = match att_drop_mask {
+            Some(m) => datt.mul(m)?,
+            None => datt,
         };
-        Ok((x2, saved))
+        drop(dy);
+        // Softmax backward: ds = att * (datt - sum(datt * att, -1)).
+        let ds = match crate::fused::softmax_backward(att, &datt) {
+            Some(ds) => {
+                drop(datt);
+                ds?
+            }
+            None => {
+                let row_dot = datt.mul(att)?.sum_keepdim(D::Minus1)?;
+                let centred = datt.broadcast_sub(&row_dot)?;
+                drop((datt, row_dot));
+                centred.mul(att)?
+            }
+        };
+        let dq = ds.matmul(k)?.affine(1.0 / (hs as f64).sqrt(), 0.0)?;
+        let dk = ds.t()?.matmul(q_scaled)?;
+        drop(ds);
+        let merge = |g: Tensor| -> Result<Tensor> { g.transpose(1, 2)?.contiguous()?.reshape((b, t, c)) };
+        let (dq, dk, dv) = (merge(dq)?, merge(dk)?, merge(dv)?);
+        let dqkv = Tensor::cat(&[&dq, &dk, &dv], 2)?.reshape((b * t, 3 * c))?;
+        drop((dq, dk, dv));
+        Ok(dqkv)
     }
 
     /// One block's backward: gradient w.r.t. its input, and its parameters' gradients.
@@ -509,34 +579,20 @@ impl Gpt {
         let (dheads, dw, db) = linear_backward(&dproj, &s.heads, &self.w(bp.attn_proj_w), bp.attn_proj_b.is_some())?;
         drop(dproj);
         let attn_proj = (dw, db);
-        let dy = dheads.reshape((b, t, h, hs))?.transpose(1, 2)?.contiguous()?;
-        drop(dheads);
-        let dv = match &s.att_drop_mask {
-            Some(m) => s.att.mul(m)?.t()?.matmul(&dy)?,
-            None => s.att.t()?.matmul(&dy)?,
-        };
-        let datt = mul_opt(dy.matmul(&s.v.t()?)?, &s.att_drop_mask)?;
-        drop(dy);
-        // Softmax backward: ds = att * (datt - sum(datt * att, -1)).
-        let ds = match crate::fused::softmax_backward(&s.att, &datt) {
-            Some(ds) => {
-                drop(datt);
-                ds?
+        let dqkv = match &s.qkv {
+            QkvSaved::Fused(qkv) => {
+                let geometry = crate::attention::Heads { b, t, h, c };
+                let dropped = s.att_drop_mask.as_ref().map(|m| s.att.mul(m)).transpose()?;
+                let p = dropped.as_ref().unwrap_or(&s.att);
+                let dqkv = crate::attention::backward(&dheads, qkv, &s.att, p, s.att_drop_mask.as_ref(), geometry)
+                    .ok_or_else(|| candle_core::Error::Msg("fused attention: the backward's layouts differ from the forward's".into()))??;
+                drop((dropped, dheads));
+                dqkv
             }
-            None => {
-                let row_dot = datt.mul(&s.att)?.sum_keepdim(D::Minus1)?;
-                let centred = datt.broadcast_sub(&row_dot)?;
-                drop((datt, row_dot));
-                centred.mul(&s.att)?
+            QkvSaved::Heads { q_scaled, k, v } => {
+                Self::attention_plain_backward(dheads, q_scaled, k, v, &s.att, s.att_drop_mask.as_ref(), (b, t, h, hs))?
             }
         };
-        let dq = ds.matmul(&s.k)?.affine(1.0 / (hs as f64).sqrt(), 0.0)?;
-        let dk = ds.t()?.matmul(&s.q_scaled)?;
-        drop(ds);
-        let merge = |g: Tensor| -> Result<Tensor> { g.transpose(1, 2)?.contiguous()?.reshape((b, t, c)) };
-        let (dq, dk, dv) = (merge(dq)?, merge(dk)?, merge(dv)?);
-        let dqkv = Tensor::cat(&[&dq, &dk, &dv], 2)?.reshape((b * t, 3 * c))?;
-        drop((dq, dk, dv));
         let (dln1, dw, db) = linear_backward(&dqkv, &s.ln1_out, &self.w(bp.attn_w), bp.attn_b.is_some())?;
         drop(dqkv);
         let attn = (dw, db);
@@ -574,7 +630,7 @@ impl Gpt {
             let rows = chunk_rows.min(n - start);
             let h = hf.narrow(0, start, rows)?;
             let tgt = targets.narrow(0, start, rows)?.unsqueeze(1)?;
-            let logits = h.matmul(&wte.t()?)?;
+            let logits = mm(&h, &wte.t()?)?;
             let probs = candle_nn::ops::softmax_last_dim(&logits)?;
             drop(logits);
             let p_target = probs.gather(&tgt, 1)?;
@@ -586,9 +642,9 @@ impl Gpt {
                 let minus_one = Tensor::full(-1f32, (rows, 1), &self.device)?.to_dtype(self.dtype)?;
                 probs.scatter_add_set(&tgt, &minus_one, 1)?;
                 let dlogits = probs;
-                dh_chunks.push(dlogits.matmul(&wte)?.affine(inv_n, 0.0)?);
+                dh_chunks.push(mm(&dlogits, &wte)?.affine(inv_n, 0.0)?);
                 let h_scaled = h.affine(inv_n, 0.0)?;
-                let part = dlogits.t()?.matmul(&h_scaled)?;
+                let part = mm(&dlogits.t()?, &h_scaled)?;
                 drop((dlogits, h_scaled));
                 dwte = Some(match dwte {
                     Some(sum) => sum.add(&part)?,
@@ -745,7 +801,7 @@ impl Gpt {
         let last = x.reshape((b, t, self.n_embd))?.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()?;
         drop(x);
         let (h, _) = ln_forward(&last, &self.w(self.ln_f_w), self.wo(self.ln_f_b).as_ref(), false)?;
-        h.matmul(&self.w(0).t()?)
+        mm(&h, &self.w(0).t()?)
     }
 
     pub fn vocab_size(&self) -> usize {
