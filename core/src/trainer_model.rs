@@ -47,6 +47,17 @@ pub struct TrainerOptions {
     /// exist. Layer norm, GELU's backward, attention (per-head copies of q, k, v, the masked
     /// softmax, its backward, the heads merged) and AdamW then keep more temporaries.
     pub unfused_ops: bool,
+    /// Mixed precision (`vramfit train --device cuda` with dtype bfloat16 or float16): f32 master
+    /// weights, residual stream, layer norms and loss; linears, attention and GELU in 2-byte
+    /// floats, each weight cast for the op that uses it; float16 adds loss scaling. `None` (or
+    /// float32): everything in f32. Attention and GELU then run as candle ops even on the CPU.
+    pub mixed_precision: Option<crate::config::Dtype>,
+}
+
+impl TrainerOptions {
+    fn mixed(&self) -> bool {
+        matches!(self.mixed_precision, Some(crate::config::Dtype::Float16 | crate::config::Dtype::Bfloat16))
+    }
 }
 
 /// Whether gemm copies the loss head's transposed dlogits (rows x V) into a packing buffer of its
@@ -125,6 +136,9 @@ struct Tracker {
     peak: Peak,
     timeline: Vec<TimelinePoint>,
     record_timeline: bool,
+    /// Bytes per element of what [`Tracker::alloc`] allocates: 4 (f32, the master dtype), or 2
+    /// inside mixed precision's compute-dtype regions.
+    elem: u64,
 }
 
 /// A handle to one allocation.
@@ -147,6 +161,7 @@ impl Tracker {
             peak: Peak::default(),
             timeline: Vec::new(),
             record_timeline,
+            elem: F32,
         }
     }
     fn at(&mut self, phase: Phase, op: &'static str) {
@@ -154,7 +169,17 @@ impl Tracker {
         self.op = op;
     }
     fn alloc(&mut self, cat: Category, elems: u64) -> Id {
-        let bytes = elems * F32;
+        self.alloc_bytes(cat, elems * self.elem)
+    }
+    /// An f32 tensor, whatever region the tracker is in.
+    fn alloc_f32(&mut self, cat: Category, elems: u64) -> Id {
+        self.alloc_bytes(cat, elems * F32)
+    }
+    /// A tensor in the compute dtype, whatever region the tracker is in.
+    fn alloc_compute(&mut self, d: &Dims, cat: Category, elems: u64) -> Id {
+        self.alloc_bytes(cat, elems * d.cb)
+    }
+    fn alloc_bytes(&mut self, cat: Category, bytes: u64) -> Id {
         self.sizes.push((cat, bytes));
         self.live[cat_index(cat)] += bytes;
         self.total += bytes;
@@ -239,6 +264,45 @@ struct Dims {
     packs_dlogits: bool,
     /// See [`TrainerOptions::unfused_ops`].
     unfused: bool,
+    /// See [`TrainerOptions::mixed_precision`].
+    mixed: bool,
+    /// Bytes per element of the compute dtype: 4, or 2 with mixed precision.
+    cb: u64,
+}
+
+/// Mixed precision's cast of `id` (an f32 tensor of `elems`) to the compute dtype, or back
+/// (`to_f32`): a new tensor of category `cat`, the old one freed. Without mixed precision the
+/// cast is a no-op and `id` is returned.
+fn cast(m: &mut Tracker, d: &Dims, id: Id, elems: u64, cat: Category, to_f32: bool) -> Id {
+    if !d.mixed {
+        return id;
+    }
+    let new = if to_f32 { m.alloc_f32(cat, elems) } else { m.alloc_compute(d, cat, elems) };
+    m.free(id);
+    new
+}
+
+/// candle's CPU f16 matmul (gemm's f16 path) copies its left operand [m, k] to f32 while it
+/// multiplies: m·k·4 bytes beyond the output, freed when it returns (measured with the counting
+/// allocator; cuBLAS on CUDA makes no such copy). Mixed precision on the CPU only.
+fn f16_lhs_copy(m: &mut Tracker, d: &Dims, elems: u64) {
+    if d.mixed && !d.unfused {
+        let copy = m.alloc_f32(Category::Workspace, elems);
+        m.free(copy);
+    }
+}
+
+/// Mixed precision's per-op copy of a weight [out, in] (and bias) in the compute dtype, freed
+/// when the op returns (`uncast_weight`).
+fn cast_weight(m: &mut Tracker, d: &Dims, out: u64, inp: u64) -> Vec<Id> {
+    if !d.mixed {
+        return Vec::new();
+    }
+    let mut ids = vec![m.alloc_compute(d, Category::CastWeights, out * inp)];
+    if d.bias {
+        ids.push(m.alloc_compute(d, Category::CastWeights, out));
+    }
+    ids
 }
 
 /// Tensors one block's forward leaves alive (`BlockSaved` in model.rs) plus its output.
@@ -292,19 +356,32 @@ fn ln_forward_unfused(m: &mut Tracker, d: &Dims, n: u64, keep: bool, cat: Catego
 }
 
 /// `linear`: x @ w^T (+ b): returns y [N, out].
-fn linear(m: &mut Tracker, d: &Dims, n: u64, out: u64, cat: Category) -> Id {
+fn linear(m: &mut Tracker, d: &Dims, n: u64, inp: u64, out: u64, cat: Category) -> Id {
+    let w = cast_weight(m, d, out, inp);
     let y = m.alloc(cat, n * out);
-    if d.bias {
+    f16_lhs_copy(m, d, n * inp);
+    let y = if d.bias {
         let yb = m.alloc(cat, n * out);
         m.free(y);
-        return yb;
-    }
+        yb
+    } else {
+        y
+    };
+    m.free_all(&w);
     y
 }
 
 /// A dropout mask of `elems` (when dropout is on).
+/// In a compute-dtype region (mixed precision) the mask is drawn in f32 and cast.
 fn mask(m: &mut Tracker, d: &Dims, elems: u64, cat: Category) -> Option<Id> {
-    d.dropout.then(|| m.alloc(cat, elems))
+    d.dropout.then(|| {
+        let drawn = (m.elem != F32).then(|| m.alloc_f32(Temporaries, elems));
+        let id = m.alloc(cat, elems);
+        if let Some(f) = drawn {
+            m.free(f);
+        }
+        id
+    })
 }
 
 /// Attention as candle ops (`unfused_ops`): per-head copies of q, k and v, the masked softmax,
@@ -312,14 +389,18 @@ fn mask(m: &mut Tracker, d: &Dims, elems: u64, cat: Category) -> Option<Id> {
 fn attention_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64) -> (Vec<Id>, Id, Option<Id>, Id) {
     let s = SavedActivations;
     let c = d.c;
-    let qkv = linear(m, d, n, 3 * c, Temporaries);
+    let qkv = linear(m, d, n, c, 3 * c, Temporaries);
     let q = m.alloc(Temporaries, n * c); // contiguous copy of q
     let q_scaled = m.alloc(s, n * c);
     m.free(q);
     let k = m.alloc(s, n * c);
     let v = m.alloc(s, n * c);
     m.free(qkv);
+    // Per (batch, head) products: q [T, hs] · kᵀ, then p [T, T] · v.
+    let t = att_elems / (n * d.h).max(1);
+    let hs = c / d.h.max(1);
     let scores = m.alloc(Temporaries, att_elems);
+    f16_lhs_copy(m, d, t * hs);
     let masked = m.alloc(Temporaries, att_elems); // scores + the -inf mask
     m.free(scores);
     let att = m.alloc(s, att_elems);
@@ -327,6 +408,7 @@ fn attention_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64) -> (Vec<
     let att_mask = mask(m, d, att_elems, s);
     let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
     let y = m.alloc(Temporaries, n * c);
+    f16_lhs_copy(m, d, t * t);
     if let Some(id) = att_dropped {
         m.free(id);
     }
@@ -343,12 +425,16 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
     let s = SavedActivations;
     let mut saved = Vec::new();
     let (ln1_out, ln1) = ln_forward(m, d, n, keep, s);
-    let (qkv, att, att_mask, heads) = if d.unfused {
+    // Mixed precision: c_attn reads (and its backward keeps) ln_1's output cast to the compute
+    // dtype; from here to the residual add everything is in the compute dtype.
+    let ln1_out = cast(m, d, ln1_out, n * c, s, false);
+    m.elem = d.cb;
+    let (qkv, att, att_mask, heads) = if d.unfused || d.mixed {
         attention_unfused(m, d, n, att_elems)
     } else {
         // trainer/src/attention.rs: q, k and v are read in place from c_attn's output, which is
         // therefore what the backward keeps (the same bytes as q·scale, k and v).
-        let qkv = linear(m, d, n, 3 * c, s);
+        let qkv = linear(m, d, n, c, 3 * c, s);
         let att = m.alloc(s, att_elems); // the blocked q·kᵀ, softmax in place
         let att_mask = mask(m, d, att_elems, s);
         let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
@@ -358,25 +444,31 @@ fn block_forward(m: &mut Tracker, d: &Dims, b: u64, t: u64, keep: bool) -> Block
         }
         (vec![qkv], att, att_mask, heads)
     };
-    let proj = linear(m, d, n, c, Temporaries);
+    let proj = linear(m, d, n, c, c, Temporaries);
     let r1 = mask(m, d, n * c, s);
     let proj_dropped = r1.map(|_| m.alloc(Temporaries, n * c));
     if proj_dropped.is_some() {
         m.free(proj);
     }
+    m.elem = F32;
+    let branch = cast(m, d, proj_dropped.unwrap_or(proj), n * c, Temporaries, true);
     let x1 = m.alloc(Temporaries, n * c); // the residual after attention: not saved (ln_2 keeps xhat)
-    m.free(proj_dropped.unwrap_or(proj));
+    m.free(branch);
     let (ln2_out, ln2) = ln_forward(m, d, n, keep, s);
-    let fc_out = linear(m, d, n, 4 * c, s);
+    let ln2_out = cast(m, d, ln2_out, n * c, s, false);
+    m.elem = d.cb;
+    let fc_out = linear(m, d, n, c, 4 * c, s);
     let gelu_out = m.alloc(s, n * 4 * c);
-    let mlp = linear(m, d, n, c, Temporaries);
+    let mlp = linear(m, d, n, 4 * c, c, Temporaries);
     let r2 = mask(m, d, n * c, s);
     let mlp_dropped = r2.map(|_| m.alloc(Temporaries, n * c));
     if mlp_dropped.is_some() {
         m.free(mlp);
     }
+    m.elem = F32;
+    let branch = cast(m, d, mlp_dropped.unwrap_or(mlp), n * c, Temporaries, true);
     let out = m.alloc(s, n * c);
-    m.free(mlp_dropped.unwrap_or(mlp));
+    m.free(branch);
     m.free(x1);
     saved.push(ln1_out);
     saved.extend(qkv);
@@ -433,24 +525,34 @@ fn ln_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, grads: &mut Vec<Id>) -
 
 /// `linear_backward` for dy [N, out] and w [out, in]: returns dx [N, in].
 fn linear_backward(m: &mut Tracker, d: &Dims, n: u64, out: u64, inp: u64, grads: &mut Vec<Id>) -> Id {
-    grads.push(m.alloc(Gradients, out * inp));
-    if d.bias {
-        grads.push(m.alloc(Gradients, out));
-    }
-    m.alloc(Temporaries, n * inp)
+    let w = cast_weight(m, d, out, inp);
+    let dw = m.alloc(Gradients, out * inp);
+    f16_lhs_copy(m, d, out * n); // dyᵀ
+    let db = d.bias.then(|| m.alloc(Gradients, out));
+    let dx = m.alloc(Temporaries, n * inp);
+    f16_lhs_copy(m, d, n * out); // dy
+    m.free_all(&w);
+    // Mixed precision: the parameter gradients go back to f32.
+    grads.push(cast(m, d, dw, out * inp, Gradients, true));
+    grads.extend(db.map(|db| cast(m, d, db, out, Gradients, true)));
+    dx
 }
 
 /// The backward of [`attention_unfused`] from d(heads): returns d(qkv) [N, 3C].
 fn attention_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64, dheads: Id) -> Id {
     let c = d.c;
+    let t = att_elems / (n * d.h).max(1);
+    let hs = c / d.h.max(1);
     let dy = m.alloc(Temporaries, n * c);
     m.free(dheads);
     let att_dropped = d.dropout.then(|| m.alloc(Temporaries, att_elems));
     let dv = m.alloc(Temporaries, n * c);
+    f16_lhs_copy(m, d, t * t); // pᵀ
     if let Some(id) = att_dropped {
         m.free(id);
     }
     let mut datt = m.alloc(Temporaries, att_elems); // dy @ v^T
+    f16_lhs_copy(m, d, t * hs);
     if d.dropout {
         let masked = m.alloc(Temporaries, att_elems);
         m.free(datt);
@@ -466,9 +568,11 @@ fn attention_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64,
     let ds = m.alloc(Temporaries, att_elems);
     m.free(centred);
     let dq_raw = m.alloc(Temporaries, n * c);
+    f16_lhs_copy(m, d, t * t); // ds
     let dq = m.alloc(Temporaries, n * c);
     m.free(dq_raw);
     let dk = m.alloc(Temporaries, n * c);
+    f16_lhs_copy(m, d, t * t); // dsᵀ
     m.free(ds);
     let mut merged = Vec::new();
     for g in [dq, dk, dv] {
@@ -480,17 +584,31 @@ fn attention_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64,
     dqkv
 }
 
+/// A branch's incoming gradient for its backward: the residual gradient itself (no tensor), its
+/// cast to the compute dtype (mixed precision), times the dropout mask if any. Returns the tensor
+/// the branch's backward then frees, if one was made.
+fn masked_cast(m: &mut Tracker, d: &Dims, elems: u64) -> Option<Id> {
+    let cast = d.mixed.then(|| m.alloc(Temporaries, elems));
+    let masked = d.dropout.then(|| m.alloc(Temporaries, elems));
+    if let (Some(c), Some(_)) = (cast, masked) {
+        m.free(c);
+    }
+    masked.or(cast)
+}
+
 /// `block_backward`: consumes `saved` and `dx2`; returns dx.
 fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2: Id, grads: &mut Vec<Id>) -> Id {
     let n = b * t;
     let c = d.c;
     let att_elems = b * d.h * t * t;
-    let dmlp = d.dropout.then(|| m.alloc(Temporaries, n * c));
+    // Mixed precision: the MLP branch's backward runs in the compute dtype, from a cast of dx2.
+    m.elem = d.cb;
+    let dmlp = masked_cast(m, d, n * c);
     let dgelu = linear_backward(m, d, n, c, 4 * c, grads);
     if let Some(id) = dmlp {
         m.free(id);
     }
-    let dfc = if d.unfused {
+    let dfc = if d.unfused || d.mixed {
         // gelu_backward as candle ops: the erf chain (3 alive at the statement's end), the pdf
         // chain (4), then the products.
         let a1 = m.alloc(Temporaries, n * 4 * c);
@@ -515,16 +633,19 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
     m.free(dgelu);
     let dln2 = linear_backward(m, d, n, 4 * c, c, grads);
     m.free(dfc);
+    let dln2 = cast(m, d, dln2, n * c, Temporaries, true);
+    m.elem = F32;
     let dx1_ln = ln_backward(m, d, n, grads);
     m.free(dln2);
     let dx1 = m.alloc(Temporaries, n * c);
     m.free_all(&[dx2, dx1_ln]);
-    let dproj = d.dropout.then(|| m.alloc(Temporaries, n * c));
+    m.elem = d.cb;
+    let dproj = masked_cast(m, d, n * c);
     let dheads = linear_backward(m, d, n, c, c, grads);
     if let Some(id) = dproj {
         m.free(id);
     }
-    let dqkv = if d.unfused {
+    let dqkv = if d.unfused || d.mixed {
         attention_backward_unfused(m, d, n, att_elems, dheads)
     } else {
         // trainer/src/attention.rs::backward: d(qkv) written per head, one T×T scratch.
@@ -540,6 +661,8 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
     };
     let dln1 = linear_backward(m, d, n, 3 * c, c, grads);
     m.free(dqkv);
+    let dln1 = cast(m, d, dln1, n * c, Temporaries, true);
+    m.elem = F32;
     let dx_ln = ln_backward(m, d, n, grads);
     m.free(dln1);
     let dx = m.alloc(Temporaries, n * c);
@@ -548,34 +671,62 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
     dx
 }
 
+/// A chunk's logits [rows, V] in f32 for the softmax: computed in f32, or (mixed precision) in the
+/// compute dtype and cast up, as autocast runs the cross-entropy in f32.
+fn logits_f32(m: &mut Tracker, d: &Dims, rows: u64) -> Id {
+    if d.mixed {
+        let computed = m.alloc_compute(d, LogitsAndLoss, rows * d.v);
+        f16_lhs_copy(m, d, rows * d.c); // h
+        cast(m, d, computed, rows * d.v, LogitsAndLoss, true)
+    } else {
+        m.alloc(LogitsAndLoss, rows * d.v)
+    }
+}
+
+/// The causal mask [T, T] in the compute dtype (mixed precision: built in f32, then cast).
+fn causal_mask(m: &mut Tracker, d: &Dims, t: u64) -> Id {
+    let built = m.alloc_f32(Temporaries, t * t);
+    cast(m, d, built, t * t, Temporaries, false)
+}
+
 /// The loss head in training: ln_f, logits by chunks, the gradient taken as it goes.
 /// Returns (dx, head gradients: dwte, ln_f weight (and bias)).
 fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id>) {
     m.at(Phase::Loss, "loss head: ln_f");
+    // Mixed precision: wte's compute-dtype copy lives through the head; ln_f's output is cast.
+    let wte = d.mixed.then(|| m.alloc_compute(d, Category::CastWeights, d.v * d.c));
     let (hf, ln) = ln_forward(m, d, n, true, SavedActivations);
+    let hf = cast(m, d, hf, n * d.c, SavedActivations, false);
     let mut dh_chunks = Vec::new();
     let mut dwte: Option<Id> = None;
     let mut start = 0;
     while start < n {
         let rows = chunk_rows.min(n - start);
         m.at(Phase::Loss, "loss head: logits and softmax");
-        let logits = m.alloc(LogitsAndLoss, rows * d.v);
+        let logits = logits_f32(m, d, rows);
         let probs = m.alloc(LogitsAndLoss, rows * d.v);
         m.free(logits);
         let small: Vec<Id> = (0..6).map(|_| m.alloc(Temporaries, rows)).collect(); // gather, clamp, log, -1s
         m.at(Phase::Loss, "loss head: gradient");
+        // dlogits = probs - onehot, in place; mixed precision casts it to the compute dtype.
+        let dlogits = cast(m, d, probs, rows * d.v, LogitsAndLoss, false);
+        m.elem = d.cb;
         let dh_raw = m.alloc(Temporaries, rows * d.c);
+        f16_lhs_copy(m, d, rows * d.v); // dlogits
         let dh = m.alloc(Temporaries, rows * d.c);
         m.free(dh_raw);
         dh_chunks.push(dh);
         let h_scaled = m.alloc(Temporaries, rows * d.c);
         let part = m.alloc(Gradients, d.v * d.c); // dlogits^T @ h
-        if d.packs_dlogits {
+        f16_lhs_copy(m, d, d.v * rows); // dlogitsᵀ
+        if d.packs_dlogits && !d.mixed {
             // gemm's copy of the transposed dlogits for this product (see `packs_dlogits`).
             let packed = m.alloc(Category::Workspace, rows * d.v);
             m.free(packed);
         }
-        m.free_all(&[probs, h_scaled]);
+        let part = cast(m, d, part, d.v * d.c, Gradients, true);
+        m.elem = F32;
+        m.free_all(&[dlogits, h_scaled]);
         dwte = Some(match dwte {
             Some(sum) => {
                 let new = m.alloc(Gradients, d.v * d.c);
@@ -588,17 +739,19 @@ fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id
         start += rows;
     }
     let dh = if dh_chunks.len() > 1 {
-        let cat = m.alloc(Temporaries, n * d.c);
+        let cat = m.alloc_compute(d, Temporaries, n * d.c);
         m.free_all(&dh_chunks);
         cat
     } else {
         dh_chunks.first().copied().unwrap_or(Id(usize::MAX))
     };
+    let dh = cast(m, d, dh, n * d.c, Temporaries, true);
     let mut grads = Vec::new();
     grads.extend(dwte);
     let dx = ln_backward(m, d, n, &mut grads);
     m.free_all(&[dh, hf]);
     m.free_all(&ln);
+    m.free_all(wte.as_slice());
     (dx, grads)
 }
 
@@ -608,7 +761,7 @@ fn micro_step(m: &mut Tracker, d: &Dims, b: u64, t: u64, chunked: bool, ckpt: bo
     m.at(Phase::Forward, "batch");
     let batch = [m.alloc(Batch, n), m.alloc(Batch, n)]; // x, y (u32)
     m.at(Phase::Forward, "causal mask");
-    let causal = m.alloc(Temporaries, t * t);
+    let causal = causal_mask(m, d, t);
     m.at(Phase::Forward, "embedding");
     let tok = m.alloc(Temporaries, n * d.c);
     let mut x = m.alloc(SavedActivations, n * d.c);
@@ -679,7 +832,7 @@ fn eval_batch(m: &mut Tracker, d: &Dims, b: u64, t: u64, chunk_rows: Option<u64>
         let seqs = seqs_per_group.min(b - start);
         let n = seqs * t;
         m.at(Phase::EvalForward, "eval forward");
-        let causal = m.alloc(Temporaries, t * t);
+        let causal = causal_mask(m, d, t);
         let tok = m.alloc(Temporaries, n * d.c);
         let mut x = m.alloc(SavedActivations, n * d.c);
         m.free(tok);
@@ -690,13 +843,16 @@ fn eval_batch(m: &mut Tracker, d: &Dims, b: u64, t: u64, chunk_rows: Option<u64>
         }
         m.free(causal);
         m.at(Phase::EvalLoss, "eval loss head");
+        let wte = d.mixed.then(|| m.alloc_compute(d, Category::CastWeights, d.v * d.c));
         let (hf, _) = ln_forward(m, d, n, false, SavedActivations);
-        let logits = m.alloc(LogitsAndLoss, n * d.v);
+        let hf = cast(m, d, hf, n * d.c, SavedActivations, false);
+        let logits = logits_f32(m, d, n);
         let probs = m.alloc(LogitsAndLoss, n * d.v);
         m.free(logits);
         let small: Vec<Id> = (0..5).map(|_| m.alloc(Temporaries, n)).collect();
         m.free_all(&small);
         m.free_all(&[probs, hf, x]);
+        m.free_all(wte.as_slice());
         start += seqs;
     }
     m.free_all(&batch);
@@ -723,11 +879,20 @@ fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, siz
         }
     }
     m.micro_step = 0;
-    if ga > 1 {
+    let loss_scaling = opts.mixed_precision == Some(crate::config::Dtype::Float16);
+    if ga > 1 || loss_scaling {
         m.at(Phase::Backward, "gradient accumulation: mean");
         let scaled: Vec<Id> = sizes.iter().map(|&s| m.alloc(Gradients, s)).collect();
         m.free_all(&acc);
         acc = scaled;
+    }
+    if loss_scaling {
+        // The overflow check: the gradients' norm, one squared copy at a time.
+        m.at(Phase::ClipGrad, "loss scaling: overflow check");
+        for &s in sizes {
+            let sq = m.alloc(Temporaries, s);
+            m.free(sq);
+        }
     }
     if opts.grad_clip {
         m.at(Phase::ClipGrad, "clip_grad_norm");
@@ -843,6 +1008,8 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         dropout: cfg.dropout > 0.0,
         packs_dlogits: packs_dlogits(cfg.n_embd, opts),
         unfused: opts.unfused_ops,
+        mixed: opts.mixed(),
+        cb: if opts.mixed() { 2 } else { F32 },
     };
     let sizes = param_sizes(cfg);
     let mut m = Tracker::new(timeline);
@@ -912,6 +1079,7 @@ mod tests {
                 cpu_threads: 0,
                 gemm_kernel_rows: 0,
                 unfused_ops: true,
+                mixed_precision: Some(crate::config::Dtype::Float16),
             },
         );
     }

@@ -17,13 +17,33 @@ use vramfit_core::Config;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
+#[derive(Clone)]
 struct Case {
     name: &'static str,
     cfg: Config,
     opts: TrainerOptions,
 }
 
+/// The configs measured: f32 ones (tests/reference/data/trainer-cpu.json), or with `--mixed` f16
+/// mixed precision ones (trainer-cpu-f16.json).
 fn cases() -> Vec<Case> {
+    if std::env::args().any(|a| a == "--mixed") {
+        mixed_cases()
+    } else {
+        f32_cases()
+    }
+}
+
+/// Mixed precision as `vramfit train --device cuda --dtype float16` runs it: candle's CPU backend
+/// runs the same f16 ops, with the same tensors, so the allocations can be counted here. (bf16 is
+/// not measured: candle widens CPU bf16 matmuls to f32 copies, which CUDA does not.)
+fn mixed_cases() -> Vec<Case> {
+    let f16 = |c: Case| Case { opts: TrainerOptions { mixed_precision: Some(vramfit_core::Dtype::Float16), ..c.opts }, ..c };
+    let all = f32_cases();
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 11].into_iter().filter_map(|i| all.get(i).cloned()).map(f16).collect()
+}
+
+fn f32_cases() -> Vec<Case> {
     let base = Config {
         n_layer: 4,
         n_head: 4,
@@ -101,14 +121,24 @@ fn batch(cfg: &Config, b: usize, t: usize, rng: &mut HostRng) -> (Tensor, Tensor
     (x, y)
 }
 
+fn compute_dtype(opts: &TrainerOptions) -> candle_core::DType {
+    match opts.mixed_precision {
+        Some(vramfit_core::Dtype::Float16) => candle_core::DType::F16,
+        Some(vramfit_core::Dtype::Bfloat16) => candle_core::DType::BF16,
+        _ => candle_core::DType::F32,
+    }
+}
+
 /// One training iteration as train.rs runs it; returns nothing, the allocator measures.
 fn iteration(model: &Gpt, cfg: &Config, opts: &TrainerOptions, optimizer: &mut AdamW, rng: &mut HostRng) {
     let (b, t) = (cfg.batch_size as usize, cfg.block_size as usize);
     let ga = cfg.gradient_accumulation_steps.max(1);
     let mut acc: Vec<Tensor> = Vec::new();
+    // f16: train.rs's loss scaling (GradScaler's initial scale), its unscaling and overflow check.
+    let loss_scale = if compute_dtype(opts) == candle_core::DType::F16 { vramfit::optim::LossScaler::INIT_SCALE } else { 1.0 };
     for _ in 0..ga {
         let (x, y) = batch(cfg, b, t, rng);
-        let (_, grads) = model.loss_and_grads(&x, &y, rng.next_u64()).expect("step");
+        let (_, grads) = model.loss_and_grads_scaled(&x, &y, rng.next_u64(), loss_scale).expect("step");
         drop((x, y));
         acc = if acc.is_empty() {
             grads
@@ -116,9 +146,12 @@ fn iteration(model: &Gpt, cfg: &Config, opts: &TrainerOptions, optimizer: &mut A
             acc.iter().zip(&grads).map(|(a, g)| a + g).collect::<candle_core::Result<Vec<_>>>().expect("acc")
         };
     }
-    if ga > 1 {
-        let inv = 1.0 / f64::from(ga);
+    if ga > 1 || loss_scale != 1.0 {
+        let inv = 1.0 / (f64::from(ga) * loss_scale);
         acc = acc.iter().map(|g| g * inv).collect::<candle_core::Result<Vec<_>>>().expect("mean");
+    }
+    if loss_scale != 1.0 {
+        vramfit::optim::grad_norm(&acc).expect("overflow check");
     }
     if opts.grad_clip {
         clip_grad_norm(&mut acc, 1.0).expect("clip");
@@ -179,7 +212,7 @@ fn trace_case(i: usize) {
         chunked_loss: opts.chunked_loss,
         eval_chunk_rows: opts.eval_chunk_rows.map(|r| r as usize),
     };
-    let model = Gpt::new(&cfg, model_opts, &Device::Cpu, 1).expect("model");
+    let model = Gpt::new_mixed(&cfg, model_opts, &Device::Cpu, 1, compute_dtype(&opts)).expect("model");
     let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
     let mut rng = HostRng::new(2);
     iteration(&model, &cfg, &opts, &mut optimizer, &mut rng);
@@ -279,7 +312,30 @@ fn probe_once() {
     }
 }
 
+fn probe_f16() {
+    use candle_core::DType;
+    for (dims_a, dims_b) in
+        [(vec![8, 4, 128, 32], vec![8, 4, 32, 128]), (vec![1024, 128], vec![128, 384]), (vec![8, 4, 128, 128], vec![8, 4, 128, 32])]
+    {
+        let a = Tensor::ones(dims_a.as_slice(), DType::F16, &Device::Cpu).unwrap();
+        let b = Tensor::ones(dims_b.as_slice(), DType::F16, &Device::Cpu).unwrap();
+        let before = mem::live();
+        mem::reset_peak();
+        let c = a.matmul(&b).unwrap();
+        let out = c.elem_count() as u64 * 2;
+        println!("f16 matmul {dims_a:?} x {dims_b:?}: extra {} bytes", mem::peak() - before - out);
+        let before = mem::live();
+        mem::reset_peak();
+        let s = candle_nn::ops::softmax_last_dim(&c).unwrap();
+        println!("  softmax extra {}", mem::peak() - before - out);
+        drop(s);
+    }
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--probe-f16") {
+        return probe_f16();
+    }
     if std::env::args().any(|a| a == "--probe-once") {
         return probe_once();
     }
@@ -305,7 +361,8 @@ fn main() {
     for (i, case) in cases().iter().enumerate() {
         // A fresh process per config: one-time heap (gemm's per-thread L2 slabs) counts as it
         // would in `vramfit train`, and no config inherits another's.
-        let out = match std::process::Command::new(&exe).args(["--case", &i.to_string()]).output() {
+        let mixed = if std::env::args().any(|a| a == "--mixed") { "--mixed" } else { "--f32" };
+        let out = match std::process::Command::new(&exe).args(["--case", &i.to_string(), mixed]).output() {
             Ok(out) if out.status.success() => out,
             Ok(out) => return eprintln!("error: case {i} failed: {}", String::from_utf8_lossy(&out.stderr)),
             Err(e) => return eprintln!("error: cannot run case {i}: {e}"),
@@ -362,7 +419,7 @@ fn measure_case(i: usize) {
         chunked_loss: opts.chunked_loss,
         eval_chunk_rows: opts.eval_chunk_rows.map(|r| r as usize),
     };
-    let model = Gpt::new(&cfg, model_opts, &Device::Cpu, 1).expect("model");
+    let model = Gpt::new_mixed(&cfg, model_opts, &Device::Cpu, 1, compute_dtype(&opts)).expect("model");
     let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
     let mut rng = HostRng::new(2);
     let eval_at_start = measure(|| eval(&model, &cfg, &mut rng), baseline);

@@ -54,6 +54,10 @@ pub struct CheckpointMeta {
     pub optimizer_steps: u64,
     /// Parameter names in the model's order.
     pub param_names: Vec<String>,
+    /// f16 training's loss scale and its count of good steps (absent otherwise, and in
+    /// checkpoints written before mixed precision).
+    #[serde(default)]
+    pub loss_scaler: Option<crate::optim::LossScaler>,
 }
 
 /// A checkpoint in memory: the metadata and f32 tensors in `param_names` order.
@@ -244,6 +248,7 @@ mod tests {
                 rng_state: u64::MAX - 3,
                 optimizer_steps: steps,
                 param_names: vec!["w".into(), "b".into()],
+                loss_scaler: Some(crate::optim::LossScaler { scale: 512.0, good_steps: 17 }),
             },
             exp_avg_sq: moments.clone(),
             exp_avg: moments,

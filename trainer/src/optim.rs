@@ -140,11 +140,7 @@ impl AdamW {
 /// `torch.nn.utils.clip_grad_norm_` does (coefficient `max_norm / (norm + 1e-6)`, only applied
 /// when below 1). Returns the norm before clipping.
 pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<f64> {
-    let mut sum_sq = 0f64;
-    for g in grads.iter() {
-        sum_sq += g.to_dtype(DType::F32)?.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
-    }
-    let norm = sum_sq.sqrt();
+    let norm = grad_norm(grads)?;
     let coef = max_norm / (norm + 1e-6);
     if coef < 1.0 {
         for g in grads.iter_mut() {
@@ -152,6 +148,58 @@ pub fn clip_grad_norm(grads: &mut [Tensor], max_norm: f64) -> Result<f64> {
         }
     }
     Ok(norm)
+}
+
+/// The global L2 norm of `grads` (inf or NaN if any element is).
+pub fn grad_norm(grads: &[Tensor]) -> Result<f64> {
+    let mut sum_sq = 0f64;
+    for g in grads {
+        sum_sq += g.to_dtype(DType::F32)?.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+    }
+    Ok(sum_sq.sqrt())
+}
+
+/// Dynamic loss scaling for f16 training, as PyTorch's `torch.amp.GradScaler` with its defaults:
+/// the backward runs on the loss times `scale`, so gradients too small for f16 stay representable;
+/// a step whose gradients overflowed (inf or NaN) is skipped and the scale halved; after
+/// `GROWTH_INTERVAL` good steps in a row the scale doubles.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LossScaler {
+    pub scale: f64,
+    /// Good steps since the scale last changed.
+    pub good_steps: u32,
+}
+
+impl LossScaler {
+    /// GradScaler's `init_scale`, `growth_interval`, `growth_factor` and `backoff_factor`.
+    pub const INIT_SCALE: f64 = 65536.0;
+    pub const GROWTH_INTERVAL: u32 = 2000;
+
+    pub fn new() -> LossScaler {
+        LossScaler { scale: Self::INIT_SCALE, good_steps: 0 }
+    }
+
+    /// Records a step's outcome: whether its (unscaled) gradients were finite. Returns whether the
+    /// optimizer may take the step.
+    pub fn update(&mut self, finite: bool) -> bool {
+        if finite {
+            self.good_steps += 1;
+            if self.good_steps >= Self::GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.good_steps = 0;
+            }
+        } else {
+            self.scale *= 0.5;
+            self.good_steps = 0;
+        }
+        finite
+    }
+}
+
+impl Default for LossScaler {
+    fn default() -> Self {
+        LossScaler::new()
+    }
 }
 
 /// The learning-rate schedule's settings (nanoGPT's names).
@@ -198,6 +246,32 @@ mod tests {
 
     fn values(t: &Tensor) -> Vec<f32> {
         t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    }
+
+    /// GradScaler's schedule: halve and skip on overflow, double after 2000 good steps in a row.
+    #[test]
+    fn loss_scaler_backs_off_on_overflow_and_grows_after_good_steps() {
+        let mut s = LossScaler::new();
+        assert_eq!(s.scale, 65536.0);
+        assert!(!s.update(false));
+        assert_eq!((s.scale, s.good_steps), (32768.0, 0));
+        for _ in 0..LossScaler::GROWTH_INTERVAL - 1 {
+            assert!(s.update(true));
+        }
+        assert_eq!((s.scale, s.good_steps), (32768.0, LossScaler::GROWTH_INTERVAL - 1));
+        assert!(s.update(true));
+        assert_eq!((s.scale, s.good_steps), (65536.0, 0));
+        assert!(s.update(true));
+        assert!(!s.update(false));
+        assert_eq!((s.scale, s.good_steps), (32768.0, 0));
+    }
+
+    #[test]
+    fn grad_norm_sees_overflow() {
+        let t = |v: Vec<f32>| Tensor::from_vec(v, 2, &Device::Cpu).unwrap();
+        assert_eq!(grad_norm(&[t(vec![3.0, 0.0]), t(vec![0.0, 4.0])]).unwrap(), 5.0);
+        assert!(!grad_norm(&[t(vec![f32::INFINITY, 0.0])]).unwrap().is_finite());
+        assert!(!grad_norm(&[t(vec![1.0, f32::NAN])]).unwrap().is_finite());
     }
 
     /// Two AdamW steps on a matrix (decay group) and a vector (no decay), against the formula

@@ -56,6 +56,8 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
         // It plans a run on this CPU, where the fused kernels run.
         unfused_ops: false,
+        // On the CPU the trainer computes in f32 whatever the config's dtype.
+        mixed_precision: None,
     };
     let available = match args.max_memory_mib {
         Some(mib) => Some(mib.saturating_mul(1 << 20)),

@@ -20,14 +20,14 @@
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::data::{get_batch, Dataset, Tokens};
 use crate::model::{Gpt, HostRng, ModelOptions};
-use crate::optim::{clip_grad_norm, AdamW, AdamWSettings, LrSchedule};
+use crate::optim::{clip_grad_norm, grad_norm, AdamW, AdamWSettings, LossScaler, LrSchedule};
 use crate::progress::{EvalRecord, IterRecord, Progress};
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
-use vramfit_core::Config;
+use vramfit_core::{Config, Dtype};
 
 /// train.py's settings that the memory model does not need (nanoGPT's names and meanings).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -136,13 +136,25 @@ pub fn build(cfg: &Config, settings: &TrainSettings, device: &Device, resume: Op
         chunked_loss: settings.chunked_loss,
         eval_chunk_rows: settings.eval_chunk_rows,
     };
-    let model = Gpt::new(cfg, opts, device, settings.seed).map_err(|e| format!("cannot build the model: {e}"))?;
+    let model =
+        Gpt::new_mixed(cfg, opts, device, settings.seed, compute_dtype(cfg, device)).map_err(|e| format!("cannot build the model: {e}"))?;
     let mut optimizer = AdamW::new(model.params(), settings.adamw);
     if let Some(ckpt) = resume {
         load_weights(&model, ckpt)?;
         optimizer.restore(model.params(), ckpt.meta.optimizer_steps, ckpt.exp_avg.clone(), ckpt.exp_avg_sq.clone())?;
     }
     Ok((model, optimizer))
+}
+
+/// What the model computes in: on CUDA the config's dtype (bfloat16 or float16: mixed precision
+/// with f32 master weights, as nanoGPT's autocast); on CPU always f32 (CPU bf16 matmuls are widened
+/// to f32 by candle anyway, and f16 ones are slower than f32).
+pub fn compute_dtype(cfg: &Config, device: &Device) -> DType {
+    match (device.is_cuda(), cfg.dtype) {
+        (true, Dtype::Bfloat16) => DType::BF16,
+        (true, Dtype::Float16) => DType::F16,
+        _ => DType::F32,
+    }
 }
 
 /// Copies a checkpoint's parameters into the model, checking names and shapes.
@@ -178,6 +190,8 @@ struct LoopState {
     evaluated: bool,
     best_val_loss: Option<f32>,
     rng: HostRng,
+    /// f16 training's loss scaling (`None` otherwise).
+    scaler: Option<LossScaler>,
 }
 
 /// Runs the loop from `resume`'s state (or from the start) to `max_iters` or Ctrl-C.
@@ -190,9 +204,16 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             evaluated: meta.evaluated,
             best_val_loss: meta.best_val_loss,
             rng: HostRng::new(meta.rng_state),
+            scaler: (model.compute_dtype() == DType::F16).then(|| meta.loss_scaler.unwrap_or_default()),
         },
         // A stream apart from the model's initialisation, which also starts from `seed`.
-        None => LoopState { iter_num: 0, evaluated: false, best_val_loss: None, rng: HostRng::new(settings.seed ^ 0x0062_6174_6368_6573) },
+        None => LoopState {
+            iter_num: 0,
+            evaluated: false,
+            best_val_loss: None,
+            rng: HostRng::new(settings.seed ^ 0x0062_6174_6368_6573),
+            scaler: (model.compute_dtype() == DType::F16).then(LossScaler::new),
+        },
     };
     let mut saved_any = resume.is_some();
     let (b, t, ga) = (cfg.batch_size as usize, cfg.block_size as usize, cfg.gradient_accumulation_steps as usize);
@@ -246,7 +267,9 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             let (x, y) = get_batch(&data.train, b, t, &mut state.rng);
             let dropout_seed = state.rng.next_u64();
             let (x, y) = (to_tensor(x, b, t, device)?, to_tensor(y, b, t, device)?);
-            let (loss, grads) = model.loss_and_grads(&x, &y, dropout_seed).map_err(|e| format!("training step failed: {e}"))?;
+            let loss_scale = state.scaler.map_or(1.0, |s| s.scale);
+            let (loss, grads) =
+                model.loss_and_grads_scaled(&x, &y, dropout_seed, loss_scale).map_err(|e| format!("training step failed: {e}"))?;
             if !loss.is_finite() {
                 return Err(format!("the loss became {loss} at iteration {}: try a lower --learning-rate", state.iter_num));
             }
@@ -258,16 +281,34 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             };
         }
         let optimizer_started = Instant::now();
-        if ga > 1 {
-            let inv = 1.0 / ga as f64;
+        let loss_scale = state.scaler.map_or(1.0, |s| s.scale);
+        if ga > 1 || loss_scale != 1.0 {
+            let inv = 1.0 / (ga as f64 * loss_scale);
             acc = acc.iter().map(|g| g * inv).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?;
         }
-        let grad_norm = if settings.grad_clip > 0.0 {
+        // f16: a step whose gradients overflowed is skipped and the scale lowered (GradScaler).
+        let take_step = match state.scaler.as_mut() {
+            Some(scaler) => {
+                let norm = grad_norm(&acc).map_err(|e| format!("gradient norm failed: {e}"))?;
+                let finite = scaler.update(norm.is_finite());
+                if !finite {
+                    progress.line(&format!(
+                        "iter {}: gradients overflowed in f16; step skipped, loss scale lowered to {}",
+                        state.iter_num, scaler.scale
+                    ));
+                }
+                finite
+            }
+            None => true,
+        };
+        let grad_norm = if settings.grad_clip > 0.0 && take_step {
             Some(clip_grad_norm(&mut acc, settings.grad_clip).map_err(|e| format!("gradient clipping failed: {e}"))?)
         } else {
             None
         };
-        optimizer.step(model.params(), &acc, lr).map_err(|e| format!("optimizer step failed: {e}"))?;
+        if take_step {
+            optimizer.step(model.params(), &acc, lr).map_err(|e| format!("optimizer step failed: {e}"))?;
+        }
         drop(acc);
         let optimizer_secs = optimizer_started.elapsed().as_secs_f64();
         let secs = started.elapsed().as_secs_f64();
@@ -319,6 +360,7 @@ fn save(
             rng_state: state.rng.state(),
             optimizer_steps: steps,
             param_names: model.params().iter().map(|(n, _)| n.clone()).collect(),
+            loss_scaler: state.scaler,
         },
         params: model.params().iter().map(|(_, v)| v.as_tensor().clone()).collect(),
         exp_avg: m.to_vec(),

@@ -147,6 +147,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
         // The fused kernels are CPU-only; on CUDA candle's compositions keep more temporaries.
         unfused_ops: !device.is_cpu(),
+        // On CUDA a bfloat16 or float16 config trains in mixed precision (`train::compute_dtype`).
+        mixed_precision: (vramfit::train::compute_dtype(&cfg, &device) != candle_core::DType::F32).then_some(cfg.dtype),
     };
     let available = available_memory(&device, args.max_memory_mib);
     let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit).map_err(input)?;
@@ -470,8 +472,18 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         s.max_iters,
         s.lr.learning_rate
     ));
-    if cfg.dtype != Dtype::Float32 {
-        say(format!("note: the trainer computes in float32 (dtype {} is what a PyTorch run of this config would use)", cfg.dtype.name()));
+    match vramfit::train::compute_dtype(cfg, device) {
+        candle_core::DType::F32 if cfg.dtype != Dtype::Float32 => say(format!(
+            "note: the trainer computes in float32 on the CPU (dtype {} is what a PyTorch run of this config would use; \
+             it applies with --device cuda)",
+            cfg.dtype.name()
+        )),
+        candle_core::DType::F32 => {}
+        compute => say(format!(
+            "mixed precision: {} compute with float32 master weights, layer norms and loss{}",
+            cfg.dtype.name(),
+            if compute == candle_core::DType::F16 { ", dynamic loss scaling" } else { "" }
+        )),
     }
     if let Some(ckpt) = resume {
         let best = ckpt.meta.best_val_loss.map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));

@@ -45,6 +45,7 @@ fn trainer_json_matches_core_for_the_same_settings() {
         eval_chunk_rows: None,
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
         unfused_ops: false,
+        mixed_precision: None,
     };
     let sim = trainer_model::simulate(&cfg, &opts);
     assert_eq!(plan["train"]["peak_bytes"].as_u64(), Some(sim.train.bytes));
