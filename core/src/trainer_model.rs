@@ -115,7 +115,7 @@ fn smallest_product(cfg: &Config, opts: &TrainerOptions) -> u64 {
     let chunk = if opts.chunked_loss { loss_chunk_rows(cfg.vocab_size).min(n) } else { n };
     let last_rows = if chunk == 0 || n % chunk == 0 { chunk } else { n % chunk };
     let eval_seqs = opts.eval_chunk_rows.map(|r| (r / te.max(1)).max(1)).unwrap_or(u64::from(cfg.eval_batch()));
-    let attention = |t| attention_smallest_product(t, hs, opts.unfused_ops);
+    let attention = |t| attention_smallest_product(t, hs, opts.unfused_ops || opts.mixed());
     [attention(t), attention(te), n * c * c, last_rows * c * v, eval_seqs.min(u64::from(cfg.eval_batch())) * te * c * c]
         .into_iter()
         .min()
@@ -282,24 +282,27 @@ fn cast(m: &mut Tracker, d: &Dims, id: Id, elems: u64, cat: Category, to_f32: bo
     new
 }
 
-/// candle's CPU f16 matmul (gemm's f16 path) copies its left operand [m, k] to f32 while it
-/// multiplies: m·k·4 bytes beyond the output, freed when it returns (measured with the counting
-/// allocator; cuBLAS on CUDA makes no such copy). Mixed precision on the CPU only.
-fn f16_lhs_copy(m: &mut Tracker, d: &Dims, elems: u64) {
+/// candle's CPU f16 matmul (gemm's f16 path) works on f32 copies: of its left operand [rows, k],
+/// and of its right operand [k, n] when that is a transposed view (`rhs_t_cols` = n; 0 for a
+/// contiguous one), a block of at most 512 of the k columns at a time (k split into equal blocks).
+/// They are freed when it returns. Measured with the counting allocator (`trainer_memory --
+/// --probe-f16` and `--trace`); cuBLAS on CUDA makes no such copies. Mixed precision on the CPU only.
+fn f16_lhs_copy(m: &mut Tracker, d: &Dims, rows: u64, k: u64, rhs_t_cols: u64) {
     if d.mixed && !d.unfused {
-        let copy = m.alloc_f32(Category::Workspace, elems);
+        let kc = k.div_ceil(k.div_ceil(512).max(1));
+        let copy = m.alloc_f32(Category::Workspace, (rows + rhs_t_cols) * kc);
         m.free(copy);
     }
 }
 
-/// Mixed precision's per-op copy of a weight [out, in] (and bias) in the compute dtype, freed
-/// when the op returns (`uncast_weight`).
-fn cast_weight(m: &mut Tracker, d: &Dims, out: u64, inp: u64) -> Vec<Id> {
+/// Mixed precision's per-op copy of a weight [out, in] (and, in the forward, its bias) in the
+/// compute dtype, freed when the op returns.
+fn cast_weight(m: &mut Tracker, d: &Dims, out: u64, inp: u64, with_bias: bool) -> Vec<Id> {
     if !d.mixed {
         return Vec::new();
     }
     let mut ids = vec![m.alloc_compute(d, Category::CastWeights, out * inp)];
-    if d.bias {
+    if with_bias && d.bias {
         ids.push(m.alloc_compute(d, Category::CastWeights, out));
     }
     ids
@@ -357,9 +360,9 @@ fn ln_forward_unfused(m: &mut Tracker, d: &Dims, n: u64, keep: bool, cat: Catego
 
 /// `linear`: x @ w^T (+ b): returns y [N, out].
 fn linear(m: &mut Tracker, d: &Dims, n: u64, inp: u64, out: u64, cat: Category) -> Id {
-    let w = cast_weight(m, d, out, inp);
+    let w = cast_weight(m, d, out, inp, true);
     let y = m.alloc(cat, n * out);
-    f16_lhs_copy(m, d, n * inp);
+    f16_lhs_copy(m, d, n, inp, out); // x · wᵀ
     let y = if d.bias {
         let yb = m.alloc(cat, n * out);
         m.free(y);
@@ -400,7 +403,7 @@ fn attention_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64) -> (Vec<
     let t = att_elems / (n * d.h).max(1);
     let hs = c / d.h.max(1);
     let scores = m.alloc(Temporaries, att_elems);
-    f16_lhs_copy(m, d, t * hs);
+    f16_lhs_copy(m, d, t, hs, t); // q · kᵀ
     let masked = m.alloc(Temporaries, att_elems); // scores + the -inf mask
     m.free(scores);
     let att = m.alloc(s, att_elems);
@@ -408,7 +411,7 @@ fn attention_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64) -> (Vec<
     let att_mask = mask(m, d, att_elems, s);
     let att_dropped = att_mask.map(|_| m.alloc(Temporaries, att_elems));
     let y = m.alloc(Temporaries, n * c);
-    f16_lhs_copy(m, d, t * t);
+    f16_lhs_copy(m, d, t, t, 0); // p · v
     if let Some(id) = att_dropped {
         m.free(id);
     }
@@ -525,16 +528,22 @@ fn ln_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, grads: &mut Vec<Id>) -
 
 /// `linear_backward` for dy [N, out] and w [out, in]: returns dx [N, in].
 fn linear_backward(m: &mut Tracker, d: &Dims, n: u64, out: u64, inp: u64, grads: &mut Vec<Id>) -> Id {
-    let w = cast_weight(m, d, out, inp);
+    let w = cast_weight(m, d, out, inp, false);
     let dw = m.alloc(Gradients, out * inp);
-    f16_lhs_copy(m, d, out * n); // dyᵀ
-    let db = d.bias.then(|| m.alloc(Gradients, out));
+    f16_lhs_copy(m, d, out, n, 0); // dyᵀ · x
+                                   // The bias gradient: mixed precision sums an f32 copy of dy, into f32.
+    let db = d.bias.then(|| {
+        let widened = d.mixed.then(|| m.alloc_f32(Temporaries, n * out));
+        let db = m.alloc_f32(Gradients, out);
+        m.free_all(widened.as_slice());
+        db
+    });
     let dx = m.alloc(Temporaries, n * inp);
-    f16_lhs_copy(m, d, n * out); // dy
+    f16_lhs_copy(m, d, n, out, 0); // dy · w
     m.free_all(&w);
-    // Mixed precision: the parameter gradients go back to f32.
+    // Mixed precision: the weight gradient goes back to f32.
     grads.push(cast(m, d, dw, out * inp, Gradients, true));
-    grads.extend(db.map(|db| cast(m, d, db, out, Gradients, true)));
+    grads.extend(db);
     dx
 }
 
@@ -547,12 +556,12 @@ fn attention_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64,
     m.free(dheads);
     let att_dropped = d.dropout.then(|| m.alloc(Temporaries, att_elems));
     let dv = m.alloc(Temporaries, n * c);
-    f16_lhs_copy(m, d, t * t); // pᵀ
+    f16_lhs_copy(m, d, t, t, 0); // pᵀ · dy
     if let Some(id) = att_dropped {
         m.free(id);
     }
     let mut datt = m.alloc(Temporaries, att_elems); // dy @ v^T
-    f16_lhs_copy(m, d, t * hs);
+    f16_lhs_copy(m, d, t, hs, t); // dy · vᵀ
     if d.dropout {
         let masked = m.alloc(Temporaries, att_elems);
         m.free(datt);
@@ -568,11 +577,11 @@ fn attention_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, att_elems: u64,
     let ds = m.alloc(Temporaries, att_elems);
     m.free(centred);
     let dq_raw = m.alloc(Temporaries, n * c);
-    f16_lhs_copy(m, d, t * t); // ds
+    f16_lhs_copy(m, d, t, t, 0); // ds · k
     let dq = m.alloc(Temporaries, n * c);
     m.free(dq_raw);
     let dk = m.alloc(Temporaries, n * c);
-    f16_lhs_copy(m, d, t * t); // dsᵀ
+    f16_lhs_copy(m, d, t, t, 0); // dsᵀ · q
     m.free(ds);
     let mut merged = Vec::new();
     for g in [dq, dk, dv] {
@@ -676,7 +685,7 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
 fn logits_f32(m: &mut Tracker, d: &Dims, rows: u64) -> Id {
     if d.mixed {
         let computed = m.alloc_compute(d, LogitsAndLoss, rows * d.v);
-        f16_lhs_copy(m, d, rows * d.c); // h
+        f16_lhs_copy(m, d, rows, d.c, d.v); // h · wteᵀ
         cast(m, d, computed, rows * d.v, LogitsAndLoss, true)
     } else {
         m.alloc(LogitsAndLoss, rows * d.v)
@@ -708,25 +717,34 @@ fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id
         m.free(logits);
         let small: Vec<Id> = (0..6).map(|_| m.alloc(Temporaries, rows)).collect(); // gather, clamp, log, -1s
         m.at(Phase::Loss, "loss head: gradient");
-        // dlogits = probs - onehot, in place; mixed precision casts it to the compute dtype.
-        let dlogits = cast(m, d, probs, rows * d.v, LogitsAndLoss, false);
-        m.elem = d.cb;
-        let dh_raw = m.alloc(Temporaries, rows * d.c);
-        f16_lhs_copy(m, d, rows * d.v); // dlogits
-        let dh = m.alloc(Temporaries, rows * d.c);
-        m.free(dh_raw);
-        dh_chunks.push(dh);
-        let h_scaled = m.alloc(Temporaries, rows * d.c);
-        let part = m.alloc(Gradients, d.v * d.c); // dlogits^T @ h
-        f16_lhs_copy(m, d, d.v * rows); // dlogitsᵀ
-        if d.packs_dlogits && !d.mixed {
-            // gemm's copy of the transposed dlogits for this product (see `packs_dlogits`).
-            let packed = m.alloc(Category::Workspace, rows * d.v);
-            m.free(packed);
-        }
-        let part = cast(m, d, part, d.v * d.c, Gradients, true);
-        m.elem = F32;
-        m.free_all(&[dlogits, h_scaled]);
+        // dlogits = probs - onehot, in place.
+        let part = if d.mixed {
+            // Scaled by loss scale / N in f32, cast to the compute dtype; both products read it.
+            let scaled = m.alloc(LogitsAndLoss, rows * d.v);
+            m.free(probs);
+            let dlogits = cast(m, d, scaled, rows * d.v, LogitsAndLoss, false);
+            dh_chunks.push(m.alloc_compute(d, Temporaries, rows * d.c)); // dlogits @ wte
+            f16_lhs_copy(m, d, rows, d.v, 0); // dlogits · wte
+            let part = m.alloc_compute(d, Gradients, d.v * d.c); // dlogitsᵀ @ h
+            f16_lhs_copy(m, d, d.v, rows, 0); // dlogitsᵀ · h
+            let part = cast(m, d, part, d.v * d.c, Gradients, true);
+            m.free(dlogits);
+            part
+        } else {
+            let dh_raw = m.alloc(Temporaries, rows * d.c);
+            let dh = m.alloc(Temporaries, rows * d.c);
+            m.free(dh_raw);
+            dh_chunks.push(dh);
+            let h_scaled = m.alloc(Temporaries, rows * d.c);
+            let part = m.alloc(Gradients, d.v * d.c); // dlogits^T @ h
+            if d.packs_dlogits {
+                // gemm's copy of the transposed dlogits for this product (see `packs_dlogits`).
+                let packed = m.alloc(Category::Workspace, rows * d.v);
+                m.free(packed);
+            }
+            m.free_all(&[probs, h_scaled]);
+            part
+        };
         dwte = Some(match dwte {
             Some(sum) => {
                 let new = m.alloc(Gradients, d.v * d.c);

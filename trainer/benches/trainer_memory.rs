@@ -215,18 +215,30 @@ fn trace_case(i: usize) {
     let model = Gpt::new_mixed(&cfg, model_opts, &Device::Cpu, 1, compute_dtype(&opts)).expect("model");
     let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
     let mut rng = HostRng::new(2);
+    let eval_only = std::env::var("TRACE_EVAL").is_ok();
     iteration(&model, &cfg, &opts, &mut optimizer, &mut rng);
     let min: i64 = std::env::var("TRACE_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     mem::trace_start(min as u64);
-    iteration(&model, &cfg, &opts, &mut optimizer, &mut rng);
+    if eval_only {
+        eval(&model, &cfg, &mut rng);
+    } else {
+        iteration(&model, &cfg, &opts, &mut optimizer, &mut rng);
+    }
     let real = mem::trace_stop();
     let (_, timeline) = trainer_model::simulate_with_timeline(&cfg, &opts);
-    let start = timeline
-        .iter()
-        .rposition(|p| matches!(p.phase, vramfit_core::Phase::EvalForward | vramfit_core::Phase::EvalLoss))
-        .map_or(0, |i| i + 1);
+    let is_eval =
+        |p: &vramfit_core::sim::TimelinePoint| matches!(p.phase, vramfit_core::Phase::EvalForward | vramfit_core::Phase::EvalLoss);
+    let (start, end) = if eval_only {
+        // The eval window after the first iteration: the second run of eval phases.
+        let first_end = timeline.iter().position(|p| !is_eval(p) && p.phase != vramfit_core::Phase::Init).unwrap_or(0);
+        let start = timeline[first_end..].iter().position(is_eval).map_or(0, |i| i + first_end);
+        let end = timeline[start..].iter().position(|p| !is_eval(p)).map_or(timeline.len(), |i| i + start);
+        (start, end)
+    } else {
+        (timeline.iter().rposition(is_eval).map_or(0, |i| i + 1), timeline.len())
+    };
     let mut predicted = Vec::new();
-    for w in timeline[start.saturating_sub(1)..].windows(2) {
+    for w in timeline[start.saturating_sub(1)..end].windows(2) {
         let d = w[1].live_bytes as i64 - w[0].live_bytes as i64;
         if d.abs() >= min {
             predicted.push((d, w[1].op.clone()));
@@ -314,9 +326,17 @@ fn probe_once() {
 
 fn probe_f16() {
     use candle_core::DType;
-    for (dims_a, dims_b) in
-        [(vec![8, 4, 128, 32], vec![8, 4, 32, 128]), (vec![1024, 128], vec![128, 384]), (vec![8, 4, 128, 128], vec![8, 4, 128, 32])]
-    {
+    for (dims_a, dims_b) in [
+        (vec![8, 4, 128, 32], vec![8, 4, 32, 128]),
+        (vec![1024, 128], vec![128, 384]),
+        (vec![8, 4, 128, 128], vec![8, 4, 128, 32]),
+        (vec![1024, 512], vec![512, 128]),
+        (vec![1152, 768], vec![768, 192]),
+        (vec![1152, 192], vec![192, 768]),
+        (vec![4096, 192], vec![192, 768]),
+        (vec![2048, 1024], vec![1024, 256]),
+        (vec![192, 1152], vec![1152, 768]),
+    ] {
         let a = Tensor::ones(dims_a.as_slice(), DType::F16, &Device::Cpu).unwrap();
         let b = Tensor::ones(dims_b.as_slice(), DType::F16, &Device::Cpu).unwrap();
         let before = mem::live();

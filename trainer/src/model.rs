@@ -235,7 +235,15 @@ fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 /// Linear's backward: (dx, dw, db) for y = x w^T + b.
 fn linear_backward(dy: &Tensor, x: &Tensor, w: &Tensor, with_bias: bool) -> Result<(Tensor, Tensor, Option<Tensor>)> {
     let dw = mm(&dy.t()?, x)?;
-    let db = if with_bias { Some(dy.sum(0)?) } else { None };
+    // A half-precision dy is summed in f32 (mixed precision: the bias gradient comes out in f32):
+    // a 2-byte sum over B*T rows loses the gradient, and candle's CUDA reduction accumulates in
+    // the input's dtype. f32 and f64 are summed as they are (no copy).
+    let db = if with_bias {
+        let sum_dtype = if matches!(dy.dtype(), DType::BF16 | DType::F16) { DType::F32 } else { dy.dtype() };
+        Some(dy.to_dtype(sum_dtype)?.sum(0)?)
+    } else {
+        None
+    };
     let dx = mm(dy, w)?;
     Ok((dx, dw, db))
 }
@@ -490,7 +498,8 @@ impl Gpt {
                 drop(dropped);
                 (QkvSaved::Fused(qkv), att, att_drop_mask, heads)
             }
-            None => self.attention_plain(qkv, (b, t), mask, draw(site, &[b, h, t, t])?)?,
+            // The dropout mask is drawn once the probabilities exist, as core models it.
+            None => self.attention_plain(qkv, (b, t), mask, || draw(site, &[b, h, t, t]))?,
         };
         let proj = linear(&heads, &self.wc(bp.attn_proj_w)?, self.wco(bp.attn_proj_b)?.as_ref())?;
         let resid1_mask = draw(site + 1, &[b * t, c])?;
@@ -522,11 +531,14 @@ impl Gpt {
         qkv: Tensor,
         (b, t): (usize, usize),
         mask: &Tensor,
-        att_drop_mask: Option<Tensor>,
+        draw_mask: impl FnOnce() -> Result<Option<Tensor>>,
     ) -> Result<(QkvSaved, Tensor, Option<Tensor>, Tensor)> {
         let (c, h) = (self.n_embd, self.n_head);
         let hs = c / h;
-        let qkv = qkv.reshape((b, t, 3, h, hs))?;
+        let reshaped = qkv.reshape((b, t, 3, h, hs))?;
+        // Only the view keeps the storage now, so `drop(qkv)` below frees it.
+        drop(qkv);
+        let qkv = reshaped;
         let head = |i: usize| -> Result<Tensor> { qkv.narrow(2, i, 1)?.squeeze(2)?.transpose(1, 2)?.contiguous() };
         let q = head(0)?;
         let q_scaled = q.affine(1.0 / (hs as f64).sqrt(), 0.0)?;
@@ -546,6 +558,7 @@ impl Gpt {
                 candle_nn::ops::softmax_last_dim(&masked)?
             }
         };
+        let att_drop_mask = draw_mask()?;
         let y = match &att_drop_mask {
             Some(m) => att.mul(m)?.matmul(&v)?,
             None => att.matmul(&v)?,
@@ -694,14 +707,28 @@ impl Gpt {
             let nll = p_target.clamp(1e-30f32, 1f32)?.log()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
             loss_sum -= nll;
             if grads {
-                // d(mean CE)/dlogits = (softmax - onehot) / N; the 1/N is applied on the small side.
+                // d(mean CE)/dlogits = (softmax - onehot) / N (times the loss scale).
                 let minus_one = Tensor::full(-1f32, (rows, 1), &self.device)?.to_dtype(self.dtype)?;
                 probs.scatter_add_set(&tgt, &minus_one, 1)?;
-                let dlogits = self.to_compute(probs)?;
-                dh_chunks.push(mm(&dlogits, &wte)?.affine(grad_scale, 0.0)?);
-                let h_scaled = h.affine(grad_scale, 0.0)?;
-                let part = self.to_master(mm(&dlogits.t()?, &h_scaled)?)?;
-                drop((dlogits, h_scaled));
+                let part = if self.compute == self.dtype {
+                    // The 1/N is applied on the small side: dh and h are [rows, C], dlogits [rows, V].
+                    let dlogits = probs;
+                    dh_chunks.push(mm(&dlogits, &wte)?.affine(grad_scale, 0.0)?);
+                    let h_scaled = h.affine(grad_scale, 0.0)?;
+                    let part = mm(&dlogits.t()?, &h_scaled)?;
+                    drop((dlogits, h_scaled));
+                    part
+                } else {
+                    // Mixed precision: scaled in f32 before the cast, so the loss scale protects
+                    // dlogits' small entries from f16's underflow too.
+                    let scaled = probs.affine(grad_scale, 0.0)?;
+                    drop(probs);
+                    let dlogits = self.to_compute(scaled)?;
+                    dh_chunks.push(mm(&dlogits, &wte)?);
+                    let part = self.to_master(mm(&dlogits.t()?, &h)?)?;
+                    drop(dlogits);
+                    part
+                };
                 dwte = Some(match dwte {
                     Some(sum) => sum.add(&part)?,
                     None => part,
