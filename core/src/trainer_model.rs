@@ -640,14 +640,7 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
         m.alloc(Temporaries, n * 4 * c) // gelu_backward: one fused pass
     };
     m.free(dgelu);
-    let dln2 = linear_backward(m, d, n, 4 * c, c, grads);
-    m.free(dfc);
-    let dln2 = cast(m, d, dln2, n * c, Temporaries, true);
-    m.elem = F32;
-    let dx1_ln = ln_backward(m, d, n, grads);
-    m.free(dln2);
-    let dx1 = m.alloc(Temporaries, n * c);
-    m.free_all(&[dx2, dx1_ln]);
+    let dx1 = branch_into_residual(m, d, n, 4 * c, dfc, dx2, grads);
     m.elem = d.cb;
     let dproj = masked_cast(m, d, n * c);
     let dheads = linear_backward(m, d, n, c, c, grads);
@@ -668,15 +661,23 @@ fn block_backward(m: &mut Tracker, d: &Dims, b: u64, t: u64, saved: Vec<Id>, dx2
         m.free(dheads);
         dqkv
     };
-    let dln1 = linear_backward(m, d, n, 3 * c, c, grads);
-    m.free(dqkv);
-    let dln1 = cast(m, d, dln1, n * c, Temporaries, true);
+    let dx = branch_into_residual(m, d, n, 3 * c, dqkv, dx1, grads);
+    m.free_all(&saved);
+    dx
+}
+
+/// A branch's backward from its first linear (c_fc or c_attn: `width` outputs, gradient `dout`)
+/// through its layer norm, added to the residual stream's gradient `dresid`; consumes both and
+/// returns the sum. Mixed precision returns from the compute dtype to f32 here.
+fn branch_into_residual(m: &mut Tracker, d: &Dims, n: u64, width: u64, dout: Id, dresid: Id, grads: &mut Vec<Id>) -> Id {
+    let dln = linear_backward(m, d, n, width, d.c, grads);
+    m.free(dout);
+    let dln = cast(m, d, dln, n * d.c, Temporaries, true);
     m.elem = F32;
     let dx_ln = ln_backward(m, d, n, grads);
-    m.free(dln1);
-    let dx = m.alloc(Temporaries, n * c);
-    m.free_all(&[dx1, dx_ln]);
-    m.free_all(&saved);
+    m.free(dln);
+    let dx = m.alloc(Temporaries, n * d.c);
+    m.free_all(&[dresid, dx_ln]);
     dx
 }
 
