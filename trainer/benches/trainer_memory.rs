@@ -6,6 +6,10 @@
 //! Run: `RAYON_NUM_THREADS=1 cargo test -p vramfit --bench trainer_memory` (add `-- --json` for the
 //! rows committed in tests/reference/data/trainer-cpu.json; `RAYON_NUM_THREADS=2` for two threads).
 //! Each config runs in a fresh child process, so one-time heap (gemm's per-thread buffers) counts.
+//! `-- --mixed`: the f16 mixed-precision configs instead (trainer-cpu-f16.json).
+//! Tools for keeping core in step with model.rs: `-- --trace I` lines up config I's allocations in
+//! a steady iteration (with `TRACE_EVAL=1`, in the eval after it) with core's events;
+//! `-- --probe-gemm` and `-- --probe-f16` print what one matmul allocates beyond its output.
 
 use candle_core::{Device, Tensor};
 use vramfit::mem::{self, CountingAlloc};
