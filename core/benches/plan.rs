@@ -13,7 +13,7 @@ mod reference_data;
 use std::hint::black_box;
 use std::time::Instant;
 use vramfit_core::device;
-use vramfit_core::plan::{largest_micro_batch, plan, PlanRequest};
+use vramfit_core::plan::{largest_micro_batch, largest_micro_batch_given, plan, PlanRequest};
 
 fn main() {
     accuracy_table();
@@ -99,7 +99,21 @@ fn timings() {
         let search_ns = median_ns(31, 20, || {
             black_box(largest_micro_batch(black_box(cfg), &gpu, 0));
         });
-        println!("| largest-batch search (fast narrowing, exact verification) | {name} | {:.2} us | <= 100 us |", search_ns / 1e3);
+        println!(
+            "| largest-batch search, from scratch (the config's own exact simulation, fast narrowing, exact verification) | {name} | {:.2} us | <= 100 us |",
+            search_ns / 1e3
+        );
+        let need = plan(&PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false })
+            .expect("bench configs are valid")
+            .cards[0]
+            .needed_bytes;
+        let given_ns = median_ns(31, 20, || {
+            black_box(largest_micro_batch_given(black_box(cfg), &gpu, 0, need));
+        });
+        println!(
+            "| largest-batch search within a plan (the config's exact need already known) | {name} | {:.2} us | <= 100 us |",
+            given_ns / 1e3
+        );
         let full_ns = median_ns(11, 5, || {
             black_box(plan(&req).unwrap());
         });

@@ -8,6 +8,8 @@
 //!
 //! Run it once with N and once with 2N: the difference in instructions divided by N is the
 //! cost of one call, free of start-up costs. Configs: `eager`, `compile`, `shakespeare`, `xl`.
+//! A third argument, `exact` or `search`, calls the exact simulation (`plan::simulate_on`) or
+//! the largest-batch search (`plan::largest_micro_batch`) instead (for perf and callgrind).
 #[path = "../benches/common/bench_configs.rs"]
 mod bench_configs;
 
@@ -20,7 +22,7 @@ fn config(name: &str) -> Option<Config> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: fast_sim_loop eager|compile|shakespeare|xl CALLS";
+    let usage = "usage: fast_sim_loop eager|compile|shakespeare|xl CALLS [fast|exact|search]";
     let (Some(cfg), Some(calls)) = (args.first().and_then(|n| config(n)), args.get(1).and_then(|n| n.parse::<u64>().ok())) else {
         eprintln!("error: {usage}");
         std::process::exit(2);
@@ -29,7 +31,15 @@ fn main() {
     let mut peak = 0;
     let start = std::time::Instant::now();
     for _ in 0..calls {
-        peak = black_box(vramfit_core::plan::simulate_fast_on(black_box(&cfg), &gpu)).train.bytes;
+        peak = match args.get(2).map(String::as_str) {
+            None | Some("fast") => black_box(vramfit_core::plan::simulate_fast_on(black_box(&cfg), &gpu)).train.bytes,
+            Some("exact") => black_box(vramfit_core::plan::simulate_on(black_box(&cfg), &gpu)).train.bytes,
+            Some("search") => black_box(vramfit_core::plan::largest_micro_batch(black_box(&cfg), &gpu, 0)).unwrap_or(0) as u64,
+            Some(other) => {
+                eprintln!("error: unknown mode {other:?}; {usage}");
+                std::process::exit(2);
+            }
+        };
     }
     // Wall time is only indicative (use the bench for timings); instruction counts are the measure.
     let per_call_us = start.elapsed().as_secs_f64() * 1e6 / calls.max(1) as f64;

@@ -173,64 +173,95 @@ fn need_exact(cfg: &Config, gpu: &Gpu) -> Option<u64> {
     Some(needed(&simulate_on(cfg, gpu), gpu).0)
 }
 
+/// Whether `cfg` fits in `available` bytes by the exact simulation, which stops modelling
+/// the allocator as soon as the reserve says no (cheaper than [`need_exact`] for misses).
+fn fits_exact(cfg: &Config, gpu: &Gpu, available: u64) -> bool {
+    cfg.validate().is_ok() && available >= gpu.context_bytes && sim::reserve_within(cfg, &gpu.target(), available - gpu.context_bytes)
+}
+
 /// Searches run on the fast simulation, scaled by how much the exact one reserves per
-/// allocated byte at the starting config, then check their answer with the exact simulation
-/// and step to the exact boundary.
+/// allocated byte near the answer, then check their answer with the exact simulation and step
+/// to the exact boundary.
+///
+/// The exact need is not monotone near a card's capacity: whether the allocator splits a
+/// block depends on its size, so batch 483 can fit where 482 does not (shakespeare-char on a
+/// 12 GB card). The answer is a boundary (it fits and one more does not) found the same way
+/// whatever the starting config, so the page's marker does not jump as a slider moves.
 #[derive(Clone, Copy)]
 struct Search<'g> {
     gpu: &'g Gpu,
     available: u64,
-    /// Exact nvidia-smi need minus context, per byte of fast peak allocated, at the start.
-    reserve_per_byte: f64,
+    /// The starting config's fast peak and exact need (reused when a search lands on it).
+    start_fast: u64,
+    start_need: u64,
 }
 
 impl<'g> Search<'g> {
     /// `need` is the exact need of `cfg` itself (the caller has it already).
     fn calibrated(cfg: &Config, gpu: &'g Gpu, other_usage: u64, need: u64) -> Search<'g> {
         let available = gpu.usable_bytes.saturating_sub(other_usage);
-        let fast = fast_peak(cfg, gpu).max(1);
-        let exact = need.saturating_sub(gpu.context_bytes);
-        Search { gpu, available, reserve_per_byte: (exact as f64 / fast as f64).max(1.0) }
+        Search { gpu, available, start_fast: fast_peak(cfg, gpu), start_need: need }
     }
 
-    fn fast_ok(&self, cfg: &Config, reserve_per_byte: f64) -> bool {
-        cfg.validate().is_ok() && (fast_peak(cfg, self.gpu) as f64 * reserve_per_byte) as u64 + self.gpu.context_bytes <= self.available
-    }
-
-    /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation.
+    /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation and
+    /// `make(v + 1)` does not (or `v` is `hi`). `start` is the value of the searched setting
+    /// in the starting config, if `make(start)` simulates the same as it (its figures are
+    /// known); it saves work and never changes the answer.
     ///
-    /// The fast simulation finds a candidate; the exact one measures its need there, which
-    /// recalibrates the reserve per allocated byte for a second fast search (the ratio drifts
-    /// with the batch size as the allocator's rounding and segments change). The answer is
-    /// then confirmed by stepping with the exact simulation, or bisected on it if the proxy
-    /// was far off.
-    fn largest(&self, lo: u32, hi: u32, make: impl Fn(u32) -> Config) -> Option<u32> {
+    /// The fast simulation finds a candidate assuming no reserve beyond the allocated bytes;
+    /// the exact one measures the need there, which calibrates the reserve per allocated byte
+    /// for a second fast search (and once more if that moved). The answer is then confirmed
+    /// by stepping with the exact simulation, or bisected on it if the proxy was far off.
+    /// Every simulation is run once per search at most.
+    fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: impl Fn(u32) -> Config) -> Option<u32> {
+        use std::cell::RefCell;
         if lo > hi {
             return None;
         }
-        let fast_search = |ratio: f64| largest_where(lo, hi, |v| self.fast_ok(&make(v), ratio)).unwrap_or(lo);
-        let exact_need = |v: u32| need_exact(&make(v), self.gpu);
-        let mut v = fast_search(self.reserve_per_byte);
-        let mut known: Option<(u32, Option<u64>)> = None;
+        let start = start.filter(|s| (lo..=hi).contains(s));
+        let fast_seen: RefCell<Vec<(u32, Option<u64>)>> = RefCell::new(start.map(|s| (s, Some(self.start_fast))).into_iter().collect());
+        let fast = |v: u32| {
+            if let Some(&(_, y)) = fast_seen.borrow().iter().find(|(x, _)| *x == v) {
+                return y;
+            }
+            let c = make(v);
+            let y = c.validate().is_ok().then(|| fast_peak(&c, self.gpu));
+            fast_seen.borrow_mut().push((v, y));
+            y
+        };
+        // Exact results: the need where it was computed in full, else only whether it fits.
+        let exact_seen: RefCell<Vec<(u32, Option<u64>, bool)>> =
+            RefCell::new(start.map(|s| (s, Some(self.start_need), self.start_need <= self.available)).into_iter().collect());
+        let exact_need = |v: u32| {
+            if let Some(&(_, Some(need), _)) = exact_seen.borrow().iter().find(|(x, _, _)| *x == v) {
+                return Some(need);
+            }
+            let need = need_exact(&make(v), self.gpu);
+            exact_seen.borrow_mut().push((v, need, need.is_some_and(|n| n <= self.available)));
+            need
+        };
+        let exact_ok = |v: u32| {
+            if let Some(&(_, _, fits)) = exact_seen.borrow().iter().find(|(x, _, _)| *x == v) {
+                return fits;
+            }
+            let fits = fits_exact(&make(v), self.gpu, self.available);
+            exact_seen.borrow_mut().push((v, None, fits));
+            fits
+        };
+        let room = self.available.saturating_sub(self.gpu.context_bytes);
+        let fast_search = |ratio: f64| {
+            let ok = |y: u64| (y as f64 * ratio) as u64 + self.gpu.context_bytes <= self.available;
+            largest_by_interpolation(lo, hi, room as f64 / ratio, fast, ok).unwrap_or(lo)
+        };
+        let mut v = fast_search(1.0);
         for _ in 0..2 {
-            let need = exact_need(v);
-            known = Some((v, need));
-            let Some(need) = need else { break };
-            let ratio = (need.saturating_sub(self.gpu.context_bytes) as f64 / fast_peak(&make(v), self.gpu).max(1) as f64).max(1.0);
-            let next = fast_search(ratio);
+            let (Some(need), Some(peak)) = (exact_need(v), fast(v)) else { break };
+            let next = fast_search(reserve_per_byte(need.saturating_sub(self.gpu.context_bytes), peak));
             if next == v {
                 break;
             }
             v = next;
-            known = None;
         }
-        let exact_ok = |x: u32| {
-            let need = match known {
-                Some((k, need)) if k == x => need,
-                _ => exact_need(x),
-            };
-            need.is_some_and(|n| n <= self.available)
-        };
         let mut steps = 0;
         while !exact_ok(v) {
             if v == lo {
@@ -255,6 +286,66 @@ impl<'g> Search<'g> {
     }
 }
 
+/// Exact reserve per byte of fast peak allocated (at least 1).
+fn reserve_per_byte(reserve: u64, fast_peak: u64) -> f64 {
+    (reserve as f64 / fast_peak.max(1) as f64).max(1.0)
+}
+
+/// The largest `v` in `lo..=hi` whose `value(v)` is valid and `ok`, for a `value` that grows
+/// with `v` (`ok` true up to some point, false after, `None` counting as not ok); `None` if
+/// `lo` is not ok. `target` is roughly where `ok` turns: probes go where the line through
+/// the nearest known values crosses it (peaks grow about linearly in batch size, so two or
+/// three probes usually do), and to the middle of the bracket whenever two probes in a row
+/// fell on the same side, which bounds the probes by about twice a bisection's.
+fn largest_by_interpolation(lo: u32, hi: u32, target: f64, value: impl Fn(u32) -> Option<u64>, ok: impl Fn(u64) -> bool) -> Option<u32> {
+    if lo > hi {
+        return None;
+    }
+    let is_ok = |y: Option<u64>| y.is_some_and(&ok);
+    let y = value(lo);
+    if !is_ok(y) {
+        return None;
+    }
+    // Positions as u64: `bad` starts one past `hi`.
+    let (mut good, mut good_y) = (lo as u64, y.unwrap_or(0) as f64);
+    let mut below: Option<(u64, f64)> = None; // the good point before `good`, for extrapolating
+    let (mut bad, mut bad_y) = (hi as u64 + 1, None::<f64>);
+    let mut last_side = None;
+    let mut same_side = false;
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        let line = |(x0, y0): (u64, f64), (x1, y1): (u64, f64)| {
+            let slope = (y1 - y0) / (x1 as f64 - x0 as f64);
+            (slope > 0.0).then(|| x0 as f64 + (target - y0) / slope)
+        };
+        let guess = if same_side {
+            None
+        } else {
+            match bad_y {
+                Some(by) => line((good, good_y), (bad, by)),
+                // No value above: extend the line through the last two good points, or, with
+                // one, assume the value is proportional to the setting.
+                None => below.map_or_else(|| (good_y > 0.0).then(|| good as f64 * target / good_y), |b| line(b, (good, good_y))),
+            }
+        };
+        let probe = match guess {
+            Some(g) if g.is_finite() => (g.max(0.0) as u64).clamp(good + 1, bad - 1),
+            _ => mid,
+        };
+        let y = value(probe as u32);
+        let side = is_ok(y);
+        same_side = last_side == Some(side);
+        last_side = Some(side);
+        if side {
+            below = Some((good, good_y));
+            (good, good_y) = (probe, y.unwrap_or(0) as f64);
+        } else {
+            (bad, bad_y) = (probe, y.map(|y| y as f64));
+        }
+    }
+    Some(good as u32)
+}
+
 /// The fast simulation's highest allocated peak over the windows.
 fn fast_peak(cfg: &Config, gpu: &Gpu) -> u64 {
     let s = simulate_fast_on(cfg, gpu);
@@ -267,10 +358,11 @@ pub fn largest_micro_batch(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Option<
     largest_micro_batch_given(cfg, gpu, other_usage, need_exact(cfg, gpu)?)
 }
 
-/// [`largest_micro_batch`] when the config's exact need is known.
-fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<u32> {
+/// [`largest_micro_batch`] when the config's exact need (nvidia-smi bytes, as [`plan`]
+/// reports it) is known, as it is in a plan.
+pub fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<u32> {
     let search = Search::calibrated(cfg, gpu, other_usage, need);
-    search.largest(1, crate::config::MAX_BATCH, |b| Config { batch_size: b, ..cfg.clone() })
+    search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), |b| Config { batch_size: b, ..cfg.clone() })
 }
 
 /// Computes the whole answer.
@@ -400,7 +492,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     }
 
     // 2. A smaller eval batch (when evaluation is what does not fit).
-    if let Some(eb) = search.largest(1, cfg.eval_batch().saturating_sub(1), |e| Config { eval_batch_size: Some(e), ..cfg.clone() }) {
+    if let Some(eb) = search.largest(1, cfg.eval_batch().saturating_sub(1), None, |e| Config { eval_batch_size: Some(e), ..cfg.clone() }) {
         push(
             format!("eval_batch_size = {eb}"),
             "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
@@ -453,7 +545,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     }
 
     // 6. A shorter eval context.
-    if let Some(et) = search.largest(1, cfg.eval_block().saturating_sub(1), |t| Config { eval_block_size: Some(t), ..cfg.clone() }) {
+    if let Some(et) = search.largest(1, cfg.eval_block().saturating_sub(1), None, |t| Config { eval_block_size: Some(t), ..cfg.clone() }) {
         push(
             format!("eval_block_size = {et}"),
             "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
@@ -463,7 +555,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     }
 
     // 7. A shorter block for training too.
-    if let Some(t) = search.largest(1, cfg.block_size.saturating_sub(1), |t| Config {
+    if let Some(t) = search.largest(1, cfg.block_size.saturating_sub(1), None, |t| Config {
         block_size: t,
         eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
         ..cfg.clone()
@@ -477,7 +569,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     }
 
     // 8. Last resort: fewer layers.
-    if let Some(l) = search.largest(1, cfg.n_layer.saturating_sub(1), |l| Config { n_layer: l, ..cfg.clone() }) {
+    if let Some(l) = search.largest(1, cfg.n_layer.saturating_sub(1), None, |l| Config { n_layer: l, ..cfg.clone() }) {
         let smaller = Config { n_layer: l, ..cfg.clone() };
         push(
             format!("n_layer = {l}"),
@@ -598,6 +690,86 @@ mod tests {
         let gpu = default_gpu();
         assert!(fits(&Config { batch_size: b, ..cfg.clone() }, &gpu, 0));
         assert!(!fits(&Config { batch_size: b + 1, ..cfg }, &gpu, 0));
+    }
+
+    #[test]
+    fn interpolated_search_finds_what_bisection_finds() {
+        // Values that grow linearly, quadratically, in steps and with an invalid tail, against
+        // thresholds anywhere: the answer is always bisection's, in a bounded number of probes.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for case in 0..3000 {
+            let (a, b, c) = (next(1 << 34), 1 + next(1 << 30), next(1 << 12));
+            let step = 1 + next(64);
+            let invalid_from = if case % 4 == 0 { 1 + next(70_000) } else { u64::MAX };
+            let hi = [1, 2, 7, 100, 1024, crate::config::MAX_BATCH][case % 6];
+            let probes = std::cell::Cell::new(0u32);
+            let value = |v: u32| {
+                probes.set(probes.get() + 1);
+                let v = v as u64;
+                (v < invalid_from).then(|| a + b * (v / step * step) + c * v * v)
+            };
+            let limit = next(1 << 45);
+            let ok = |y: u64| y <= limit;
+            // The guess is only a hint: a wrong one costs probes, never the answer.
+            let target = if case % 3 == 0 { next(1 << 45) as f64 } else { limit as f64 };
+            let expected = largest_where(1, hi, |v| value(v).is_some_and(ok));
+            probes.set(0);
+            let got = largest_by_interpolation(1, hi, target, value, ok);
+            assert_eq!(got, expected, "case {case}: a {a} b {b} c {c} step {step} limit {limit} hi {hi}");
+            assert!(probes.get() <= 2 * 17 + 2, "case {case}: {} probes", probes.get());
+        }
+    }
+
+    #[test]
+    fn largest_batch_is_an_exact_boundary_whatever_the_start() {
+        // The answer fits and one more does not, by the full exact simulation, and it is the
+        // same from any starting batch, on cards and configs where the reserve's share of the
+        // need differs (shakespeare-char's need is not monotone near 12 GB: see `Search`).
+        let cards = ["rtx-3060", "rtx-4090", "a100-80gb"];
+        let configs = [
+            Config { batch_size: 4, gradient_accumulation_steps: 1, ..Config::default() },
+            Config {
+                n_layer: 6,
+                n_head: 6,
+                n_embd: 384,
+                block_size: 256,
+                vocab_size: 65,
+                batch_size: 64,
+                compile: false,
+                ..Config::default()
+            },
+            Config {
+                dtype: Dtype::Float32,
+                attention: crate::config::Attention::Manual,
+                compile: false,
+                batch_size: 1,
+                ..Config::default()
+            },
+        ];
+        for card in cards {
+            let gpu = Gpu::find(card).unwrap();
+            for other in [0, 3 << 30] {
+                let available = gpu.usable_bytes - other;
+                for cfg in &configs {
+                    let with = |b: u32| Config { batch_size: b, ..cfg.clone() };
+                    let b = largest_micro_batch(cfg, &gpu, other).expect("batch 1 fits all of these");
+                    let fits_full = |b: u32| need_exact(&with(b), &gpu).is_some_and(|n| n <= available);
+                    assert!(fits_full(b), "{card}, {other} B used: {b} does not fit, {cfg:?}");
+                    assert!(!fits_full(b + 1), "{card}, {other} B used: {} fits too, {cfg:?}", b + 1);
+                    // The early-stopping check agrees with the full need on both sides.
+                    assert!(fits_exact(&with(b), &gpu, available) && !fits_exact(&with(b + 1), &gpu, available));
+                    for start in [1, b / 2 + 1, b, b + 1, 2 * b + 3] {
+                        assert_eq!(largest_micro_batch(&with(start), &gpu, other), Some(b), "{card}, {other} B used, from batch {start}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -344,6 +344,11 @@ struct Mem<'t> {
     /// Allocator block handle per slot (exact simulations).
     handles: Vec<u32>,
     window_reserved: u64,
+    /// Searches only ask whether a config fits: once the reserve passes this, the answer is
+    /// no, the allocator is dropped and the rest of the run takes the fast path.
+    reserve_limit: u64,
+    /// Whether the reserve passed `reserve_limit` (the run's reserve figures are then void).
+    over_reserve_limit: bool,
     /// Every allocation and free with the allocator's reserve after it (debugging aid).
     log: Option<Vec<AllocEvent>>,
     slots: Vec<(u64, Category)>,
@@ -366,6 +371,8 @@ impl<'t> Mem<'t> {
             allocator: None,
             handles: Vec::new(),
             window_reserved: 0,
+            reserve_limit: u64::MAX,
+            over_reserve_limit: false,
             log: None,
             slots: Vec::with_capacity(expected_tensors),
             live: [0; CATEGORY_COUNT],
@@ -462,7 +469,18 @@ impl<'t> Mem<'t> {
         }
         let id = self.push(block, cat);
         self.record();
+        if reserved > self.reserve_limit {
+            self.give_up_allocator();
+        }
         id
+    }
+
+    /// The reserve passed the limit: the allocator's work is done (see `reserve_limit`).
+    #[cold]
+    fn give_up_allocator(&mut self) {
+        self.over_reserve_limit = true;
+        self.allocator = None;
+        self.detailed = self.timeline.is_some();
     }
 
     /// A bulk allocation of an exact byte count (already a sum of block sizes).
@@ -2279,6 +2297,16 @@ fn simulate_run(run: &mut Run) -> Simulation {
     let eval = run.mem.end_window();
     let train = run.replay_iteration(&first);
     Simulation { train, eval, first_iter, eval_at_start }
+}
+
+/// Whether the exact simulation's reserve stays within `reserve_limit` bytes in every window
+/// (the reserve never shrinks, so this is its final value). A run that passes the limit stops
+/// modelling the allocator there: searches spend little on configs that do not fit.
+pub fn reserve_within(cfg: &Config, target: &Target, reserve_limit: u64) -> bool {
+    let mut run = exact_run(cfg, target);
+    run.mem.reserve_limit = reserve_limit;
+    simulate_run(&mut run);
+    !run.mem.over_reserve_limit
 }
 
 /// Every allocator event of [`simulate_exact`], in order: what the caching allocator is asked
