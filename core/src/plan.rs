@@ -210,7 +210,7 @@ impl<'g> Search<'g> {
     ///
     /// The fast simulation finds a candidate assuming no reserve beyond the allocated bytes;
     /// the exact one measures the need there, which calibrates the reserve per allocated byte
-    /// for a second fast search (and once more if that moved). The answer is then confirmed
+    /// for a second fast search. The answer is then confirmed
     /// by stepping with the exact simulation, or bisected on it if the proxy was far off.
     /// Every simulation is run once per search at most.
     fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: impl Fn(u32) -> Config) -> Option<u32> {
@@ -254,13 +254,9 @@ impl<'g> Search<'g> {
             largest_by_interpolation(lo, hi, room as f64 / ratio, fast, ok).unwrap_or(lo)
         };
         let mut v = fast_search(1.0);
-        for _ in 0..2 {
-            let (Some(need), Some(peak)) = (exact_need(v), fast(v)) else { break };
-            let next = fast_search(reserve_per_byte(need.saturating_sub(self.gpu.context_bytes), peak));
-            if next == v {
-                break;
-            }
-            v = next;
+        // One recalibration: a second one cost more than the steps it saved, in fixes' searches.
+        if let (Some(need), Some(peak)) = (exact_need(v), fast(v)) {
+            v = fast_search(reserve_per_byte(need.saturating_sub(self.gpu.context_bytes), peak));
         }
         let mut steps = 0;
         while !exact_ok(v) {
@@ -457,7 +453,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     if current <= available {
         return Vec::new();
     }
-    let fits_cfg = |c: &Config| need_exact(c, gpu).is_some_and(|n| n <= available);
+    let fits_cfg = |c: &Config| fits_exact(c, gpu, available);
     let search = Search::calibrated(cfg, gpu, other_usage, current);
     let mut out: Vec<Fix> = Vec::new();
     let mut push = |title: String, cost: String, config: Config, stock: bool| {
