@@ -179,7 +179,7 @@ pub fn remove_stale_temps(dir: &Path) -> usize {
 /// inconsistent) is one line.
 pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
     let shown = path.display();
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read checkpoint {shown}: {e}"))?;
+    let bytes = crate::data::read_input_file(path, None).map_err(|e| format!("cannot read checkpoint {shown}: {e}"))?;
     let bad = |why: String| format!("{shown} is not a usable vramfit checkpoint: {why}");
     let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("{e}")))?;
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("{e}")))?;

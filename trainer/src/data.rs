@@ -206,7 +206,7 @@ impl Dataset {
             }
             DataSource::Text { path, tokenizer } => {
                 let shown = path.display();
-                let bytes = std::fs::read(path).map_err(|e| format!("cannot read data file {shown}: {e}"))?;
+                let bytes = read_input_file(path, None).map_err(|e| format!("cannot read data file {shown}: {e}"))?;
                 if bytes.is_empty() {
                     return Err(format!("data file {shown} is empty"));
                 }
@@ -263,6 +263,40 @@ impl Dataset {
         let total = n as f64;
         counts.values().map(|&c| c as f64 / total).map(|p| -p * p.ln()).sum()
     }
+}
+
+/// Reads a whole file the user named (data, checkpoint, config file) without reading until
+/// memory runs out: with a `limit`, anything longer (`/dev/zero`, an endless pipe) is refused once
+/// that many bytes are read; without one, devices are refused (`/dev/zero` and `/dev/urandom`
+/// never end).
+pub fn read_input_file(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    let Some(limit) = limit else {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileTypeExt;
+            let kind = meta.file_type();
+            if kind.is_char_device() || kind.is_block_device() {
+                return Err(std::io::Error::other("it is a device, not a file"));
+            }
+        }
+        // Sized up front as `std::fs::read` does: a checkpoint may be gigabytes.
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        (&file).read_to_end(&mut bytes)?;
+        return Ok(bytes);
+    };
+    let too_long = || std::io::Error::other(format!("it is longer than {} MiB", limit >> 20));
+    if meta.len() > limit {
+        return Err(too_long());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_long());
+    }
+    Ok(bytes)
 }
 
 fn from_text(text: &str, tokenizer: Tokenizer, source: DataSource) -> Result<Dataset, String> {

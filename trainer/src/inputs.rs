@@ -9,6 +9,10 @@ use vramfit_core::link::{self, LinkState};
 use vramfit_core::nanogpt::{self, Value};
 use vramfit_core::{device, Config, Gpu};
 
+/// A nanoGPT config file is a few hundred bytes; past this it is not one (and `/dev/zero` or an
+/// endless pipe would otherwise be read until memory runs out).
+const MAX_CONFIG_FILE_BYTES: u64 = 64 << 20;
+
 /// Everything a command needs to know about the run and the cards.
 #[derive(Debug)]
 pub struct Inputs {
@@ -42,7 +46,9 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
 
     if let Some(path) = &run.config {
         let shown = path.display();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {shown}: {e}"))?;
+        let bytes = vramfit::data::read_input_file(path, Some(MAX_CONFIG_FILE_BYTES))
+            .map_err(|e| format!("cannot read config file {shown}: {e}"))?;
+        let text = String::from_utf8(bytes).map_err(|e| format!("cannot read config file {shown}: not UTF-8 text ({e})"))?;
         let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
         state.config = file.config;
         extra = file.extra;

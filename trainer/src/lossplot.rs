@@ -93,8 +93,12 @@ pub fn write_for(out_dir: &Path) {
         let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
         let svg = render(&parse_log(&text))?;
         let temp = out_dir.join(format!(".{SVG_FILE}.tmp-{}", std::process::id()));
-        std::fs::write(&temp, svg).map_err(|e| e.to_string())?;
-        std::fs::rename(&temp, out_dir.join(SVG_FILE)).map_err(|e| e.to_string())
+        let written = std::fs::write(&temp, svg).and_then(|()| std::fs::rename(&temp, out_dir.join(SVG_FILE)));
+        if written.is_err() {
+            // Leave no temporary file behind (loss.svg may be a directory, the disk full).
+            let _ = std::fs::remove_file(&temp);
+        }
+        written.map_err(|e| e.to_string())
     })();
     if let Err(e) = result {
         use std::io::Write;

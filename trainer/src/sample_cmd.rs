@@ -17,7 +17,11 @@ fn input(message: impl Into<String>) -> Failure {
 
 /// Index of a draw from softmax(`logits` / `temperature`) restricted to the `top_k` largest.
 pub fn draw(logits: &[f32], temperature: f64, top_k: usize, rng: &mut HostRng) -> usize {
-    let scaled: Vec<f64> = logits.iter().map(|&l| l as f64 / temperature).collect();
+    // Shifted by the largest logit before dividing, so that a tiny temperature sends the others to
+    // -inf (greedy) rather than every logit to ±inf (NaN weights, always token 0).
+    let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let top = if top.is_finite() { top } else { 0.0 };
+    let scaled: Vec<f64> = logits.iter().map(|&l| (l as f64 - top) / temperature).collect();
     let k = top_k.clamp(1, scaled.len());
     // The k-th largest value; everything below it is dropped (ties at it stay, as in sample.py).
     let mut sorted = scaled.clone();

@@ -244,6 +244,13 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             state.evaluated = true;
             last_eval = Some((train_loss, val_loss));
             progress.eval(&EvalRecord { iter: state.iter_num, train_loss, val_loss, secs: started.elapsed().as_secs_f64() });
+            // A model whose loss is no longer a number must not replace the last good checkpoint.
+            if let Some((split, loss)) = [("train", train_loss), ("val", val_loss)].into_iter().find(|(_, l)| !l.is_finite()) {
+                return Err(format!(
+                    "the estimated {split} loss became {loss} at iteration {}: no checkpoint saved of this model; try a lower --learning-rate",
+                    state.iter_num
+                ));
+            }
             let improved = state.best_val_loss.is_none_or(|best| val_loss < best);
             if improved || settings.always_save_checkpoint {
                 state.best_val_loss = Some(val_loss);

@@ -206,7 +206,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if device.is_cpu() && vramfit::mem::installed() {
         // After the second iteration the AdamW state exists and an evaluation has run: every
         // window the prediction covers has been through once.
-        progress.compare_memory_after(start + 1, baseline, checked.predicted_peak);
+        progress.compare_memory_after(start.saturating_add(1), baseline, checked.predicted_peak);
     }
     let entropy = data.unigram_entropy();
     let summary = train::run(
@@ -421,8 +421,22 @@ fn apply_training_flags(s: &mut TrainSettings, a: &TrainArgs) {
     }
 }
 
-/// What the flag parsers cannot see: values from config files, and combinations.
+/// What the flag parsers cannot see: values from config files and checkpoints, and combinations.
 fn check_settings(s: &TrainSettings) -> Result<(), Failure> {
+    // The flag parsers and the config file reader see to these; a checkpoint's metadata may not.
+    for (name, value) in
+        [("learning_rate", s.lr.learning_rate), ("min_lr", s.lr.min_lr), ("weight_decay", s.adamw.weight_decay), ("grad_clip", s.grad_clip)]
+    {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(input(format!("{name} must be a finite number >= 0 (got {value})")));
+        }
+    }
+    if !(s.adamw.eps.is_finite() && s.adamw.eps > 0.0) {
+        return Err(input(format!("AdamW's eps must be a finite number > 0 (got {})", s.adamw.eps)));
+    }
+    if s.out_dir.as_os_str().is_empty() {
+        return Err(input("out_dir is empty: name a directory"));
+    }
     if !(0.0..1.0).contains(&s.adamw.beta1) || !(0.0..1.0).contains(&s.adamw.beta2) {
         return Err(input(format!("beta1 and beta2 must be in [0, 1) (got {} and {})", s.adamw.beta1, s.adamw.beta2)));
     }

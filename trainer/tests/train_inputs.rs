@@ -163,3 +163,85 @@ fn preflight_refuses_what_does_not_fit() {
     assert_has(&line, &["this run needs", "1.0 MiB is available", "fixes:"]);
     assert!(!dir.exists(), "a refused run created its out_dir");
 }
+
+/// Runs the binary, failing the test (instead of hanging it) if it is still running after `secs`.
+fn run_within(args: &[&str], secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = vramfit().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A device or an endless stream named as a config file, data file or checkpoint is refused with
+/// one line, not read until memory runs out.
+#[cfg(unix)]
+#[test]
+fn devices_and_endless_files_are_refused() {
+    let dir = scratch("devices");
+    let line = one_error_line(&run_within(&["plan", "--config", "/dev/zero"], 60));
+    assert_has(&line, &["cannot read config file /dev/zero", "longer than 64 MiB"]);
+    let line = one_error_line(&run_within(&["train", "--out-dir", dir.to_str().unwrap(), "--data", "/dev/zero"], 60));
+    assert_has(&line, &["cannot read data file /dev/zero", "a device, not a file"]);
+    std::os::unix::fs::symlink("/dev/zero", dir.join("ckpt.safetensors")).unwrap();
+    let line = one_error_line(&run_within(&["sample", "--out-dir", dir.to_str().unwrap()], 60));
+    assert_has(&line, &["cannot read checkpoint", "a device, not a file"]);
+    let line = one_error_line(&run_within(&["train", "--out-dir", dir.to_str().unwrap(), "--resume"], 60));
+    assert_has(&line, &["cannot read checkpoint", "a device, not a file"]);
+    // An empty config stays fine, /dev/null included.
+    let out = run_within(&["plan", "--config", "/dev/null", "--no-fixes"], 60);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Training settings read back from a checkpoint are checked as flags and config files are: a
+/// doctored one is refused (and a flag can put the setting right), and an absurd iteration count
+/// does not overflow.
+#[test]
+fn checkpoint_training_settings_are_checked() {
+    let good = scratch("ckpt-settings-good");
+    train_ok(&good, &["--max-iters", "2", "--eval-interval", "2"]);
+    let load = || vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let dir = scratch("ckpt-settings");
+    let ckpt = dir.join("ckpt.safetensors");
+
+    let mut doctored = load();
+    doctored.meta.settings.lr.learning_rate = -5.0;
+    vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
+    let before = std::fs::read(&ckpt).unwrap();
+    assert_has(&train_err(&dir, &["--resume", "--max-iters", "4"]), &["learning_rate must be a finite number >= 0 (got -5)"]);
+    assert_eq!(std::fs::read(&ckpt).unwrap(), before, "a refused run wrote the checkpoint");
+    let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--resume", "--max-iters", "4", "--learning-rate", "1e-3"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let mut doctored = load();
+    doctored.meta.settings.adamw.eps = 0.0;
+    vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
+    assert_has(&train_err(&dir, &["--resume", "--max-iters", "4"]), &["eps must be a finite number > 0 (got 0)"]);
+
+    let mut doctored = load();
+    doctored.meta.iter_num = u64::MAX;
+    doctored.meta.settings.max_iters = u64::MAX;
+    vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
+    let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--resume"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// A config file's `out_dir = ''` would write into the working directory; it is refused.
+#[test]
+fn empty_out_dir_in_a_config_file() {
+    let dir = scratch("empty-out-dir");
+    let file = dir.join("train_x.py");
+    std::fs::write(&file, "out_dir = ''\n").unwrap();
+    let mut args = vec!["train", "--config", file.to_str().unwrap()];
+    args.extend_from_slice(&TINY);
+    let out = vramfit().args(&args).current_dir(&dir).output().unwrap();
+    assert_has(&one_error_line(&out), &["out_dir is empty"]);
+    assert!(!dir.join("ckpt.safetensors").exists() && !dir.join("log.jsonl").exists());
+}

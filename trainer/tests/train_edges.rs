@@ -1,0 +1,58 @@
+//! Runs that go wrong part-way must not cost what was there before, and sampling settings at
+//! their limits still mean what they say.
+
+mod train_support;
+
+use train_support::*;
+
+/// Weights blown up by an absurd learning rate: the evaluation that sees the NaN loss ends the run
+/// (exit 1, one `error:` line) and the previous checkpoint stays byte for byte, instead of being
+/// replaced by a NaN model under always_save_checkpoint.
+#[test]
+fn nan_loss_at_an_evaluation_keeps_the_previous_checkpoint() {
+    let dir = scratch("nan-eval");
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    let before = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
+    let args =
+        ["train", "--out-dir", dir.to_str().unwrap(), "--resume", "--max-iters", "10", "--eval-interval", "2", "--learning-rate", "1e30"];
+    let out = run(&args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("note:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].starts_with("error: the estimated train loss became NaN at iteration 4"), "{stderr}");
+    assert!(!text(&out.stdout).contains("saved checkpoint"), "{}", text(&out.stdout));
+    assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), before, "the checkpoint was replaced");
+}
+
+/// loss.svg cannot be written (a directory holds its name): training still succeeds, says so,
+/// and leaves no temporary file behind.
+#[test]
+fn unwritable_loss_plot_leaves_no_temporary_file() {
+    let dir = scratch("svg-blocked");
+    std::fs::create_dir_all(dir.join("loss.svg")).unwrap();
+    let out = train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    assert!(text(&out.stderr).contains("note: cannot draw"), "{}", text(&out.stderr));
+    let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["ckpt.safetensors", "log.jsonl", "loss.svg"]);
+}
+
+/// A temperature so small that logits / temperature overflows is greedy decoding (top-k 1), not
+/// NaN weights that always pick token 0.
+#[test]
+fn tiny_temperature_samples_greedily() {
+    let dir = scratch("tiny-temperature");
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    let sample = |extra: &[&str]| {
+        let mut args =
+            vec!["sample", "--out-dir", dir.to_str().unwrap(), "--prompt", "the ", "--max-new-tokens", "20", "--num-samples", "2"];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let greedy = sample(&["--top-k", "1"]);
+    assert_eq!(sample(&["--temperature", "1e-320"]), greedy);
+    assert_eq!(sample(&["--temperature", "1e-5"]), greedy);
+}
