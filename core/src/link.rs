@@ -260,16 +260,24 @@ fn shown(s: &str) -> String {
     out
 }
 
-/// The query part of whatever was pasted: a full URL, `?a=1`, `a=1`, or nothing.
-fn query_part(input: &str) -> &str {
+/// The query part of whatever was pasted (a full URL, `?a=1`, `a=1`, or nothing) and the
+/// fragment after `#`, which vramfit's links never have.
+fn query_part(input: &str) -> (&str, &str) {
     let s = input.trim();
-    let s = s.split('#').next().unwrap_or("");
-    match s.split_once('?') {
+    let (s, fragment) = s.split_once('#').unwrap_or((s, ""));
+    let query = match s.split_once('?') {
         Some((_, query)) => query,
         // A URL without a query carries no settings; anything else is the query itself.
         None if s.contains("://") => "",
         None => s,
-    }
+    };
+    (query, fragment)
+}
+
+/// Whether the query holds anything at all (settings or garbage): the command line refuses a
+/// link without, the page opens it with its defaults.
+fn has_settings(input: &str) -> bool {
+    query_part(input).0.split('&').any(|segment| !segment.is_empty())
 }
 
 /// One key as the link spelt it, for notices: `C=abc (n_embd)`.
@@ -469,7 +477,13 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
     let mut notices = Vec::new();
     // Last occurrence of each field wins: collect first, so repeats can be reported.
     let mut latest: Vec<Option<Given>> = FIELDS.iter().map(|_| None).collect();
-    for segment in query_part(input).split('&') {
+    let (query, fragment) = query_part(input);
+    if fragment.contains('=') {
+        // Settings pasted after `#` would otherwise vanish without a word (a plain anchor such
+        // as `#fit` carries none and is fine).
+        notices.push(format!("ignored #{}: settings go in the query, after '?'", shown(&percent_decode(fragment))));
+    }
+    for segment in query.split('&') {
         if segment.is_empty() {
             continue;
         }
@@ -531,6 +545,15 @@ pub fn decode_strict(input: &str) -> Result<LinkState, String> {
 
 /// [`decode_strict`] on top of `base` (see [`decode_over`]).
 pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, String> {
+    if !has_settings(input) {
+        // The page opens a bare address with its defaults; asked for on purpose, a link without
+        // settings is a wrong paste.
+        let after_hash = if query_part(input).1.contains('=') { " (what follows '#' is not read)" } else { "" };
+        return Err(format!(
+            "{:?} carries no settings{after_hash}: a vramfit link has them after '?' (e.g. ?v=1&L=12)",
+            shown(input.trim())
+        ));
+    }
     let decoded = decode_over(base, input);
     if decoded.notices.is_empty() {
         Ok(decoded.state)
@@ -560,11 +583,25 @@ pub(crate) mod tests {
 
     #[test]
     fn empty_and_bare_inputs_give_defaults_silently() {
-        for input in ["", "?", "#x", "  ", "http://localhost:8080/", "https://x.org/vramfit/#L=3", "?&&"] {
+        for input in ["", "?", "#x", "  ", "http://localhost:8080/", "https://x.org/vramfit/#top", "?&&"] {
             let d = decode(input);
             assert_eq!(d.state, LinkState::default(), "{input:?}");
             assert!(d.notices.is_empty(), "{input:?}: {:?}", d.notices);
+            // On the command line a link without settings is a mistake, said in one line.
+            let err = decode_strict(input).unwrap_err();
+            assert!(err.contains("carries no settings") && !err.contains('\n'), "{input:?}: {err}");
         }
+    }
+
+    #[test]
+    fn settings_after_a_hash_are_reported_not_dropped() {
+        for (input, fragment) in [("https://x.org/vramfit/#L=3", "#L=3"), ("#v=1&L=3", "#v=1&L=3"), ("?B=4#L=3", "#L=3")] {
+            let d = decode(input);
+            assert_eq!(d.state.config.n_layer, Config::default().n_layer, "{input:?}");
+            assert!(d.notices.iter().any(|n| n.contains(fragment) && n.contains("after '?'")), "{input:?}: {:?}", d.notices);
+            assert!(decode_strict(input).is_err(), "{input:?}");
+        }
+        assert_eq!(decode("?B=4#L=3").state.config.batch_size, 4);
     }
 
     #[test]
@@ -736,7 +773,8 @@ pub(crate) mod tests {
             let input: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let d = decode(&input.join("&"));
             prop_assert!(d.state.config.validate().is_ok());
-            prop_assert!(decode_strict(&input.join("&")).is_ok() == d.notices.is_empty());
+            let joined = input.join("&");
+            prop_assert!(decode_strict(&joined).is_ok() == (d.notices.is_empty() && has_settings(&joined)));
         }
     }
 }

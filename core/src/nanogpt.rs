@@ -307,6 +307,8 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     let mut env: Vec<(String, Value)> = Vec::new();
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
+    // Modelled settings last assigned inside an indented block, and where.
+    let mut conditional: Vec<(&'static str, usize)> = Vec::new();
 
     // Editors on Windows may start the file with a byte-order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -318,6 +320,19 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         }
         let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
         if code.starts_with(char::is_whitespace) {
+            // Inside an `if` or a loop: whether and how often it runs is not known here. For a
+            // setting that changes the answer that is an error, not a silent default.
+            // (Unless a top-level line sets it again later: the last assignment wins.)
+            let name = split_assignment(code.trim_start()).map(|(name, _)| name);
+            if let Some(&modelled) = name.and_then(|n| MODELLED.iter().find(|&&m| m == n)) {
+                conditional.retain(|(k, _)| *k != modelled);
+                conditional.push((modelled, line));
+            }
+            if let Some(name) = name.filter(|n| KNOWN_EXTRAS.contains(n)) {
+                if !unreadable.iter().any(|n| n == name) {
+                    unreadable.push(name.to_string());
+                }
+            }
             notices.push(skip("indented: vramfit reads top-level assignments only"));
             continue;
         }
@@ -336,12 +351,14 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             set_modelled(&mut cfg, name, &value).map_err(bad)?;
             set_on.retain(|(k, _)| *k != modelled);
             set_on.push((modelled, line));
+            conditional.retain(|(k, _)| *k != modelled);
             env.push((name.to_string(), value));
             continue;
         }
         match value {
             Ok(value) => {
                 if KNOWN_EXTRAS.contains(&name) {
+                    unreadable.retain(|n| n != name);
                     match extra.iter_mut().find(|(k, _)| k == name) {
                         Some(slot) => slot.1 = value.clone(),
                         None => extra.push((name.to_string(), value.clone())),
@@ -360,6 +377,13 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         }
     }
 
+    if let Some(&(name, line)) = conditional.first() {
+        return Err(ConfigFileError::BadValue {
+            line,
+            key: name.to_string(),
+            reason: "set in an indented block, which vramfit does not run: move it to the top level".into(),
+        });
+    }
     apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
 
     if let Err(err) = cfg.validate() {
@@ -977,6 +1001,23 @@ weight_decay = 1e-1
         assert!(f.notices[2].starts_with("line 4: ignored foo"));
         assert_eq!(f.get("out_dir"), Some(&Value::Str("out".into())));
         assert_eq!(f.get("wandb_run_name"), None);
+    }
+
+    #[test]
+    fn settings_inside_blocks_are_not_silently_defaults() {
+        // A modelled setting only assigned inside a block: an error naming its line.
+        let err = parse("n_embd = 384\nif big:\n    n_layer = 24\n").unwrap_err();
+        assert_eq!(err.to_string(), "line 3: n_layer: set in an indented block, which vramfit does not run: move it to the top level");
+        // A training setting only assigned inside a block: unreadable, so `train` refuses it.
+        let f = parse("if True:\n    learning_rate = 5\n").unwrap();
+        assert_eq!(f.unreadable, ["learning_rate"]);
+        assert_eq!(f.notices.len(), 2, "{:#?}", f.notices);
+        // Assigned again at the top level afterwards: the last assignment wins, as in Python.
+        let f = parse("if x:\n    learning_rate = 5\n    n_layer = 2\nlearning_rate = 1e-3\nn_layer = 3\n").unwrap();
+        assert!(f.unreadable.is_empty(), "{:?}", f.unreadable);
+        assert_eq!((f.config.n_layer, f.get("learning_rate")), (3, Some(&Value::Float(1e-3))));
+        // The same holds for a value that could not be read and is then set readably.
+        assert!(parse("max_iters = foo\nmax_iters = 10\n").unwrap().unreadable.is_empty());
     }
 
     #[test]

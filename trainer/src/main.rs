@@ -62,6 +62,21 @@ pub fn print_note(message: &str) {
     let _ = writeln!(io::stderr(), "note: {message}");
 }
 
+/// The most notices about the inputs printed one by one; a file of a million odd lines gets a
+/// count instead of a million lines.
+const MAX_INPUT_NOTES: usize = 20;
+
+/// Prints the notices about the inputs (lines of a config file skipped, ...), the first
+/// [`MAX_INPUT_NOTES`] of them and then how many more there were.
+pub fn print_input_notes(notices: &[String]) {
+    for notice in notices.iter().take(MAX_INPUT_NOTES) {
+        print_note(notice);
+    }
+    if notices.len() > MAX_INPUT_NOTES {
+        print_note(&format!("{} more like these not shown", notices.len() - MAX_INPUT_NOTES));
+    }
+}
+
 /// Writes the output; a closed pipe (`vramfit plan | head`) is not an error.
 fn write_stdout(text: &str) -> ExitCode {
     let mut out = io::stdout().lock();

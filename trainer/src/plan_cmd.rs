@@ -12,9 +12,7 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
     let inputs = inputs::resolve(&args.run, &args.card)?;
-    for notice in &inputs.notices {
-        crate::print_note(notice);
-    }
+    crate::print_input_notes(&inputs.notices);
     if args.runtime == Some(Runtime::Trainer) {
         return run_trainer(args, &inputs.config);
     }

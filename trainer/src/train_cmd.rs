@@ -312,9 +312,7 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         // Training on a default in place of a setting the file meant to change loses the run.
         return Err(input(format!("{what} (train needs every training setting it is given)")));
     }
-    for notice in &resolved.notices {
-        crate::print_note(notice);
-    }
+    crate::print_input_notes(&resolved.notices);
     let mut settings = TrainSettings::default();
     apply_config_extras(&mut settings, &resolved.extra)?;
     Ok((resolved.config, settings, explicit_vocab))

@@ -241,6 +241,28 @@ fn config_file_notices_go_to_stderr_and_do_not_fail() {
 }
 
 #[test]
+fn a_flood_of_config_file_notices_is_counted_not_printed() {
+    let many: String = (0..5000).map(|i| format!("unknown_{i} = {i}\n")).collect();
+    let file = temp_file("flood.py", &format!("{many}n_layer = 4\n"));
+    let out = vramfit(&["plan", "--json", "--no-fixes", "--config", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["config"]["n_layer"], 4);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 21, "{stderr}");
+    assert!(lines[0].contains("line 1: ignored unknown_0"), "{stderr}");
+    assert_eq!(lines[20], "note: 4980 more like these not shown");
+}
+
+#[test]
+fn settings_inside_blocks_are_one_error_line() {
+    let file = temp_file("indented.py", "if big:\n    n_layer = 24\n");
+    let err = assert_one_error_line(&["plan", "--config", file.to_str().unwrap()]);
+    assert!(err.contains("line 2: n_layer: set in an indented block"), "{err}");
+}
+
+#[test]
 fn list_gpus_prints_the_presets() {
     let out = vramfit(&["plan", "--list-gpus"]);
     assert!(out.status.success());
@@ -303,7 +325,20 @@ fn bad_config_file_is_one_error_line() {
 
 #[test]
 fn bad_link_is_one_error_line() {
-    for link in ["L=abc", "?C=770&H=12", "gpu=gtx-9999", "L=4&L=5", "unknown=1", "v=2&L=4", "drop=1.5&d=fp8", "L=%0A%0Aerror"] {
+    for link in [
+        "L=abc",
+        "?C=770&H=12",
+        "gpu=gtx-9999",
+        "L=4&L=5",
+        "unknown=1",
+        "v=2&L=4",
+        "drop=1.5&d=fp8",
+        "L=%0A%0Aerror",
+        // No settings at all, or settings where a link has none: not the defaults in silence.
+        "",
+        "https://example.com/some/page",
+        "http://127.0.0.1:8080/#v=1&L=3",
+    ] {
         let err = assert_one_error_line(&["plan", "--link", link]);
         assert!(err.starts_with("error: --link: "), "{err}");
     }
