@@ -55,20 +55,47 @@ impl FreeList {
         let c = size_class(key.0);
         let Some(class) = self.classes.get_mut(c) else { return };
         if let Ok(at) = class.binary_search(key) {
-            class.remove(at);
-            if class.is_empty() {
-                self.non_empty[c / 64] &= !(1 << (c % 64));
-            }
+            self.remove_at(c, at);
         }
     }
+
+    /// Removes the `at`-th block of class `c`.
+    #[inline]
+    fn remove_at(&mut self, c: usize, at: usize) {
+        let class = &mut self.classes[c];
+        if at + 1 == class.len() {
+            // The last one (often the only one): no shifting.
+            class.pop();
+        } else {
+            class.remove(at);
+        }
+        if class.is_empty() {
+            self.non_empty[c / 64] &= !(1 << (c % 64));
+        }
+    }
+
+    /// [`FreeList::best_fit`], taken out of the list.
+    fn take_best_fit(&mut self, size: u64) -> Option<(u64, u64, u32)> {
+        let (c, at) = self.find_best_fit(size)?;
+        let key = self.classes[c][at];
+        self.remove_at(c, at);
+        Some(key)
+    }
     /// The smallest free block of at least `size` bytes (lowest address among equals).
+    #[cfg(test)]
     fn best_fit(&self, size: u64) -> Option<(u64, u64, u32)> {
+        self.find_best_fit(size).map(|(c, at)| self.classes[c][at])
+    }
+
+    /// Where [`FreeList::best_fit`]'s block is: its class and its place in it.
+    #[inline]
+    fn find_best_fit(&self, size: u64) -> Option<(usize, usize)> {
         let first = size_class(size);
         // In the request's own class some blocks may be smaller than it.
         if let Some(class) = self.classes.get(first) {
             let at = class.partition_point(|k| k.0 < size);
-            if let Some(k) = class.get(at) {
-                return Some(*k);
+            if at < class.len() {
+                return Some((first, at));
             }
         }
         // Any block of a higher class is large enough: the first non-empty class has the best.
@@ -76,8 +103,7 @@ impl FreeList {
         while c < CLASS_WORDS * 64 {
             let bits = self.non_empty[c / 64] >> (c % 64);
             if bits != 0 {
-                let next = c + bits.trailing_zeros() as usize;
-                return self.classes[next].first().copied();
+                return Some((c + bits.trailing_zeros() as usize, 0));
             }
             c = (c / 64 + 1) * 64;
         }
@@ -208,12 +234,9 @@ impl CachingAllocator {
     pub fn malloc(&mut self, bytes: u64) -> (u32, u64) {
         let size = round_size(bytes);
         let small = size <= SMALL_SIZE;
-        let found = self.pool(small).best_fit(size);
+        let found = self.pool(small).take_best_fit(size);
         let idx = match found {
-            Some(key) => {
-                self.pool(small).remove(&key);
-                key.2
-            }
+            Some(key) => key.2,
             None if self.expandable && !small => self.grow(size),
             None => {
                 let seg = segment_size(size);

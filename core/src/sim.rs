@@ -539,9 +539,9 @@ impl<'t> Mem<'t> {
     fn free_in_allocator(&mut self, id: Id, bytes: u64) {
         let Some(a) = self.allocator.as_mut() else { return };
         let handle = self.handles[id.0 as usize];
-        let (segment, offset) = a.place(handle);
+        let place = self.log.is_some().then(|| a.place(handle));
         a.free(handle);
-        if let Some(log) = self.log.as_mut() {
+        if let (Some(log), Some((segment, offset))) = (self.log.as_mut(), place) {
             log.push(AllocEvent {
                 op: self.at.describe(),
                 phase: self.at.phase,
@@ -567,8 +567,15 @@ impl<'t> Mem<'t> {
     }
 
     /// Appends the point after the event just applied to the timeline being recorded.
-    #[inline(never)]
+    #[inline]
     fn record(&mut self) {
+        if self.timeline.is_some() {
+            self.record_point();
+        }
+    }
+
+    #[inline(never)]
+    fn record_point(&mut self) {
         if let Some(tl) = self.timeline.as_deref_mut() {
             tl.push(TimelinePoint { phase: self.at.phase, op: self.at.describe(), micro_step: self.at.micro_step, live_bytes: self.total });
         }
