@@ -14,6 +14,10 @@ use std::path::Path;
 /// The log's file name inside `out_dir`.
 pub const LOG_FILE: &str = "log.jsonl";
 
+/// Where a fresh run moves the log it finds: until its first save the checkpoint on disk is
+/// still the previous run's, and that run's log must not vanish before it.
+pub const PREVIOUS_LOG_FILE: &str = "log.previous.jsonl";
+
 /// One optimizer step.
 #[derive(Clone, Debug, Serialize)]
 pub struct IterRecord {

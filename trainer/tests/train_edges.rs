@@ -56,3 +56,19 @@ fn tiny_temperature_samples_greedily() {
     assert_eq!(sample(&["--temperature", "1e-320"]), greedy);
     assert_eq!(sample(&["--temperature", "1e-5"]), greedy);
 }
+
+/// A fresh run in a used out_dir keeps the previous run's log aside: if it fails before its
+/// first save, the previous checkpoint still has its log.
+#[test]
+fn a_fresh_run_keeps_the_previous_log() {
+    let dir = scratch("fresh-over-old");
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    let first_log = std::fs::read(dir.join("log.jsonl")).unwrap();
+    let first_ckpt = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
+    // A fresh run that fails at its first evaluation, before any save.
+    let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "10", "--eval-interval", "2", "--learning-rate", "1e30"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("the previous run's log is kept as"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(dir.join("log.previous.jsonl")).unwrap(), first_log);
+    assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), first_ckpt);
+}
