@@ -173,10 +173,33 @@ fn need_exact(cfg: &Config, gpu: &Gpu) -> Option<u64> {
     Some(needed(&simulate_on(cfg, gpu), gpu).0)
 }
 
-/// Whether `cfg` fits in `available` bytes by the exact simulation, which stops modelling
-/// the allocator as soon as the reserve says no (cheaper than [`need_exact`] for misses).
+/// What [`check_exact`] found.
+type ExactCheck = Option<Result<u64, u64>>;
+
+/// The exact simulation asked whether `cfg` fits in `available` bytes; it stops modelling the
+/// allocator as soon as the reserve says no (cheaper than [`need_exact`] for misses).
+/// `Ok(need)` if it fits; `Err(need so far)`, a lower bound of the need, if not; `None` if the
+/// config is invalid.
+fn check_exact(cfg: &Config, gpu: &Gpu, available: u64) -> ExactCheck {
+    cfg.validate().ok()?;
+    let limit = available.saturating_sub(gpu.context_bytes);
+    Some(match sim::simulate_exact_within(cfg, &gpu.target(), limit) {
+        Ok(sim) => {
+            let need = needed(&sim, gpu).0;
+            if need <= available {
+                Ok(need)
+            } else {
+                Err(need)
+            }
+        }
+        Err(reserved) => Err(reserved + gpu.context_bytes),
+    })
+}
+
+/// Whether `cfg` fits in `available` bytes by the exact simulation (see [`check_exact`]).
+#[cfg(test)]
 fn fits_exact(cfg: &Config, gpu: &Gpu, available: u64) -> bool {
-    cfg.validate().is_ok() && available >= gpu.context_bytes && sim::reserve_within(cfg, &gpu.target(), available - gpu.context_bytes)
+    matches!(check_exact(cfg, gpu, available), Some(Ok(_)))
 }
 
 /// Searches run on the fast simulation, scaled by how much the exact one reserves per
@@ -208,11 +231,12 @@ impl<'g> Search<'g> {
     /// in the starting config, if `make(start)` simulates the same as it (its figures are
     /// known); it saves work and never changes the answer.
     ///
-    /// The fast simulation finds a candidate assuming no reserve beyond the allocated bytes;
-    /// the exact one measures the need there, which calibrates the reserve per allocated byte
-    /// for a second fast search. The answer is then confirmed
-    /// by stepping with the exact simulation, or bisected on it if the proxy was far off.
-    /// Every simulation is run once per search at most.
+    /// The fast simulation finds a candidate assuming no reserve beyond the allocated bytes,
+    /// the most hopeful guess. The exact simulation checks it: if it fits, the answer is it or
+    /// above; if not, the need it reached before stopping calibrates the reserve per allocated
+    /// byte for a second fast search below it. The answer is then confirmed by stepping with
+    /// the exact simulation (usually one more run), or bisected on it if the proxy was far
+    /// off. Every simulation is run once per search at most.
     fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: impl Fn(u32) -> Config) -> Option<u32> {
         use std::cell::RefCell;
         if lo > hi {
@@ -229,34 +253,35 @@ impl<'g> Search<'g> {
             fast_seen.borrow_mut().push((v, y));
             y
         };
-        // Exact results: the need where it was computed in full, else only whether it fits.
-        let exact_seen: RefCell<Vec<(u32, Option<u64>, bool)>> =
-            RefCell::new(start.map(|s| (s, Some(self.start_need), self.start_need <= self.available)).into_iter().collect());
-        let exact_need = |v: u32| {
-            if let Some(&(_, Some(need), _)) = exact_seen.borrow().iter().find(|(x, _, _)| *x == v) {
-                return Some(need);
+        // Exact checks by value. A start that fits is known. One that does not is known only at
+        // `lo` (where a miss ends the search whatever it needs): elsewhere `check_exact` would
+        // report the need where it stopped, not the full need the plan has, and the answer must
+        // not depend on which one calibrated the search.
+        let known_start = start.and_then(|s| match self.start_need <= self.available {
+            true => Some((s, Some(Ok(self.start_need)))),
+            false if s == lo => Some((s, Some(Err(self.start_need)))),
+            false => None,
+        });
+        let exact_seen: RefCell<Vec<(u32, ExactCheck)>> = RefCell::new(known_start.into_iter().collect());
+        let exact = |v: u32| {
+            if let Some(&(_, r)) = exact_seen.borrow().iter().find(|(x, _)| *x == v) {
+                return r;
             }
-            let need = need_exact(&make(v), self.gpu);
-            exact_seen.borrow_mut().push((v, need, need.is_some_and(|n| n <= self.available)));
-            need
+            let r = check_exact(&make(v), self.gpu, self.available);
+            exact_seen.borrow_mut().push((v, r));
+            r
         };
-        let exact_ok = |v: u32| {
-            if let Some(&(_, _, fits)) = exact_seen.borrow().iter().find(|(x, _, _)| *x == v) {
-                return fits;
-            }
-            let fits = fits_exact(&make(v), self.gpu, self.available);
-            exact_seen.borrow_mut().push((v, None, fits));
-            fits
-        };
+        let exact_ok = |v: u32| matches!(exact(v), Some(Ok(_)));
         let room = self.available.saturating_sub(self.gpu.context_bytes);
         let fast_search = |ratio: f64| {
             let ok = |y: u64| (y as f64 * ratio) as u64 + self.gpu.context_bytes <= self.available;
             largest_by_interpolation(lo, hi, room as f64 / ratio, fast, ok).unwrap_or(lo)
         };
         let mut v = fast_search(1.0);
-        // One recalibration: a second one cost more than the steps it saved, in fixes' searches.
-        if let (Some(need), Some(peak)) = (exact_need(v), fast(v)) {
-            v = fast_search(reserve_per_byte(need.saturating_sub(self.gpu.context_bytes), peak));
+        if let (Some(Err(need)), Some(peak)) = (exact(v), fast(v)) {
+            // Too big: below it, by the reserve per byte it had reached.
+            let ratio = reserve_per_byte(need.saturating_sub(self.gpu.context_bytes), peak);
+            v = fast_search(ratio).min(v.saturating_sub(1)).max(lo);
         }
         let mut steps = 0;
         while !exact_ok(v) {
@@ -453,7 +478,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     if current <= available {
         return Vec::new();
     }
-    let fits_cfg = |c: &Config| fits_exact(c, gpu, available);
+    let fits_cfg = |c: &Config| matches!(check_exact(c, gpu, available), Some(Ok(_)));
     let search = Search::calibrated(cfg, gpu, other_usage, current);
     let mut out: Vec<Fix> = Vec::new();
     let mut push = |title: String, cost: String, config: Config, stock: bool| {
@@ -765,6 +790,17 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn no_batch_fits_from_any_start() {
+        // GPT-2 1.5B on a 12 GB card: not even batch 1, whatever batch the config asks for.
+        let gpu = Gpu::find("rtx-3060").unwrap();
+        let xl = Config { n_layer: 48, n_head: 25, n_embd: 1600, compile: false, ..Config::default() };
+        assert!(need_exact(&Config { batch_size: 1, ..xl.clone() }, &gpu).unwrap() > gpu.usable_bytes);
+        for start in [1, 2, 12] {
+            assert_eq!(largest_micro_batch(&Config { batch_size: start, ..xl.clone() }, &gpu, 0), None, "from batch {start}");
         }
     }
 

@@ -347,8 +347,9 @@ struct Mem<'t> {
     /// Searches only ask whether a config fits: once the reserve passes this, the answer is
     /// no, the allocator is dropped and the rest of the run takes the fast path.
     reserve_limit: u64,
-    /// Whether the reserve passed `reserve_limit` (the run's reserve figures are then void).
-    over_reserve_limit: bool,
+    /// The reserve when it passed `reserve_limit`, if it did (the run's reserve figures are
+    /// then void).
+    reserve_passed: Option<u64>,
     /// Every allocation and free with the allocator's reserve after it (debugging aid).
     log: Option<Vec<AllocEvent>>,
     slots: Vec<(u64, Category)>,
@@ -372,7 +373,7 @@ impl<'t> Mem<'t> {
             handles: Vec::new(),
             window_reserved: 0,
             reserve_limit: u64::MAX,
-            over_reserve_limit: false,
+            reserve_passed: None,
             log: None,
             slots: Vec::with_capacity(expected_tensors),
             live: [0; CATEGORY_COUNT],
@@ -470,15 +471,15 @@ impl<'t> Mem<'t> {
         let id = self.push(block, cat);
         self.record();
         if reserved > self.reserve_limit {
-            self.give_up_allocator();
+            self.give_up_allocator(reserved);
         }
         id
     }
 
     /// The reserve passed the limit: the allocator's work is done (see `reserve_limit`).
     #[cold]
-    fn give_up_allocator(&mut self) {
-        self.over_reserve_limit = true;
+    fn give_up_allocator(&mut self, reserved: u64) {
+        self.reserve_passed = Some(reserved);
         self.allocator = None;
         self.detailed = self.timeline.is_some();
     }
@@ -2306,14 +2307,18 @@ fn simulate_run(run: &mut Run) -> Simulation {
     Simulation { train, eval, first_iter, eval_at_start }
 }
 
-/// Whether the exact simulation's reserve stays within `reserve_limit` bytes in every window
-/// (the reserve never shrinks, so this is its final value). A run that passes the limit stops
-/// modelling the allocator there: searches spend little on configs that do not fit.
-pub fn reserve_within(cfg: &Config, target: &Target, reserve_limit: u64) -> bool {
+/// [`simulate_exact`] for a search that only asks whether the reserve stays within
+/// `reserve_limit` bytes (the reserve never shrinks, so that is its final value): the whole
+/// simulation if it does; if not, the reserve at the moment it passed the limit, where the run
+/// stopped modelling the allocator (searches spend little on configs that do not fit).
+pub fn simulate_exact_within(cfg: &Config, target: &Target, reserve_limit: u64) -> Result<Simulation, u64> {
     let mut run = exact_run(cfg, target);
     run.mem.reserve_limit = reserve_limit;
-    simulate_run(&mut run);
-    !run.mem.over_reserve_limit
+    let sim = simulate_run(&mut run);
+    match run.mem.reserve_passed {
+        None => Ok(sim),
+        Some(reserved) => Err(reserved),
+    }
 }
 
 /// Every allocator event of [`simulate_exact`], in order: what the caching allocator is asked
