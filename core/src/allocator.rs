@@ -41,6 +41,7 @@ fn size_class(size: u64) -> usize {
 }
 
 impl FreeList {
+    #[inline(always)]
     fn insert(&mut self, key: (u64, u64, u32)) {
         let c = size_class(key.0);
         if self.classes.len() <= c {
@@ -51,6 +52,7 @@ impl FreeList {
         class.insert(at, key);
         self.non_empty[c / 64] |= 1 << (c % 64);
     }
+    #[inline(always)]
     fn remove(&mut self, key: &(u64, u64, u32)) {
         let c = size_class(key.0);
         let Some(class) = self.classes.get_mut(c) else { return };
