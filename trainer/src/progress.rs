@@ -15,8 +15,46 @@ use std::path::Path;
 pub const LOG_FILE: &str = "log.jsonl";
 
 /// Where a fresh run moves the log it finds: until its first save the checkpoint on disk is
-/// still the previous run's, and that run's log must not vanish before it.
+/// still the previous run's, and that run's log must not vanish before it. The file exists
+/// exactly while the checkpoint on disk is older than `log.jsonl`.
 pub const PREVIOUS_LOG_FILE: &str = "log.previous.jsonl";
+
+/// Puts the log that belongs with the checkpoint on disk where the run about to start needs
+/// it; returns a note for the user, if anything moved.
+///
+/// A fresh run moves `log.jsonl` aside, unless a log is aside already: then the checkpoint's
+/// log is that one, and `log.jsonl` is from a run that failed before saving anything, so it
+/// goes. A resumed run continues the checkpoint's log, so one kept aside comes back.
+pub fn prepare_log(out_dir: &Path, fresh: bool) -> Result<Option<String>, String> {
+    let log = out_dir.join(LOG_FILE);
+    let kept = out_dir.join(PREVIOUS_LOG_FILE);
+    let moved =
+        |from: &Path, to: &Path| std::fs::rename(from, to).map_err(|e| format!("cannot move {} to {}: {e}", from.display(), to.display()));
+    match (fresh, kept.is_file(), log.is_file()) {
+        (true, true, true) => {
+            std::fs::remove_file(&log).map_err(|e| format!("cannot remove {}: {e}", log.display()))?;
+            Ok(Some(format!(
+                "{} was from a run that saved no checkpoint: removed ({} stays with the checkpoint)",
+                log.display(),
+                kept.display()
+            )))
+        }
+        (true, false, true) => {
+            moved(&log, &kept)?;
+            Ok(Some(format!("the previous run's log is kept as {} until this run saves", kept.display())))
+        }
+        (false, true, _) => {
+            moved(&kept, &log)?;
+            Ok(Some(format!("continuing the checkpoint's log, {} (the log of a run that saved nothing is replaced)", log.display())))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A checkpoint was saved in `out_dir`: a log kept aside belongs to no checkpoint any more.
+pub fn checkpoint_saved(out_dir: &Path) {
+    let _ = std::fs::remove_file(out_dir.join(PREVIOUS_LOG_FILE));
+}
 
 /// One optimizer step.
 #[derive(Clone, Debug, Serialize)]

@@ -373,5 +373,9 @@ fn save(
         exp_avg: m.to_vec(),
         exp_avg_sq: v.to_vec(),
     };
-    checkpoint::save(path, &ckpt)
+    checkpoint::save(path, &ckpt)?;
+    if let Some(out_dir) = path.parent() {
+        crate::progress::checkpoint_saved(out_dir);
+    }
+    Ok(())
 }

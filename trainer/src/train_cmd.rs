@@ -199,14 +199,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
                 settings.out_dir.join(checkpoint::FILE_NAME).display()
             ));
         }
-        // A fresh run starts a fresh log; the old one is kept aside, since the old checkpoint
-        // stays until this run's first save (and for good if this run fails before it).
-        let log = settings.out_dir.join(vramfit::progress::LOG_FILE);
-        if log.is_file() {
-            let kept = settings.out_dir.join(vramfit::progress::PREVIOUS_LOG_FILE);
-            std::fs::rename(&log, &kept).map_err(|e| failed(format!("cannot move {} aside to {}: {e}", log.display(), kept.display())))?;
-            crate::print_note(&format!("the previous run's log is kept as {}", kept.display()));
-        }
+    }
+    // The old checkpoint stays until this run's first save (and for good if this run fails
+    // before it): its log must stay with it.
+    if let Some(note) = vramfit::progress::prepare_log(&settings.out_dir, resume.is_none()).map_err(failed)? {
+        crate::print_note(&note);
     }
     let mut progress = Progress::new(&settings.out_dir, start, settings.max_iters, settings.log_interval).map_err(failed)?;
     if device.is_cpu() && vramfit::mem::installed() {

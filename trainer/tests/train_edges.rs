@@ -57,18 +57,30 @@ fn tiny_temperature_samples_greedily() {
     assert_eq!(sample(&["--temperature", "1e-5"]), greedy);
 }
 
-/// A fresh run in a used out_dir keeps the previous run's log aside: if it fails before its
-/// first save, the previous checkpoint still has its log.
+/// A fresh run in a used out_dir keeps the previous run's log aside until it saves: runs that
+/// fail before saving, one after another, never cost the checkpoint its log, and a resume
+/// continues the checkpoint's own log.
 #[test]
-fn a_fresh_run_keeps_the_previous_log() {
+fn the_checkpoints_log_stays_with_it() {
     let dir = scratch("fresh-over-old");
+    let d = dir.to_str().unwrap();
     train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
     let first_log = std::fs::read(dir.join("log.jsonl")).unwrap();
     let first_ckpt = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
-    // A fresh run that fails at its first evaluation, before any save.
-    let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "10", "--eval-interval", "2", "--learning-rate", "1e30"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("the previous run's log is kept as"), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read(dir.join("log.previous.jsonl")).unwrap(), first_log);
-    assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), first_ckpt);
+    // Two fresh runs that fail at their first evaluation, before any save.
+    for _ in 0..2 {
+        let out = run(&["train", "--out-dir", d, "--max-iters", "10", "--eval-interval", "2", "--learning-rate", "1e30"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert_eq!(std::fs::read(dir.join("log.previous.jsonl")).unwrap(), first_log);
+        assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), first_ckpt);
+    }
+    // Resuming the checkpoint continues its own log, not the failed runs'.
+    let out = run(&["train", "--out-dir", d, "--resume", "--max-iters", "4", "--eval-interval", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.join("log.previous.jsonl").exists());
+    let log = std::fs::read(dir.join("log.jsonl")).unwrap();
+    assert!(log.starts_with(&first_log) && log.len() > first_log.len(), "the resumed log does not continue the first one");
+    // A fresh run that saves: the log kept aside goes with the checkpoint it belonged to.
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    assert!(!dir.join("log.previous.jsonl").exists());
 }
