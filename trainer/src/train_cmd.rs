@@ -192,13 +192,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let start = resume.as_ref().map_or(0, |c| c.meta.iter_num);
-    if resume.is_none() {
-        if settings.out_dir.join(checkpoint::FILE_NAME).exists() {
-            crate::print_note(&format!(
-                "{} exists: this new run replaces it at its first save (--resume continues it instead)",
-                settings.out_dir.join(checkpoint::FILE_NAME).display()
-            ));
-        }
+    if resume.is_none() && settings.out_dir.join(checkpoint::FILE_NAME).exists() {
+        crate::print_note(&format!(
+            "{} exists: this new run replaces it at its first save (--resume continues it instead)",
+            settings.out_dir.join(checkpoint::FILE_NAME).display()
+        ));
     }
     // The old checkpoint stays until this run's first save (and for good if this run fails
     // before it): its log must stay with it.
