@@ -274,6 +274,11 @@ fn query_part(input: &str) -> (&str, &str) {
     (query, fragment)
 }
 
+/// Whether a fragment holds link settings (`key=value` with a key the link format has).
+fn settings_in(fragment: &str) -> bool {
+    fragment.split('&').any(|segment| segment.split_once('=').is_some_and(|(key, _)| Field::from_key(&percent_decode(key)).is_some()))
+}
+
 /// Whether the query holds anything at all (settings or garbage): the command line refuses a
 /// link without, the page opens it with its defaults.
 fn has_settings(input: &str) -> bool {
@@ -478,9 +483,9 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
     // Last occurrence of each field wins: collect first, so repeats can be reported.
     let mut latest: Vec<Option<Given>> = FIELDS.iter().map(|_| None).collect();
     let (query, fragment) = query_part(input);
-    if fragment.contains('=') {
-        // Settings pasted after `#` would otherwise vanish without a word (a plain anchor such
-        // as `#fit` carries none and is fine).
+    if settings_in(fragment) {
+        // Settings pasted after `#` would otherwise vanish without a word (an anchor such as
+        // `#fit`, or the `#:~:text=` a browser adds to a link to highlighted text, is fine).
         notices.push(format!("ignored #{}: settings go in the query, after '?'", shown(&percent_decode(fragment))));
     }
     for segment in query.split('&') {
@@ -548,7 +553,7 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, St
     if !has_settings(input) {
         // The page opens a bare address with its defaults; asked for on purpose, a link without
         // settings is a wrong paste.
-        let after_hash = if query_part(input).1.contains('=') { " (what follows '#' is not read)" } else { "" };
+        let after_hash = if settings_in(query_part(input).1) { " (what follows '#' is not read)" } else { "" };
         return Err(format!(
             "{:?} carries no settings{after_hash}: a vramfit link has them after '?' (e.g. ?v=1&L=12)",
             shown(input.trim())
@@ -583,7 +588,9 @@ pub(crate) mod tests {
 
     #[test]
     fn empty_and_bare_inputs_give_defaults_silently() {
-        for input in ["", "?", "#x", "  ", "http://localhost:8080/", "https://x.org/vramfit/#top", "?&&"] {
+        for input in
+            ["", "?", "#x", "  ", "http://localhost:8080/", "https://x.org/vramfit/#top", "?&&", "https://x.org/#:~:text=batch%20size"]
+        {
             let d = decode(input);
             assert_eq!(d.state, LinkState::default(), "{input:?}");
             assert!(d.notices.is_empty(), "{input:?}: {:?}", d.notices);
@@ -602,6 +609,10 @@ pub(crate) mod tests {
             assert!(decode_strict(input).is_err(), "{input:?}");
         }
         assert_eq!(decode("?B=4#L=3").state.config.batch_size, 4);
+        // A browser's text fragment is not settings: the link reads as if it were not there.
+        let highlighted = "https://x.org/?v=1&L=3#:~:text=batch%20size=12";
+        assert!(decode(highlighted).notices.is_empty(), "{:?}", decode(highlighted).notices);
+        assert_eq!(decode_strict(highlighted).unwrap().config.n_layer, 3);
     }
 
     #[test]

@@ -307,8 +307,10 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     let mut env: Vec<(String, Value)> = Vec::new();
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
-    // Modelled settings last assigned inside an indented block, and where.
+    // Settings that shape the model (and init_from) last assigned inside a conditional block,
+    // and where; and whether the lines being read are in one.
     let mut conditional: Vec<(&'static str, usize)> = Vec::new();
+    let mut in_conditional_block = false;
 
     // Editors on Windows may start the file with a byte-order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -319,14 +321,21 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             continue;
         }
         let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
+        if !code.starts_with(char::is_whitespace) {
+            // A top-level line that opens a block whose lines may or may not run.
+            let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+            in_conditional_block = matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally")
+                && code.trim_end().ends_with(':');
+        }
         if code.starts_with(char::is_whitespace) {
-            // Inside an `if` or a loop: whether and how often it runs is not known here. For a
-            // setting that changes the answer that is an error, not a silent default.
-            // (Unless a top-level line sets it again later: the last assignment wins.)
-            let name = split_assignment(code.trim_start()).map(|(name, _)| name);
-            if let Some(&modelled) = name.and_then(|n| MODELLED.iter().find(|&&m| m == n)) {
-                conditional.retain(|(k, _)| *k != modelled);
-                conditional.push((modelled, line));
+            // Inside an `if`, a loop or a `try`, whether and how often a line runs is not known
+            // here. For a setting that changes the answer that is an error, not a silent
+            // default (unless a top-level line sets it again later: the last assignment wins).
+            // In a function body, a call's continued arguments or a string it is nothing.
+            let name = split_assignment(code.trim_start()).map(|(name, _)| name).filter(|_| in_conditional_block);
+            if let Some(&shaping) = name.and_then(|n| MODELLED.iter().chain(&["init_from"]).find(|&&m| m == n)) {
+                conditional.retain(|(k, _)| *k != shaping);
+                conditional.push((shaping, line));
             }
             if let Some(name) = name.filter(|n| KNOWN_EXTRAS.contains(n)) {
                 if !unreadable.iter().any(|n| n == name) {
@@ -359,6 +368,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             Ok(value) => {
                 if KNOWN_EXTRAS.contains(&name) {
                     unreadable.retain(|n| n != name);
+                    conditional.retain(|(k, _)| *k != name);
                     match extra.iter_mut().find(|(k, _)| k == name) {
                         Some(slot) => slot.1 = value.clone(),
                         None => extra.push((name.to_string(), value.clone())),
@@ -1018,6 +1028,16 @@ weight_decay = 1e-1
         assert_eq!((f.config.n_layer, f.get("learning_rate")), (3, Some(&Value::Float(1e-3))));
         // The same holds for a value that could not be read and is then set readably.
         assert!(parse("max_iters = foo\nmax_iters = 10\n").unwrap().unreadable.is_empty());
+        // init_from decides the model's shape: in a block it is an error too.
+        let err = parse("for i in range(2):\n    init_from = 'gpt2-xl'\n").unwrap_err();
+        assert!(err.to_string().starts_with("line 2: init_from: set in an indented block"), "{err}");
+        // Indented lines that are not in a conditional block stay notices: a call's continued
+        // arguments, a string, a function's local variable.
+        for text in ["wandb_config = dict(\n    n_layer=4,\n)\n", "\"\"\"\n    n_layer = 3\n\"\"\"\n", "def f():\n    n_layer = 3\n"] {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.config.n_layer, Config::default().n_layer, "{text:?}");
+            assert!(f.unreadable.is_empty(), "{text:?}");
+        }
     }
 
     #[test]

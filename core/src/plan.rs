@@ -209,7 +209,9 @@ fn fits_exact(cfg: &Config, gpu: &Gpu, available: u64) -> bool {
 /// The exact need is not monotone near a card's capacity: whether the allocator splits a
 /// block depends on its size, so batch 483 can fit where 482 does not (shakespeare-char on a
 /// 12 GB card). The answer is a boundary (it fits and one more does not) found the same way
-/// whatever the starting config, so the page's marker does not jump as a slider moves.
+/// from every starting config that does not fit or sits below it, so the page's marker does
+/// not jump as a slider moves; a starting config that fits above it gets the boundary above
+/// itself.
 #[derive(Clone, Copy)]
 struct Search<'g> {
     gpu: &'g Gpu,
@@ -229,7 +231,9 @@ impl<'g> Search<'g> {
     /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation and
     /// `make(v + 1)` does not (or `v` is `hi`). `start` is the value of the searched setting
     /// in the starting config, if `make(start)` simulates the same as it (its figures are
-    /// known); it saves work and never changes the answer.
+    /// known); it saves work, and changes the answer only where the need is not monotone and
+    /// the start fits above the boundary found from elsewhere: then the answer is the boundary
+    /// above the start.
     ///
     /// The fast simulation finds a candidate assuming no reserve beyond the allocated bytes,
     /// the most hopeful guess. The exact simulation checks it: if it fits, the answer is it or
@@ -294,6 +298,12 @@ impl<'g> Search<'g> {
             }
             v -= 1;
             steps += 1;
+        }
+        if let Some(s) = start.filter(|&s| s > v && self.start_need <= self.available) {
+            // The starting config fits above the boundary found (the need is not monotone):
+            // "the largest that fits" must not be smaller than what the user has, so the
+            // answer is the boundary above it.
+            v = s;
         }
         steps = 0;
         while v < hi && exact_ok(v + 1) {
@@ -787,6 +797,14 @@ mod tests {
                     assert!(fits_exact(&with(b), &gpu, available) && !fits_exact(&with(b + 1), &gpu, available));
                     for start in [1, b / 2 + 1, b, b + 1, 2 * b + 3] {
                         assert_eq!(largest_micro_batch(&with(start), &gpu, other), Some(b), "{card}, {other} B used, from batch {start}");
+                    }
+                    // Above the boundary, a start that fits gets the boundary above itself.
+                    for start in (b + 2..b + 40).filter(|&s| fits_full(s)).take(2) {
+                        let above = largest_micro_batch(&with(start), &gpu, other).unwrap();
+                        assert!(
+                            above >= start && fits_full(above) && !fits_full(above + 1),
+                            "{card}, {other} B used, from {start}: {above}"
+                        );
                     }
                 }
             }
