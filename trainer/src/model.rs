@@ -380,6 +380,18 @@ impl Gpt {
         &self.params
     }
 
+    /// The first parameter holding a NaN or an infinity, if any (one sum per parameter: a NaN
+    /// or an infinity anywhere makes it non-finite).
+    pub fn first_non_finite_param(&self) -> candle_core::Result<Option<&str>> {
+        for (name, var) in &self.params {
+            let sum = var.as_tensor().sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+            if !sum.is_finite() {
+                return Ok(Some(name));
+            }
+        }
+        Ok(None)
+    }
+
     pub fn options(&self) -> ModelOptions {
         self.opts
     }
@@ -917,6 +929,24 @@ enum Init {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nan_or_infinite_parameter_is_found() {
+        let cfg = tiny(true, 0.0);
+        let model = Gpt::new_with_dtype(&cfg, ModelOptions::default(), &Device::Cpu, 3, DType::F32).unwrap();
+        assert_eq!(model.first_non_finite_param().unwrap(), None);
+        for bad in [f32::NAN, f32::INFINITY] {
+            let (name, var) = &model.params()[2];
+            let mut values = flat(var.as_tensor());
+            let kept = values[1];
+            values[1] = bad;
+            var.set(&Tensor::from_vec(values.clone(), var.as_tensor().shape(), &Device::Cpu).unwrap()).unwrap();
+            assert_eq!(model.first_non_finite_param().unwrap(), Some(name.as_str()), "{bad}");
+            values[1] = kept;
+            var.set(&Tensor::from_vec(values, var.as_tensor().shape(), &Device::Cpu).unwrap()).unwrap();
+        }
+        assert_eq!(model.first_non_finite_param().unwrap(), None);
+    }
 
     /// The f32 model runs the fused CPU kernels (`fused.rs`), the f64 one candle's op-by-op
     /// compositions that the finite-difference check validates: their gradients must agree.

@@ -353,6 +353,14 @@ fn save(
     optimizer: &AdamW,
     state: &LoopState,
 ) -> Result<(), String> {
+    // Whatever asked for this save (an evaluation, the end, Ctrl-C), a model that is no longer
+    // a number must not replace the last good checkpoint.
+    if let Some(name) = model.first_non_finite_param().map_err(|e| e.to_string())? {
+        return Err(format!(
+            "parameter {name} is no longer finite at iteration {}: no checkpoint saved of this model; try a lower --learning-rate",
+            state.iter_num
+        ));
+    }
     let (steps, m, v) = optimizer.state();
     let ckpt = Checkpoint {
         meta: CheckpointMeta {
