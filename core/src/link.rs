@@ -190,7 +190,7 @@ pub fn encode(state: &LinkState) -> String {
         (Field::Attention, c.attention.name().to_string()),
         (Field::Bias, bool_key(c.bias).to_string()),
         // `{}` on f64 prints the shortest decimal that parses back to the same value.
-        (Field::Dropout, format!("{}", c.dropout)),
+        (Field::Dropout, format!("{}", c.dropout + 0.0)),
         (Field::Compile, bool_key(c.compile).to_string()),
         (Field::Checkpointing, bool_key(c.activation_checkpointing).to_string()),
         (Field::Optimizer, c.optimizer.name().to_string()),
@@ -346,7 +346,8 @@ fn parse_dropout(s: &str) -> Result<f64, String> {
     if !(p.is_finite() && (0.0..1.0).contains(&p)) {
         return Err("must be in [0, 1)".into());
     }
-    Ok(p)
+    // -0 is in range; adding 0 makes it 0, which the command line's `--dropout` also takes.
+    Ok(p + 0.0)
 }
 
 /// Applies one key's value to the state, or says why it cannot.
@@ -628,6 +629,15 @@ pub(crate) mod tests {
             assert_eq!(d.state, s);
             assert!(d.notices.is_empty(), "{:?}", d.notices);
         }
+    }
+
+    #[test]
+    fn negative_zero_dropout_reads_and_writes_as_zero() {
+        let d = decode("drop=-0");
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert!(d.state.config.dropout == 0.0 && d.state.config.dropout.is_sign_positive());
+        let s = state(Config { dropout: -0.0, ..Config::default() });
+        assert!(encode(&s).contains("&drop=0&"), "{}", encode(&s));
     }
 
     #[test]

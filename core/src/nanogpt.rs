@@ -274,7 +274,7 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
             if !(p.is_finite() && (0.0..1.0).contains(&p)) {
                 return Err(format!("must be in [0, 1) (got {p})"));
             }
-            cfg.dropout = p;
+            cfg.dropout = p + 0.0; // -0.0 as 0
         }
         "dtype" => {
             let s = string(value, "'float32', 'float16' or 'bfloat16'")?;
@@ -540,24 +540,26 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
 
 /// An integer or float literal (underscores already removed).
 fn number(literal: &str) -> Result<Value, String> {
+    // Messages quote the literal cut short: a pasted 100,000-digit number stays one short line.
+    let shown = excerpt(literal);
     let is_float = literal.contains(['.', 'e', 'E']);
     if !is_float {
         if !literal.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("unsupported number {literal}"));
+            return Err(format!("unsupported number {shown}"));
         }
         // Python forbids leading zeros on integers ("012"), except for zero itself.
         if literal.len() > 1 && literal.starts_with('0') && literal.bytes().any(|b| b != b'0') {
-            return Err(format!("invalid number {literal}"));
+            return Err(format!("invalid number {shown}"));
         }
-        return literal.parse::<i64>().map(Value::Int).map_err(|_| format!("{literal} is too large"));
+        return literal.parse::<i64>().map(Value::Int).map_err(|_| format!("{shown} is too large"));
     }
     if !literal.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
-        return Err(format!("invalid number {literal}"));
+        return Err(format!("invalid number {shown}"));
     }
     match literal.parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(Value::Float(x)),
-        Ok(_) => Err(format!("{literal} is too large")),
-        Err(_) => Err(format!("invalid number {literal}")),
+        Ok(_) => Err(format!("{shown} is too large")),
+        Err(_) => Err(format!("invalid number {shown}")),
     }
 }
 
@@ -1026,6 +1028,9 @@ weight_decay = 1e-1
         let f = parse("if x:\n    learning_rate = 5\n    n_layer = 2\nlearning_rate = 1e-3\nn_layer = 3\n").unwrap();
         assert!(f.unreadable.is_empty(), "{:?}", f.unreadable);
         assert_eq!((f.config.n_layer, f.get("learning_rate")), (3, Some(&Value::Float(1e-3))));
+        // A huge literal is quoted cut short in the error.
+        let err = parse(&format!("n_layer = {}\n", "1".repeat(100_000))).unwrap_err().to_string();
+        assert!(err.len() < 200 && err.contains("is too large"), "{} bytes: {}", err.len(), &err[..200.min(err.len())]);
         // The same holds for a value that could not be read and is then set readably.
         assert!(parse("max_iters = foo\nmax_iters = 10\n").unwrap().unreadable.is_empty());
         // init_from decides the model's shape: in a block it is an error too.

@@ -178,3 +178,33 @@ test('"Copy link" puts the page address with its state on the clipboard', async 
   assert.ok(copied.includes('&L=6&H=6&C=384&') && copied.includes('&B=7&'), copied);
   await ctx.close();
 });
+
+test('out-of-range input gets a notice, never a silent change or a flag the CLI rejects', async () => {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  // Other programs hold more than the card; the link also carries dropout -0.
+  await page.goto(server.url + '?v=1&drop=-0&gpu=rtx-4070&other=4194304');
+  await waitForCharts(page);
+  assert.match(await page.locator('.capacity-warning').textContent(), /4194304 MiB.*nothing is left/);
+  const flags = await page.locator('#train-command-flags').textContent();
+  assert.ok(flags.includes('--dropout 0 '), flags);
+  execFileSync(BIN, ['plan', ...flags.split(' ').slice(2), '--json'], { encoding: 'utf8' });
+  // Typed beyond what vramfit models: a notice, and the state keeps its value.
+  const type = (name, v) =>
+    page.evaluate(([n, v]) => {
+      const el = document.querySelector(`input[name=${n}]`);
+      el.value = v;
+      el.dispatchEvent(new Event('input', { bubbles: true }));
+    }, [name, v]);
+  await type('other_usage_mib', '99999999');
+  assert.match(await page.locator('.input-error').textContent(), /"99999999" is too large \(at most 4194304\)/);
+  assert.ok((await page.evaluate(() => location.search)).endsWith('&other=4194304'));
+  await type('batch_size', '-1');
+  assert.match(await page.locator('.input-error').textContent(), /batch_size: "-1" cannot be negative/);
+  await type('other_usage_mib', '0');
+  assert.equal(await page.locator('.capacity-warning').count(), 0);
+  assert.equal(await page.locator('.fatal').count(), 0);
+  await page.close();
+  assert.deepEqual(errors, []);
+});

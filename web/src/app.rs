@@ -87,13 +87,16 @@ struct Signals {
     input_error: RwSignal<Option<String>>,
 }
 
-/// A labelled slider with a number box for exact entry; both write the state.
+/// A labelled slider with a number box for exact entry; both write the state. The box takes
+/// whole numbers up to `max` (beyond it: a notice, the state unchanged).
+#[allow(clippy::too_many_arguments)] // the control's name, texts, slider, limit and field: one call each
 fn number_control(
     Signals { state, input_error }: Signals,
     name: &'static str,
     label: &'static str,
     help: &'static str,
     slider: Slider,
+    max: u32,
     get: fn(&LinkState) -> u32,
     set: fn(&mut LinkState, u32),
 ) -> impl IntoView {
@@ -125,14 +128,12 @@ fn number_control(
     };
     let on_type = move |ev: leptos::ev::Event| {
         let text = event_target_value(&ev);
-        match text.trim().parse::<u32>() {
+        match model::parse_whole(&text, max) {
             Ok(v) => {
                 input_error.set(None);
                 state.update(|s| set(s, v));
             }
-            Err(_) => {
-                input_error.set(Some(format!("{label}: \"{}\" is not a whole number; the page keeps the last valid value", text.trim())))
-            }
+            Err(why) => input_error.set(Some(format!("{label}: \"{}\" {why}; the page keeps the last valid value", text.trim()))),
         }
     };
     view! {
@@ -433,6 +434,8 @@ fn card_controls(signals: Signals) -> impl IntoView {
             "Used by other programs (MiB)",
             "A desktop, a browser: nvidia-smi lists them. Subtracted from what the card offers.",
             Slider::Linear { min: 0, max: 4096, step: 64 },
+            // Typed beyond what vramfit models: a notice, as a link with it gets.
+            link::MAX_OTHER_USAGE_MIB as u32,
             |s| s.other_usage_mib.min(u32::MAX as u64) as u32,
             |s, v| s.other_usage_mib = (v as u64).min(link::MAX_OTHER_USAGE_MIB),
         )}
@@ -576,6 +579,7 @@ pub fn App() -> impl IntoView {
                             "batch_size",
                             "Sequences per forward/backward (micro-batch).",
                             Slider::Linear { min: 1, max: 128, step: 1 },
+                            u32::MAX,
                             |s| s.config.batch_size,
                             |s, v| s.config.batch_size = v,
                         )}
@@ -585,6 +589,7 @@ pub fn App() -> impl IntoView {
                             "block_size",
                             "Context length in tokens (slider: powers of two).",
                             Slider::Pow2 { min: 4, max: 14 },
+                            u32::MAX,
                             |s| s.config.block_size,
                             |s, v| s.config.block_size = v,
                         )}
@@ -594,6 +599,7 @@ pub fn App() -> impl IntoView {
                             "n_embd",
                             "Model width (slider: steps of n_head).",
                             Slider::Width,
+                            u32::MAX,
                             |s| s.config.n_embd,
                             |s, v| s.config.n_embd = v,
                         )}
@@ -603,6 +609,7 @@ pub fn App() -> impl IntoView {
                             "n_layer",
                             "Transformer blocks.",
                             Slider::Linear { min: 1, max: 96, step: 1 },
+                            u32::MAX,
                             |s| s.config.n_layer,
                             |s, v| s.config.n_layer = v,
                         )}
@@ -643,6 +650,7 @@ pub fn App() -> impl IntoView {
                             "vocab_size",
                             "50304 for GPT-2's tokenizer (padded), 65 for shakespeare-char.",
                             Slider::Linear { min: 64, max: 131072, step: 64 },
+                            u32::MAX,
                             |s| s.config.vocab_size,
                             |s, v| s.config.vocab_size = v,
                         )}
@@ -678,7 +686,8 @@ pub fn App() -> impl IntoView {
                                     match t.trim().parse::<f64>() {
                                         Ok(p) if p.is_finite() => {
                                             input_error.set(None);
-                                            state.update(|s| s.config.dropout = p);
+                                            // + 0.0 turns "-0" into 0: `--dropout -0` reads as a flag.
+                                            state.update(|s| s.config.dropout = p + 0.0);
                                         }
                                         _ => input_error.set(Some(format!("dropout: \"{}\" is not a number", t.trim()))),
                                     }
@@ -695,6 +704,7 @@ pub fn App() -> impl IntoView {
                             "gradient_accumulation_steps",
                             "Micro-steps per optimizer step: more tokens per iteration, same memory.",
                             Slider::Linear { min: 1, max: 128, step: 1 },
+                            u32::MAX,
                             |s| s.config.gradient_accumulation_steps,
                             |s, v| s.config.gradient_accumulation_steps = v,
                         )}
@@ -704,6 +714,7 @@ pub fn App() -> impl IntoView {
                             "eval batch size",
                             "Sequences per estimate_loss forward (train.py uses batch_size; vramfit train can differ).",
                             Slider::Linear { min: 1, max: 128, step: 1 },
+                            u32::MAX,
                             |s| s.config.eval_batch(),
                             |s, v| s.config.eval_batch_size = Some(v),
                         )}
@@ -772,6 +783,11 @@ pub fn App() -> impl IntoView {
                     {move || input_error.get().map(|e| view! { <p class="error input-error" role="alert">{e}</p> })}
                     {move || {
                         computed
+                            .with(|r| r.as_ref().ok().and_then(|c| state.with(|s| model::capacity_warning(s, c))))
+                            .map(|w| view! { <p class="error capacity-warning" role="alert">{w}</p> })
+                    }}
+                    {move || {
+                        computed
                             .with(|r| match r {
                                 Ok(c) => verdict_view(c).into_any(),
                                 Err(e) => {
@@ -808,6 +824,7 @@ pub fn App() -> impl IntoView {
                         {move || {
                             let key = state.with(link::encode);
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
+                            let invalid = computed.with(|r| r.is_err());
                             // A fix's need rests on the same estimated terms as the plan's (card, compile).
                             let need_estimate =
                                 computed.with(|r| r.as_ref().ok().and_then(|c| model::estimate_detail(&c.plan, model::NEED_FIGURES)));
@@ -815,7 +832,13 @@ pub fn App() -> impl IntoView {
                                 .with(|f| match f {
                                     Some((k, list)) if *k == key => {
                                         if list.is_empty() {
-                                            let msg = if fits { "It fits: nothing to fix." } else { "No fix found that lowers the need." };
+                                            let msg = if invalid {
+                                                "No fixes: the config cannot be planned (see above)."
+                                            } else if fits {
+                                                "It fits: nothing to fix."
+                                            } else {
+                                                "No fix found that lowers the need."
+                                            };
                                             view! {
                                                 <p class="fixes-none" data-state="ready">
                                                     {msg}

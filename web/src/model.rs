@@ -100,6 +100,49 @@ pub fn nearest_divisor(n_embd: u32, wanted: u32) -> u32 {
     divisors(n_embd.max(1), vramfit_core::config::MAX_HEADS).into_iter().min_by_key(|d| (d.abs_diff(wanted), *d)).unwrap_or(1)
 }
 
+/// What a number box holds, read as a whole number up to `max`, or why it is not one (the
+/// page shows `label: "text" <why>`). A browser's number box reports text it cannot read as a
+/// number ("abc") as empty.
+pub fn parse_whole(text: &str, max: u32) -> Result<u32, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("enter a whole number".into());
+    }
+    if let Ok(v) = t.parse::<u32>() {
+        if v <= max {
+            return Ok(v);
+        }
+    }
+    match t.parse::<f64>() {
+        Ok(x) if !x.is_finite() => Err("is not a number".into()),
+        Ok(x) if x < 0.0 => Err("cannot be negative".into()),
+        Ok(x) if x.fract() != 0.0 => Err("is not a whole number".into()),
+        Ok(_) => Err(format!("is too large (at most {max})")),
+        Err(_) => Err("is not a whole number".into()),
+    }
+}
+
+/// A warning when the card leaves nothing for the run whatever the config: other programs
+/// hold all it offers, or what is left is less than the CUDA context alone.
+pub fn capacity_warning(state: &LinkState, c: &Computed) -> Option<String> {
+    let available = c.available();
+    let card = &c.plan.cards[0].gpu_name;
+    if available == 0 && state.other_usage_mib > 0 {
+        return Some(format!(
+            "Other programs hold {} MiB, all of the {} GiB the {card} offers: nothing is left for this run. Lower \"Used by other programs\".",
+            state.other_usage_mib,
+            format_gib(c.gpu.usable_bytes)
+        ));
+    }
+    (available <= c.gpu.context_bytes).then(|| {
+        format!(
+            "Only {} GiB is available on the {card}, less than the CUDA context alone ({} GiB): no config fits.",
+            format_gib(available),
+            format_gib(c.gpu.context_bytes)
+        )
+    })
+}
+
 /// Peak against batch size, for the second chart.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchSeries {
@@ -490,6 +533,32 @@ mod tests {
         assert!(e.contains("n_head") && !e.contains('\n'), "{e}");
         let e = compute(&state(Config { batch_size: 0, ..Config::default() })).unwrap_err();
         assert!(e.contains("batch_size"), "{e}");
+    }
+
+    #[test]
+    fn number_boxes_say_what_is_wrong() {
+        assert_eq!(parse_whole(" 42 ", u32::MAX), Ok(42));
+        assert_eq!(parse_whole("0", 10), Ok(0));
+        assert_eq!(parse_whole("4294967295", u32::MAX), Ok(u32::MAX));
+        assert_eq!(parse_whole("", 10).unwrap_err(), "enter a whole number");
+        assert_eq!(parse_whole("-1", u32::MAX).unwrap_err(), "cannot be negative");
+        assert_eq!(parse_whole("1.5", u32::MAX).unwrap_err(), "is not a whole number");
+        assert_eq!(parse_whole("abc", u32::MAX).unwrap_err(), "is not a whole number");
+        assert_eq!(parse_whole("4294967296", u32::MAX).unwrap_err(), format!("is too large (at most {})", u32::MAX));
+        assert_eq!(parse_whole("1e30", u32::MAX).unwrap_err(), format!("is too large (at most {})", u32::MAX));
+        assert_eq!(parse_whole("4194305", 4194304).unwrap_err(), "is too large (at most 4194304)");
+        assert_eq!(parse_whole("NaN", 10).unwrap_err(), "is not a number");
+    }
+
+    #[test]
+    fn a_card_with_nothing_left_is_named() {
+        assert_eq!(capacity_warning(&LinkState::default(), &compute(&LinkState::default()).unwrap()), None);
+        let busy = LinkState { other_usage_mib: vramfit_core::link::MAX_OTHER_USAGE_MIB, ..LinkState::default() };
+        let w = capacity_warning(&busy, &compute(&busy).unwrap()).unwrap();
+        assert!(w.contains("4194304 MiB") && w.contains("nothing is left"), "{w}");
+        let tiny = LinkState { gpu: "custom-0.25".into(), config: Config { batch_size: 1, ..Config::default() }, ..LinkState::default() };
+        let w = capacity_warning(&tiny, &compute(&tiny).unwrap()).unwrap();
+        assert!(w.contains("CUDA context"), "{w}");
     }
 
     #[test]

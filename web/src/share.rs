@@ -41,7 +41,8 @@ pub fn train_command_flags(state: &LinkState) -> String {
     flag("block-size", c.block_size.to_string());
     flag("vocab-size", c.vocab_size.to_string());
     flag("bias", c.bias.to_string());
-    flag("dropout", format!("{}", c.dropout));
+    // `+ 0.0` writes -0 (which a link may carry) as 0: clap reads `--dropout -0` as a flag.
+    flag("dropout", format!("{}", c.dropout + 0.0));
     flag("batch-size", c.batch_size.to_string());
     flag("gradient-accumulation-steps", c.gradient_accumulation_steps.to_string());
     if let Some(eb) = c.eval_batch_size {
@@ -159,6 +160,10 @@ mod tests {
         // train has no card flags (it checks the device it runs on).
         assert!(!cmd.contains("--gpu") && !cmd.contains("--other-usage-mib"), "{cmd}");
         assert!(!train_command_flags(&LinkState::default()).contains("eval-batch-size"));
+        // A link may carry drop=-0; the flags must not hand the CLI "-0", which it reads as a flag.
+        let neg_zero = read_link("?drop=-0");
+        assert!(neg_zero.notices.is_empty(), "{:?}", neg_zero.notices);
+        assert!(train_command_flags(&neg_zero.state).contains("--dropout 0 "), "{}", train_command_flags(&neg_zero.state));
         let link_cmd = train_command_link(&s);
         let quoted = link_cmd.strip_prefix("vramfit train --link '").unwrap().strip_suffix('\'').unwrap();
         assert_eq!(read_link(quoted).state, s);
