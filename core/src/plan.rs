@@ -615,8 +615,9 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
     }
 
     // Fixes that fit first, in the order above (cheapest first); then partial improvements.
-    out.sort_by_key(|f| !f.fits);
-    out
+    let (mut ranked, partial): (Vec<Fix>, Vec<Fix>) = out.into_iter().partition(|f| f.fits);
+    ranked.extend(partial);
+    ranked
 }
 
 fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {

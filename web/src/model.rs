@@ -154,6 +154,13 @@ pub struct BatchSeries {
     pub largest_fit: Option<u32>,
 }
 
+/// Inserts `v` into the sorted `list` where it belongs (the lists here are a few dozen long; a
+/// general sort would add kilobytes to the page for nothing).
+fn insert_sorted(list: &mut Vec<u32>, v: u32) {
+    let at = list.partition_point(|x| *x < v);
+    list.insert(at, v);
+}
+
 /// The batch sizes the series samples: every size up to 32, then about 40 evenly spaced
 /// sizes up to `max` (always including the current one).
 pub fn batch_samples(current: u32, max: u32) -> Vec<u32> {
@@ -161,8 +168,7 @@ pub fn batch_samples(current: u32, max: u32) -> Vec<u32> {
     let step = if max <= 48 { 1 } else { max.div_ceil(40) };
     let mut out: Vec<u32> = (1..=max).filter(|b| *b == 1 || b % step == 0).collect();
     if !out.contains(&current) {
-        out.push(current);
-        out.sort_unstable();
+        insert_sorted(&mut out, current);
     }
     if out.last() != Some(&max) {
         out.push(max);
@@ -218,8 +224,8 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     let mut known: Vec<(u32, (u64, u64))> = vec![(current, exact_now)];
     if let Some(lf) = plan.largest_micro_batch.filter(|lf| *lf != current) {
         let c = Config { batch_size: lf, ..cfg.clone() };
-        known.push((lf, exact_windows(&c, gpu)));
-        known.sort_by_key(|k| k.0);
+        // In batch order.
+        known.insert(usize::from(lf > current), (lf, exact_windows(&c, gpu)));
     }
     let calibration = Calibration {
         points: known
@@ -234,10 +240,9 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     let mut samples = batch_samples(current, max);
     for (b, _) in &known {
         if !samples.contains(b) {
-            samples.push(*b);
+            insert_sorted(&mut samples, *b);
         }
     }
-    samples.sort_unstable();
     let points = samples
         .into_iter()
         .filter_map(|b| {
@@ -477,6 +482,12 @@ mod tests {
         };
         let cur = c.series.points.iter().find(|p| p.0 == 12).unwrap();
         assert_eq!((cur.1, cur.2), needs(&c.plan));
+        // In batch order, with the largest fit among them, whether it is above the current
+        // batch (12 fits) or below it (16 does not).
+        for c in [&c, &compute(&state(Config { batch_size: 16, ..Config::default() })).unwrap()] {
+            assert!(c.series.points.windows(2).all(|w| w[0].0 < w[1].0), "{:?}", c.series.points);
+            assert!(c.series.points.iter().any(|p| Some(p.0) == c.series.largest_fit));
+        }
         assert_eq!(c.series.current, (12, c.plan.cards[0].needed_bytes));
         // At the largest batch that fits, the curves are the exact figures too.
         let lf = c.series.largest_fit.unwrap();
