@@ -129,7 +129,13 @@ pub fn presets() -> Vec<Gpu> {
         gpu("v100-16gb", "NVIDIA Tesla V100 16GB", 16160, 15.77, Estimate, (7, 0)),
         gpu("a100-40gb", "NVIDIA A100 40GB", 40960, 39.39, Estimate, (8, 0)),
         gpu("a100-80gb", "NVIDIA A100 80GB", 81920, 79.15, Estimate, (8, 0)),
-        gpu("h100-80gb", "NVIDIA H100 80GB HBM3", 81559, 79.10, Estimate, (9, 0)),
+        Gpu {
+            // Measured on this card (tests/reference/data/cuda-h100*.json): mem_get_info()
+            // reports a total of 85,017,493,504 B (81,079 MiB), and nvidia-smi less
+            // max_memory_reserved() is the 742-758 MiB context DEFAULT_CONTEXT takes.
+            context_source: Measured,
+            ..gpu("h100-80gb", "NVIDIA H100 80GB HBM3", 81559, 81079.0 / 1024.0, Measured, (9, 0))
+        },
     ]
 }
 
@@ -146,6 +152,10 @@ mod tests {
         assert_eq!(default_gpu().id, "rtx-4070");
         assert!(!Gpu::find("t4").unwrap().supports_bf16());
         assert!(Gpu::find("RTX 3060").unwrap().supports_bf16());
+        // The H100's figures are the measured ones, to the byte.
+        let h100 = Gpu::find("h100-80gb").unwrap();
+        assert_eq!(h100.usable_bytes, 85_017_493_504);
+        assert_eq!((h100.usable_source, h100.context_source), (Source::Measured, Source::Measured));
     }
 
     #[test]

@@ -628,6 +628,18 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
                  torch.cuda.max_memory_allocated() on an H100 (torch 2.11; README: Accuracy)"
             .into(),
     }];
+    if cfg.attention == crate::Attention::Flash && gpu.compute_capability < (8, 0) {
+        // The measured kernels (cuDNN attention, FlashAttention-2) need sm_80 or newer.
+        out.push(Note {
+            figure: "peak_allocated_bytes".into(),
+            source: Source::Estimate,
+            detail: format!(
+                "scaled_dot_product_attention on {} (sm_{}{}) runs the memory-efficient kernel, whose saved tensors are taken \
+                 to be the measured kernels'; not measured",
+                gpu.id, gpu.compute_capability.0, gpu.compute_capability.1
+            ),
+        });
+    }
     if gpu.compute_capability != (9, 0) {
         out.push(Note {
             figure: "workspace".into(),
@@ -653,7 +665,14 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     out.push(Note {
         figure: "nvidia_smi_bytes".into(),
         source: gpu.context_source,
-        detail: format!("reserved plus a CUDA context of {} MiB for {}", gpu.context_bytes / MIB, gpu.id),
+        detail: match gpu.context_source {
+            Source::Measured => format!("reserved plus a CUDA context of {} MiB, measured on this card", gpu.context_bytes / MIB),
+            Source::Estimate => format!(
+                "reserved plus a CUDA context of {} MiB, as measured on an H100 (torch 2.11, CUDA 13); not measured on {}",
+                gpu.context_bytes / MIB,
+                gpu.id
+            ),
+        },
     });
     out.push(Note {
         figure: "usable_bytes".into(),
@@ -689,6 +708,28 @@ mod tests {
 
     fn req(config: Config) -> PlanRequest {
         PlanRequest { config, gpus: vec![], other_usage_bytes: 0, with_fixes: true }
+    }
+
+    /// What is marked as an estimate follows what was measured: on the H100 (eager) nothing;
+    /// elsewhere the card's context and workspace, on a pre-Ampere card also flash attention's
+    /// kernel, and with compile the allocated peak.
+    #[test]
+    fn estimates_are_noted_where_nothing_was_measured() {
+        let estimated = |gpu: &str, cfg: Config| {
+            let p = plan(&PlanRequest { gpus: vec![Gpu::find(gpu).unwrap()], ..req(cfg) }).unwrap();
+            let mut figures: Vec<String> = p.notes.into_iter().filter(|n| n.source == Source::Estimate).map(|n| n.figure).collect();
+            figures.dedup();
+            figures
+        };
+        let eager = Config { compile: false, dtype: crate::Dtype::Float16, ..Config::default() };
+        assert!(estimated("h100-80gb", eager.clone()).is_empty());
+        assert_eq!(estimated("h100-80gb", Config { compile: true, ..eager.clone() }), ["peak_allocated_bytes"]);
+        assert_eq!(estimated("rtx-3060", eager.clone()), ["workspace", "nvidia_smi_bytes", "usable_bytes"]);
+        assert_eq!(estimated("t4", eager.clone()), ["peak_allocated_bytes", "workspace", "nvidia_smi_bytes", "usable_bytes"]);
+        assert_eq!(
+            estimated("t4", Config { attention: crate::Attention::Manual, ..eager }),
+            ["workspace", "nvidia_smi_bytes", "usable_bytes"]
+        );
     }
 
     #[test]

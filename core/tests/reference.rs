@@ -6,15 +6,71 @@
 
 mod reference_data;
 
-use reference_data::{comparisons, data_files, median};
+use reference_data::{comparisons, data_files, file_name, median, read_doc, ALLOCATED_KEYS, NOT_PYTORCH_MEASUREMENTS};
+use serde_json::Value;
 
+/// Every measured peak in every PyTorch data file becomes a comparison (a dropped file or row
+/// would pass the accuracy test below without being checked), and the H100 files are there.
 #[test]
-fn reference_data_is_present() {
+fn every_measured_row_is_compared() {
     let files = data_files();
     assert!(!files.is_empty(), "no reference data in {:?}", reference_data::data_dir());
     let rows = comparisons();
-    let unlabelled = rows.iter().filter(|c| !c.labelled()).count();
-    assert!(unlabelled >= 40, "only {unlabelled} unlabelled comparisons");
+    let mut cuda_files = 0;
+    for path in files {
+        let file = file_name(&path);
+        if NOT_PYTORCH_MEASUREMENTS.contains(&file.as_str()) {
+            continue;
+        }
+        let doc = read_doc(&path);
+        cuda_files += usize::from(doc["provenance"]["method"] == "cuda");
+        let measured = doc["rows"].as_array().cloned().unwrap_or_default();
+        let ok: Vec<&Value> = measured.iter().filter(|r| r["status"] == "ok").collect();
+        assert!(!ok.is_empty(), "{file}: no measured rows");
+        for row in ok {
+            let id = row["id"].as_str().unwrap_or("?");
+            for (window, key) in ALLOCATED_KEYS {
+                let compared = rows.iter().filter(|c| c.file == file && c.id == id && c.window == window).count();
+                let expected = usize::from(row.get(key).is_some());
+                assert_eq!(compared, expected, "{file} {id} {window}: {compared} comparisons for {expected} measurement");
+            }
+        }
+    }
+    assert!(cuda_files >= 3, "only {cuda_files} CUDA data files");
+    let unlabelled = rows.iter().filter(|c| !c.labelled() && c.window == "train").count();
+    assert!(unlabelled >= 40, "only {unlabelled} unlabelled training-step comparisons");
+}
+
+/// The reserve and nvidia-smi figures decide the fit verdict. They are reported in the README
+/// (medians under 1%, a few rows far off where the real allocator reuses segments differently,
+/// worst 18.0% and 13.3%); this holds them there so a regression shows.
+#[test]
+fn reserved_and_nvidia_smi_stay_where_the_readme_puts_them() {
+    let rows = comparisons();
+    for (window, max_allowed) in [("reserved", 0.20), ("nvidia_smi", 0.15)] {
+        let errs: Vec<f64> = rows.iter().filter(|c| c.window == window && !c.labelled()).map(|c| c.rel_error().abs()).collect();
+        assert!(errs.len() >= 40, "only {} {window} comparisons", errs.len());
+        let worst = errs.iter().cloned().fold(0.0, f64::max);
+        let med = median(errs);
+        assert!(med <= 0.01, "{window}: median |error| {:.3}% > 1%", med * 100.0);
+        assert!(worst <= max_allowed, "{window}: worst |error| {:.1}% > {:.0}%", worst * 100.0, max_allowed * 100.0);
+    }
+}
+
+/// torch.compile is a coarse model fitted to the three H100 compile rows (so it is labelled
+/// and shown as an estimate); it must keep matching them as the README says: within 2.1% of
+/// the allocated peaks and 5.0% of the reserve (held at 2.5% and 5.5%).
+#[test]
+fn compile_model_stays_close_to_its_three_rows() {
+    let rows = comparisons();
+    let compiled: Vec<_> = rows.iter().filter(|c| c.file == "cuda-h100-compile.json").collect();
+    for (window, allowed) in [("train", 0.025), ("eval", 0.025), ("reserved", 0.055)] {
+        let of_window: Vec<_> = compiled.iter().filter(|c| c.window == window).collect();
+        assert_eq!(of_window.len(), 3, "{window}: compile rows");
+        for c in of_window {
+            assert!(c.rel_error().abs() <= allowed, "{} {window}: {:+.2}% (allowed {:.1}%)", c.id, c.rel_error() * 100.0, allowed * 100.0);
+        }
+    }
 }
 
 #[test]

@@ -41,6 +41,30 @@ pub fn data_files() -> Vec<PathBuf> {
     files
 }
 
+/// Data files that are not PyTorch measurements core's PyTorch model is held to: the harness's
+/// own prediction of CUDA behaviour, and `vramfit train`'s measured peaks (compared with
+/// `trainer_model` in trainer's tests). Any other file must yield comparisons.
+pub const NOT_PYTORCH_MEASUREMENTS: &[&str] =
+    &["cpu-fake-cudalike.json", "trainer-cpu.json", "trainer-cpu-f16.json", "trainer-cpu-unfused-avx2.json"];
+
+/// The measured allocated-peak keys of a row, by the window they measure.
+pub const ALLOCATED_KEYS: [(&str, &str); 4] = [
+    ("train", "train_peak_allocated_bytes"),
+    ("eval", "eval_peak_allocated_bytes"),
+    ("first_iter", "first_iter_peak_allocated_bytes"),
+    ("eval_at_start", "eval0_peak_allocated_bytes"),
+];
+
+/// A data file's JSON.
+pub fn read_doc(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).expect("readable data file");
+    serde_json::from_str(&text).expect("data file is JSON")
+}
+
+pub fn file_name(path: &Path) -> String {
+    path.file_name().unwrap().to_string_lossy().to_string()
+}
+
 fn config_from_row(c: &Value) -> Option<Config> {
     let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|x| x as u32);
     let b = |k: &str| c.get(k).and_then(Value::as_bool);
@@ -95,15 +119,19 @@ fn target_for(provenance: &Value) -> Option<Target> {
     None
 }
 
-/// All comparisons in all data files (rows that failed to measure are skipped).
+/// All comparisons in all data files (rows that failed to measure are skipped). A file core
+/// cannot place on a target, or a measured row whose config it cannot read, is an error: a
+/// silently dropped file or row would leave the accuracy test checking less than it says.
 pub fn comparisons() -> Vec<Comparison> {
     let mut out = Vec::new();
     for path in data_files() {
-        let text = std::fs::read_to_string(&path).expect("readable data file");
-        let doc: Value = serde_json::from_str(&text).expect("data file is JSON");
-        let file = path.file_name().unwrap().to_string_lossy().to_string();
-        let Some(target) = target_for(&doc["provenance"]) else {
+        let file = file_name(&path);
+        if NOT_PYTORCH_MEASUREMENTS.contains(&file.as_str()) {
             continue;
+        }
+        let doc = read_doc(&path);
+        let Some(target) = target_for(&doc["provenance"]) else {
+            panic!("{file}: no simulation target for its provenance {}", doc["provenance"]);
         };
         let rows = doc["rows"].as_array().cloned().unwrap_or_default();
         for row in rows {
@@ -111,7 +139,7 @@ pub fn comparisons() -> Vec<Comparison> {
                 continue;
             }
             let Some(cfg) = config_from_row(&row["config"]) else {
-                continue;
+                panic!("{file} {}: a measured row whose config core cannot read or rejects: {}", row["id"], row["config"]);
             };
             let mut labels: Vec<String> = row
                 .get("labels")
@@ -126,12 +154,8 @@ pub fn comparisons() -> Vec<Comparison> {
             let mut push = |window: &'static str, measured: u64, predicted: u64| {
                 out.push(Comparison { file: file.clone(), id: id.clone(), labels: labels.clone(), window, measured, predicted });
             };
-            for (window, key, predicted) in [
-                ("train", "train_peak_allocated_bytes", sim.train.bytes),
-                ("eval", "eval_peak_allocated_bytes", sim.eval.bytes),
-                ("first_iter", "first_iter_peak_allocated_bytes", sim.first_iter.bytes),
-                ("eval_at_start", "eval0_peak_allocated_bytes", sim.eval_at_start.bytes),
-            ] {
+            let predicted_by_window = [sim.train.bytes, sim.eval.bytes, sim.first_iter.bytes, sim.eval_at_start.bytes];
+            for ((window, key), predicted) in ALLOCATED_KEYS.into_iter().zip(predicted_by_window) {
                 if let Some(measured) = row.get(key).and_then(Value::as_u64) {
                     push(window, measured, predicted);
                 }

@@ -277,7 +277,7 @@ fn verdict_view(c: &Computed) -> impl IntoView {
     view! {
         <section class=class aria-live="polite">
             <p class="verdict-title">{v.title}</p>
-            <p class="verdict-margin">{v.margin}</p>
+            <p class="verdict-margin">{v.margin} " " {estimate_marker(need_estimate.clone())}</p>
             <p class="verdict-detail">
                 {v.detail} " " {estimate_marker(need_estimate)} {estimate_marker(avail_estimate.map(|d| format!("available: {d}")))}
             </p>
@@ -312,13 +312,8 @@ fn verdict_view(c: &Computed) -> impl IntoView {
 fn legend_view(c: &Computed) -> impl IntoView {
     let (_, desc, w) = model::windows(&c.plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
     let ctx = c.gpu.context_bytes;
-    let figure = |s: Segment| match s {
-        Segment::Context => "nvidia_smi_bytes",
-        Segment::Reserve => "peak_reserved_bytes",
-        Segment::Category(vramfit_core::Category::Workspace) => "workspace",
-        Segment::Category(_) => "peak_allocated_bytes",
-    };
-    let rows: Vec<_> = Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx), model::estimate_detail(&c.plan, &[figure(s)]))).collect();
+    let rows: Vec<_> =
+        Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx), model::estimate_detail(&c.plan, model::segment_figures(s)))).collect();
     view! {
         <p class="legend-caption">"At the " {desc} "'s peak:"</p>
         <ul class="legend">
@@ -455,6 +450,9 @@ pub fn App() -> impl IntoView {
     let input_error = RwSignal::new(None::<String>);
     let signals = Signals { state, input_error };
     let computed = Memo::new(move |_| state.with(model::compute));
+    // Every chart's figures rest on the same terms as the need: marked where one is an estimate.
+    let chart_estimate =
+        move || computed.with(|r| r.as_ref().ok().map(|c| estimate_marker(model::estimate_detail(&c.plan, model::NEED_FIGURES))));
 
     // The live link.
     Effect::new(move |_| replace_query(&state.with(share::query_of)));
@@ -468,7 +466,7 @@ pub fn App() -> impl IntoView {
         computed.with(|r| {
             let svgs = match r {
                 Ok(c) => {
-                    let room = c.available().saturating_sub(c.gpu.context_bytes);
+                    let room = c.tensor_room();
                     [
                         charts::breakdown_svg(&c.plan, c.available(), c.gpu.context_bytes, &c.gpu.name),
                         charts::batch_svg(&c.series, c.available()),
@@ -804,18 +802,21 @@ pub fn App() -> impl IntoView {
                     <section class="chart-block" class:hidden=move || computed.with(|r| r.is_err())>
                         <h2>"Where the memory goes"</h2>
                         <p class="chart-caption">
-                            "Each window's peak as nvidia-smi would show it, stacked by what the bytes are for; the red line is what the card offers."
+                            "Each window's peak as nvidia-smi would show it, stacked by what the bytes are for; the red line is what the card offers. "
+                            {chart_estimate}
                         </p>
                         <div class="chart" id="chart-breakdown" role="img" aria-label="Peak memory by category for each window, with the card's capacity" node_ref=chart_breakdown></div>
                         {move || computed.with(|r| r.as_ref().ok().map(legend_view))}
                         <h2>"Peak against batch size"</h2>
                         <p class="chart-caption">
-                            "Training and eval need for each micro-batch size, the capacity, where you are, and the largest batch that fits. Exact at the current batch and at the largest that fits; in between, the fast model scaled to them (an estimate)."
+                            "Training and eval need for each micro-batch size, the capacity, where you are, and the largest batch that fits. Simulated block by block, as the verdict is, at the current batch and at the largest that fits; in between, the fast model scaled to them (an estimate). "
+                            {chart_estimate}
                         </p>
                         <div class="chart" id="chart-batch" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
                         <h2>"Memory over one iteration"</h2>
                         <p class="chart-caption">
-                            "Live tensor memory (allocated) through one steady training iteration and one eval batch; the line is the room the card leaves for tensors."
+                            "Live tensor memory (what tensors ask for, before the allocator rounds it) through one steady training iteration and one eval batch. The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
+                            {chart_estimate}
                         </p>
                         <div class="chart" id="chart-timeline" role="img" aria-label="Live memory over one training iteration and one eval batch" node_ref=chart_timeline></div>
                     </section>
@@ -949,7 +950,7 @@ pub fn App() -> impl IntoView {
                 <p>
                     "Memory model: "
                     <code>"vramfit-core"</code>
-                    ", validated against an H100; figures marked estimate are not. Same numbers as "
+                    ", validated against PyTorch's own counters on an H100 (README: Accuracy); figures marked estimate rest on terms not measured for this config or card. Same numbers as "
                     <code>"vramfit plan --link"</code>
                     "."
                 </p>

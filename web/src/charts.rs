@@ -289,8 +289,8 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
     Ok(out)
 }
 
-/// Chart 3: live allocated memory over one training iteration and one eval batch, with the
-/// room the card leaves for tensors (available less the CUDA context) and the peak marked.
+/// Chart 3: live tensor memory over one training iteration and one eval batch, with the room
+/// the card leaves for tensors (see `Computed::tensor_room`) and the peak marked.
 pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
     let n = t.events.max(1) as f64;
     let ymax = y_top(t.peak.1, room);
@@ -331,7 +331,7 @@ pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
             0.0,
             n,
             gib(room),
-            &format!("room for tensors {:.2} GiB (available less CUDA context)", gib(room)),
+            &format!("room for tensors {:.2} GiB (available less context and allocator overhead)", gib(room)),
         )?;
         let (pi, pb, phase, _) = &t.peak;
         chart.draw_series(std::iter::once(Circle::new((*pi as f64, gib(*pb)), 5, INK.filled()))).map_err(err)?;
@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn timeline_chart_draws_both_parts_and_the_room_line() {
         let c = compute(&LinkState::default()).unwrap();
-        let room = c.available() - c.gpu.context_bytes;
+        let room = c.tensor_room();
         let svg = timeline_svg(&c.timeline, room).unwrap();
         let ymax = c.timeline.peak.1.max(room) as f64 / GIB * 1.15;
         let cap = polylines_in(&svg, CAPACITY);

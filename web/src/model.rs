@@ -322,6 +322,15 @@ impl Computed {
     pub fn available(&self) -> u64 {
         self.plan.cards[0].available_bytes
     }
+
+    /// How high the timeline's live tensors may go: what the card offers less everything the
+    /// process needs at its peak besides them (the CUDA context, the allocator's rounding and
+    /// reserve). The gap between the timeline's peak and this line is then the verdict's
+    /// headroom or shortfall, not a figure that disagrees with it.
+    pub fn tensor_room(&self) -> u64 {
+        let overhead = self.plan.cards[0].needed_bytes.saturating_sub(self.timeline.peak.1);
+        self.available().saturating_sub(overhead)
+    }
 }
 
 /// The request the page plans (no fixes: see the module docs).
@@ -406,6 +415,18 @@ pub fn estimate_detail(plan: &Plan, figures: &[&str]) -> Option<String> {
     (!details.is_empty()).then(|| details.join("; "))
 }
 
+/// The plan figures (`Note::figure`) a breakdown segment rests on: the reserve is replayed from
+/// the allocated events, so it inherits their estimates (compile) as well as its own.
+pub fn segment_figures(s: crate::charts::Segment) -> &'static [&'static str] {
+    use crate::charts::Segment;
+    match s {
+        Segment::Context => &["nvidia_smi_bytes"],
+        Segment::Reserve => &["peak_reserved_bytes", "peak_allocated_bytes"],
+        Segment::Category(vramfit_core::Category::Workspace) => &["workspace"],
+        Segment::Category(_) => &["peak_allocated_bytes"],
+    }
+}
+
 /// The figures the "needed" total is built from.
 pub const NEED_FIGURES: &[&str] = &["nvidia_smi_bytes", "peak_reserved_bytes", "peak_allocated_bytes", "workspace"];
 
@@ -480,15 +501,16 @@ mod tests {
         let needs = |p: &Plan| {
             (p.train.nvidia_smi_bytes.max(p.first_iter.nvidia_smi_bytes), p.eval.nvidia_smi_bytes.max(p.eval_at_start.nvidia_smi_bytes))
         };
+        // At the current batch the curves are a fresh plan's figures.
         let cur = c.series.points.iter().find(|p| p.0 == 12).unwrap();
-        assert_eq!((cur.1, cur.2), needs(&c.plan));
+        assert_eq!((cur.1, cur.2), needs(&exact(12)));
         // In batch order, with the largest fit among them, whether it is above the current
         // batch (12 fits) or below it (16 does not).
         for c in [&c, &compute(&state(Config { batch_size: 16, ..Config::default() })).unwrap()] {
             assert!(c.series.points.windows(2).all(|w| w[0].0 < w[1].0), "{:?}", c.series.points);
             assert!(c.series.points.iter().any(|p| Some(p.0) == c.series.largest_fit));
         }
-        assert_eq!(c.series.current, (12, c.plan.cards[0].needed_bytes));
+        assert_eq!(c.series.current, (12, exact(12).cards[0].needed_bytes));
         // At the largest batch that fits, the curves are the exact figures too.
         let lf = c.series.largest_fit.unwrap();
         let at = c.series.points.iter().find(|p| p.0 == lf).unwrap();
@@ -502,6 +524,40 @@ mod tests {
             let p = c.series.points.iter().find(|p| p.0 == b).unwrap();
             let want = needs(&exact(b)).0;
             assert!((p.1 as f64 / want as f64 - 1.0).abs() < 0.15, "batch {b}: {} vs {want}", p.1);
+        }
+    }
+
+    /// The compile model is an estimate, so every breakdown segment built on the allocated
+    /// events is marked with it, the reserve included (the context and the cuBLAS workspace
+    /// are sized apart from it); without compile, on the measured H100, none is.
+    #[test]
+    fn segments_inherit_the_estimates_they_rest_on() {
+        use crate::charts::Segment;
+        let on_h100 = |compile| {
+            let c =
+                compute(&LinkState { gpu: "h100-80gb".into(), ..state(Config { batch_size: 4, compile, ..Config::default() }) }).unwrap();
+            Segment::all().into_iter().map(|s| (s, estimate_detail(&c.plan, segment_figures(s)))).collect::<Vec<_>>()
+        };
+        for (s, why) in on_h100(true) {
+            if !matches!(s, Segment::Context | Segment::Category(vramfit_core::Category::Workspace)) {
+                assert!(why.is_some_and(|w| w.contains("compile")), "{}", s.key());
+            }
+        }
+        for (s, why) in on_h100(false) {
+            assert!(why.is_none(), "{}: {why:?}", s.key());
+        }
+    }
+
+    /// The timeline's room line sits where the verdict's margin says: the live-tensor peak is
+    /// under it by the headroom when the config fits, over it by the shortfall when not.
+    #[test]
+    fn the_timeline_room_agrees_with_the_verdict() {
+        for (batch, compile) in [(1, true), (9, false), (12, true), (64, true)] {
+            let c = compute(&state(Config { batch_size: batch, compile, ..Config::default() })).unwrap();
+            let card = &c.plan.cards[0];
+            let (peak, room) = (c.timeline.peak.1, c.tensor_room());
+            assert_eq!(peak <= room, card.fits, "batch {batch} compile {compile}: peak {peak} room {room}");
+            assert_eq!(room as i128 - peak as i128, card.available_bytes as i128 - card.needed_bytes as i128);
         }
     }
 
@@ -523,14 +579,19 @@ mod tests {
 
     #[test]
     fn verdict_reports_headroom_or_shortfall() {
-        let big = compute(&LinkState::default()).unwrap();
-        let v = verdict(&big.plan);
-        let card = &big.plan.cards[0];
-        assert_eq!(v.fits, card.fits);
-        assert_eq!(v.title, if card.fits { "Fits" } else { "Does not fit" });
-        let want = format_gib(card.headroom_bytes.unsigned_abs());
-        assert!(v.margin.starts_with(&want), "{} / {want}", v.margin);
-        assert!(v.margin.ends_with(if card.headroom_bytes >= 0 { "headroom" } else { "short" }));
+        // Both sides of the card: batch 1 fits a 12 GB card with room to spare, batch 64 at a
+        // 1024 block (about 5x batch 12's activations and logits) cannot.
+        for (batch, fits) in [(1, true), (64, false)] {
+            let c = compute(&state(Config { batch_size: batch, ..Config::default() })).unwrap();
+            let v = verdict(&c.plan);
+            let card = &c.plan.cards[0];
+            assert_eq!(v.fits, fits, "batch {batch}");
+            assert_eq!(v.title, if fits { "Fits" } else { "Does not fit" });
+            // The margin is the gap between what is needed and what is available.
+            let gap = card.needed_bytes.abs_diff(card.available_bytes);
+            assert_eq!(v.margin, format!("{} GiB {}", format_gib(gap), if fits { "headroom" } else { "short" }));
+            assert!(v.detail.contains(&format_gib(card.needed_bytes)) && v.detail.contains(&format_gib(card.available_bytes)));
+        }
         let small = compute(&state(Config { batch_size: 1, ..Config::default() })).unwrap();
         assert!(verdict(&small.plan).fits);
         assert!(verdict(&small.plan).margin.ends_with("headroom"));
