@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use vramfit_core::plan::{plan, PlanRequest};
 use vramfit_core::sim::simulate;
-use vramfit_core::{device, Attention, Config, Dtype, Optimizer};
+use vramfit_core::{config, device, Attention, Config, Dtype, Optimizer};
 
 fn arb_config() -> impl Strategy<Value = Config> {
     (
@@ -89,20 +89,47 @@ proptest! {
         prop_assert_eq!(serde_json::from_str::<vramfit_core::Plan>(&text).unwrap(), p);
     }
 
-    /// Any field values at all: validation answers, and a valid config plans without panicking.
+}
+
+/// A field value: mostly small (so whole configs are often valid and get planned), often at or
+/// just past its limit, sometimes anything.
+fn edgy(limit: u32) -> impl Strategy<Value = u32> {
+    prop_oneof![24 => 1u32..=8, 1 => Just(0), 1 => Just(limit), 1 => Just(limit.saturating_add(1)), 1 => any::<u32>()]
+}
+
+fn edgy_dropout() -> impl Strategy<Value = f64> {
+    prop_oneof![4 => Just(0.0), 2 => 0.0f64..1.0, 1 => Just(1.0), 1 => Just(-0.0), 1 => Just(f64::NAN), 1 => Just(f64::INFINITY), 1 => any::<f64>()]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Any field values: `plan` answers exactly when validation accepts, never panics, and a
+    /// plan it gives is consistent (the reserve holds at least the allocated blocks, the
+    /// process at least its reserve).
     #[test]
     fn no_input_panics(
-        n_layer in any::<u32>(), n_head in any::<u32>(), n_embd in any::<u32>(), block in any::<u32>(),
-        vocab in any::<u32>(), batch in any::<u32>(), ga in any::<u32>(), eb in any::<Option<u32>>(),
-        et in any::<Option<u32>>(), dropout in any::<f64>(), ei in any::<u32>(),
+        n_layer in edgy(config::MAX_LAYERS), n_head in edgy(config::MAX_HEADS), n_embd in edgy(config::MAX_EMBD),
+        block in edgy(config::MAX_BLOCK), vocab in edgy(config::MAX_VOCAB), batch in edgy(config::MAX_BATCH),
+        ga in edgy(config::MAX_ACCUM), eb in prop::option::of(edgy(config::MAX_BATCH)),
+        et in prop::option::of(edgy(config::MAX_BLOCK)), dropout in edgy_dropout(), ei in edgy(config::MAX_EVAL_ITERS),
+        whole_heads in prop::bool::weighted(0.8),
     ) {
+        // Mostly a width that n_head divides, as a real config has.
+        let n_embd = if whole_heads { n_head.saturating_mul(n_embd) } else { n_embd };
         let cfg = Config {
             n_layer, n_head, n_embd, block_size: block, vocab_size: vocab, batch_size: batch,
             gradient_accumulation_steps: ga, eval_batch_size: eb, eval_block_size: et, dropout, eval_iters: ei,
             ..Config::default()
         };
-        if cfg.validate().is_ok() {
-            let _ = plan(&PlanRequest { config: cfg, gpus: vec![], other_usage_bytes: 0, with_fixes: false });
+        let valid = cfg.validate().is_ok();
+        let planned = plan(&PlanRequest { config: cfg, gpus: vec![], other_usage_bytes: 0, with_fixes: false });
+        prop_assert_eq!(planned.is_ok(), valid);
+        if let Ok(p) = planned {
+            for w in [&p.train, &p.eval, &p.first_iter, &p.eval_at_start] {
+                prop_assert!(w.peak_reserved_bytes >= w.peak_allocated_bytes);
+                prop_assert!(w.nvidia_smi_bytes >= w.peak_reserved_bytes);
+            }
         }
     }
 }
