@@ -2451,9 +2451,6 @@ mod term_tests {
     use super::*;
 
     const R: u64 = 512;
-    fn r(bytes: u64) -> u64 {
-        bytes.div_ceil(R) * R
-    }
 
     fn cfg() -> Config {
         // Sizes chosen so that every tensor is a multiple of 512 bytes: the terms are exact.
@@ -2569,7 +2566,7 @@ mod term_tests {
         let tensors = 2 + 6 * c.n_layer as u64 + 1;
         assert_eq!(s.train.breakdown.parameters, 4 * p.total);
         assert_eq!(s.train.breakdown.gradients, 4 * p.total);
-        assert_eq!(s.train.breakdown.optimizer_state, tensors * 512 + 8 * p.total);
+        assert_eq!(s.train.breakdown.optimizer_state, tensors * R + 8 * p.total);
         // SGD keeps no state.
         let sgd = simulate(&Config { optimizer: Optimizer::Sgd, ..c }, &Target::cpu_trace());
         assert_eq!(sgd.train.breakdown.optimizer_state, 0);
