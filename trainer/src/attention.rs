@@ -364,20 +364,23 @@ mod tests {
         assert!(max_diff(&fused, &want) < 1e-4, "differ by {}", max_diff(&fused, &want));
     }
 
-    /// As in `fused.rs`: the dispatched row kernels give the baseline build's bits.
+    /// As in `fused.rs`: each wide build of the row kernels this CPU runs gives the baseline's bits.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn wide_and_baseline_row_kernels_agree_bit_for_bit() {
         let (t, first_row, width) = (70, 5, 16);
         let rows = |seed| randn(&[9, t], seed).flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let (mut wide, mut base) = (rows(3), rows(3));
-        causal_softmax_rows(&mut wide, t, first_row);
-        causal_softmax_rows_kernel(&mut base, t, first_row);
-        assert_eq!(wide, base);
-        let (att, mask) = (wide, rows(4));
-        let (mut wide, mut base) = (rows(5), rows(5));
-        softmax_backward_rows(&mut wide, &att, &mask, t, first_row, width);
-        softmax_backward_rows_kernel(&mut base, &att, &mask, t, first_row, width);
-        assert_eq!(wide, base);
+        for w in crate::fused::Wide::on_this_cpu("wide_and_baseline_row_kernels_agree_bit_for_bit") {
+            let (mut wide, mut base) = (rows(3), rows(3));
+            causal_softmax_rows::run(w, &mut wide, t, first_row);
+            causal_softmax_rows_kernel(&mut base, t, first_row);
+            assert_eq!(wide, base, "{w:?}");
+            let (att, mask) = (wide, rows(4));
+            let (mut wide, mut base) = (rows(5), rows(5));
+            softmax_backward_rows::run(w, &mut wide, &att, &mask, t, first_row, width);
+            softmax_backward_rows_kernel(&mut base, &att, &mask, t, first_row, width);
+            assert_eq!(wide, base, "{w:?}");
+        }
     }
 
     #[test]

@@ -475,6 +475,61 @@ mod tests {
         }
     }
 
+    /// Every fix the pre-flight prints parses as `vramfit train` flags pasted as printed, and does
+    /// what it says: the auto-fitted micro-batch and accumulation, --auto-fit, checkpointing, the
+    /// chunked loss.
+    #[test]
+    fn preflight_fixes_parse_as_train_flags() {
+        use vramfit::preflight::{preflight, Basis};
+        use vramfit_core::trainer_model::{self, TrainerOptions};
+        // A vocabulary large enough that the chunked loss (1,024 of the 2,048 rows at a time) lowers the peak too.
+        let cfg = vramfit_core::Config {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+            block_size: 128,
+            vocab_size: 16384,
+            batch_size: 16,
+            gradient_accumulation_steps: 1,
+            ..vramfit_core::Config::default()
+        };
+        let opts = TrainerOptions::default();
+        let available = trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &opts)) * 3 / 4;
+        let fitted = trainer_model::auto_fit(&cfg, &opts, available).expect("a smaller micro-batch fits");
+        let err = preflight(&cfg, &opts, available, false, Basis::Measured).expect_err("does not fit");
+        let (_, fixes) = err.split_once("fixes: ").expect("fixes listed");
+        // Each fix: flags, then in parentheses its predicted peak or another way ("or --auto-fit").
+        let mut suggested = Vec::new();
+        for fix in fixes.split("; ") {
+            let (flags, aside) = fix.split_once(" (").unwrap_or((fix, ""));
+            suggested.push(flags);
+            if let Some(alternative) = aside.strip_prefix("or ") {
+                suggested.push(alternative.trim_end_matches(')'));
+            }
+        }
+        let mut effects = Vec::new();
+        for flags in suggested {
+            let argv = ["vramfit", "train"].into_iter().chain(flags.split_whitespace());
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{flags:?} does not parse: {e}"));
+            let Command::Train(args) = cli.command else { panic!("{flags:?}: not train") };
+            let mut applied = cfg.clone();
+            crate::inputs::apply_flags(&mut applied, &args.run);
+            if (applied.batch_size, applied.gradient_accumulation_steps) == (fitted.batch_size, fitted.gradient_accumulation_steps) {
+                effects.push("auto-fitted batch");
+            }
+            if args.auto_fit {
+                effects.push("--auto-fit");
+            }
+            if applied.activation_checkpointing {
+                effects.push("checkpointing");
+            }
+            if args.chunked_loss == Some(true) {
+                effects.push("chunked loss");
+            }
+        }
+        assert_eq!(effects, ["auto-fitted batch", "--auto-fit", "checkpointing", "chunked loss"], "{err}");
+    }
+
     #[test]
     fn clap_errors_become_one_line() {
         let msg = "error: unexpected argument '--n-layr' found\n\n  tip: a similar argument exists: '--n-layer'\n\nUsage: vramfit plan --n-layer <N>\n\nFor more information, try '--help'.\n";

@@ -402,6 +402,23 @@ mod tests {
         assert!(map_u16(&dir.join("odd.bin")).is_err());
     }
 
+    /// Worked by hand: "aab" has p(a) = 2/3, p(b) = 1/3; k equally frequent ids give ln k (here
+    /// over more than the 1 Mi tokens counted at a time); one id alone, 0. Only the train split counts.
+    #[test]
+    fn unigram_entropy_is_the_train_splits_in_nats() {
+        let data = |train: Vec<u32>| Dataset {
+            train: Tokens::Ids(train),
+            val: Tokens::Ids(vec![2; 10]),
+            vocab: Vocabulary::Chars { chars: "abcde".into() },
+            source: DataSource::Builtin { version: crate::corpus::CORPUS_VERSION },
+        };
+        let aab = -(2.0 / 3.0 * (2.0f64 / 3.0).ln() + 1.0 / 3.0 * (1.0f64 / 3.0).ln());
+        assert!((data(vec![0, 0, 1]).unigram_entropy() - aab).abs() < 1e-12);
+        let uniform: Vec<u32> = (0..5 * 300_000).map(|i| i % 5).collect();
+        assert!((data(uniform).unigram_entropy() - 5f64.ln()).abs() < 1e-12);
+        assert_eq!(data(vec![3; 7]).unigram_entropy(), 0.0);
+    }
+
     #[test]
     fn batches_are_shifted_windows() {
         let tokens = Tokens::Ids((0..100).collect());

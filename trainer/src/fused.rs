@@ -46,32 +46,76 @@ pub(crate) fn cpu_tensor(data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
 
 /// Defines `$name`, which runs the `#[inline(always)]` function `$kernel` compiled for AVX-512 or
 /// AVX2/FMA when the CPU has them. The default x86_64 target allows only SSE2, so without this
-/// LLVM vectorizes the kernels' loops 4 lanes wide at most.
+/// LLVM vectorizes the kernels' loops 4 lanes wide at most. The wide builds live in a module of
+/// the same name (modules and functions do not share a namespace), where tests reach each one.
 macro_rules! widened {
     ($name:ident => $kernel:ident ( $($arg:ident : $ty:ty),* )) => {
+        #[cfg(target_arch = "x86_64")]
+        mod $name {
+            use super::*;
+            #[target_feature(enable = "avx512f")]
+            pub(super) fn avx512($($arg: $ty),*) {
+                $kernel($($arg),*)
+            }
+            #[target_feature(enable = "avx2,fma")]
+            pub(super) fn avx2($($arg: $ty),*) {
+                $kernel($($arg),*)
+            }
+            /// The `wide` build; a test's call on a CPU without it panics instead of faulting.
+            #[cfg(test)]
+            pub(super) fn run(wide: $crate::fused::Wide, $($arg: $ty),*) {
+                assert!(wide.detected(), "{wide:?} is not available on this CPU");
+                match wide {
+                    // SAFETY: the CPU has the instruction set (asserted just above).
+                    $crate::fused::Wide::Avx512 => unsafe { avx512($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::fused::Wide::Avx2 => unsafe { avx2($($arg),*) },
+                }
+            }
+        }
         fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) {
-                    $kernel($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) {
-                    $kernel($($arg),*)
-                }
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512F (checked just above).
-                    return unsafe { avx512($($arg),*) };
+                    return unsafe { $name::avx512($($arg),*) };
                 }
                 if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                    return unsafe { avx2($($arg),*) };
+                    return unsafe { $name::avx2($($arg),*) };
                 }
             }
             $kernel($($arg),*)
         }
     };
+}
+
+/// The wide builds `widened!` makes of a kernel, for tests that compare each with the baseline.
+#[cfg(all(test, target_arch = "x86_64"))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wide {
+    Avx512,
+    Avx2,
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+impl Wide {
+    pub(crate) fn detected(self) -> bool {
+        match self {
+            Wide::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            Wide::Avx2 => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+        }
+    }
+
+    /// The builds this CPU runs; with none, says so (`test` names the test): the dispatched
+    /// kernels are then the baseline itself, and nothing is compared.
+    pub(crate) fn on_this_cpu(test: &str) -> Vec<Wide> {
+        let found: Vec<Wide> = [Wide::Avx512, Wide::Avx2].into_iter().filter(|w| w.detected()).collect();
+        if found.is_empty() {
+            println!("{test}: this CPU has neither AVX-512F nor AVX2+FMA: no wide kernel was compared with the baseline");
+        }
+        found
+    }
 }
 
 pub(crate) use widened;
@@ -625,9 +669,10 @@ mod tests {
         close(&gelu_backward(&dy, &u).unwrap().unwrap(), &want, 1e-6);
     }
 
-    /// The dispatched kernels (AVX-512 or AVX2 code where the CPU has it) give the same bits as
-    /// the same kernels compiled for the baseline target: no fused multiply-adds or reassociation
-    /// are allowed, so vector width does not change any result.
+    /// Each wide build of the kernels this CPU runs (AVX-512, AVX2) gives the same bits as the
+    /// same kernels compiled for the baseline target: no fused multiply-adds or reassociation are
+    /// allowed, so vector width does not change any result.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn wide_and_baseline_kernels_agree_bit_for_bit() {
         let u = randn(&[5, 77], 11).flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -638,14 +683,17 @@ mod tests {
             // SAFETY: the kernels write every element.
             unsafe { out.into_vec() }
         };
-        assert_eq!(written(&|o| gelu_into(&u, o)), written(&|o| gelu_kernel(&u, o)));
-        assert_eq!(written(&|o| gelu_backward_into(&g, &u, o)), written(&|o| gelu_backward_kernel(&g, &u, o)));
         let t = 35;
         let s = randn(&[3, t, t], 13).flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let (mut wide, mut base) = (vec![0f32; s.len()], vec![0f32; s.len()]);
-        causal_softmax_into(&s, t, &mut wide);
-        causal_softmax_kernel(&s, t, &mut base);
-        assert_eq!(wide, base);
+        for w in Wide::on_this_cpu("wide_and_baseline_kernels_agree_bit_for_bit") {
+            assert_eq!(written(&|o| gelu_into::run(w, &u, o)), written(&|o| gelu_kernel(&u, o)), "{w:?}");
+            let backward = written(&|o| gelu_backward_into::run(w, &g, &u, o));
+            assert_eq!(backward, written(&|o| gelu_backward_kernel(&g, &u, o)), "{w:?}");
+            let (mut wide, mut base) = (vec![0f32; s.len()], vec![0f32; s.len()]);
+            causal_softmax_into::run(w, &s, t, &mut wide);
+            causal_softmax_kernel(&s, t, &mut base);
+            assert_eq!(wide, base, "{w:?}");
+        }
     }
 
     #[test]

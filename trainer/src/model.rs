@@ -1191,19 +1191,36 @@ mod tests {
         assert!((a - b).abs() < 1e-6 && (a - train).abs() < 1e-6, "{a} {b} {train}");
     }
 
+    /// next_logits(x[:, :k]) are position k-1's logits: the cross-entropy they give y[k-1] is what
+    /// position k-1 adds to the summed eval loss, k * loss(:k) - (k-1) * loss(:k-1) (causal
+    /// attention leaves the earlier positions' losses unchanged).
     #[test]
     fn next_logits_are_the_last_positions_logits() {
         let cfg = tiny(false, 0.0);
         let gpt = Gpt::new(&cfg, ModelOptions::default(), &Device::Cpu, 43).unwrap();
-        let (x, _) = batch(&cfg, 2, 4, 47);
-        let logits = gpt.next_logits(&x).unwrap();
-        assert_eq!(logits.dims(), &[2, 11]);
-        // Rebuilding the same sequence gives the same logits.
-        let prefix = gpt.next_logits(&x.narrow(1, 0, 3).unwrap()).unwrap();
-        let longer = Tensor::cat(&[&x.narrow(1, 0, 3).unwrap(), &x.narrow(1, 3, 1).unwrap()], 1).unwrap();
-        assert_close(&flat(&gpt.next_logits(&longer).unwrap()), &flat(&logits), "same input");
-        // The last token matters: the prefix's next-token logits differ.
-        assert_ne!(flat(&prefix), flat(&logits));
+        let t = cfg.block_size as usize;
+        let (x, y) = batch(&cfg, 1, t, 47);
+        let targets = y.flatten_all().unwrap().to_vec1::<u32>().unwrap();
+        let summed_loss = |k: usize| {
+            if k == 0 {
+                return 0.0;
+            }
+            k as f64 * f64::from(gpt.eval_loss(&x.narrow(1, 0, k).unwrap(), &y.narrow(1, 0, k).unwrap()).unwrap())
+        };
+        for k in 1..=t {
+            let logits = gpt.next_logits(&x.narrow(1, 0, k).unwrap()).unwrap();
+            assert_eq!(logits.dims(), &[1, cfg.vocab_size as usize]);
+            let logits: Vec<f64> = flat(&logits).into_iter().map(f64::from).collect();
+            let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let log_sum_exp = max + logits.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+            let cross_entropy = log_sum_exp - logits[targets[k - 1] as usize];
+            let from_losses = summed_loss(k) - summed_loss(k - 1);
+            assert!(
+                (cross_entropy - from_losses).abs() <= 1e-4 * from_losses.abs(),
+                "position {}: -log_softmax(next_logits)[y] = {cross_entropy}, from the eval losses {from_losses}",
+                k - 1
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,11 @@
 //!   fixes, or with `--auto-fit` the largest micro-batch that fits (gradient accumulation raised to
 //!   keep tokens per iteration).
 //! - [`available_cpu_bytes`]: `MemAvailable` from /proc/meminfo (Linux); `None` elsewhere.
+//! - [`predicted_line`]: the pre-flight's line when the run fits.
 //! - [`measured_line`]: "measured peak vs predicted" for after the first iterations.
+//!
+//! The model was validated against the CPU trainer's measured peaks; CUDA runs of the trainer never
+//! were, so with [`Basis::Estimate`] every predicted figure is marked `~` and called an estimate.
 
 use vramfit_core::sim::Simulation;
 use vramfit_core::trainer_model::{self, TrainerOptions};
@@ -22,6 +26,33 @@ pub fn gemm_kernel_rows() -> u32 {
     16
 }
 
+/// What the predicted figures rest on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// The CPU trainer, whose peaks the model was validated against.
+    Measured,
+    /// A device the trainer's memory was never measured on (CUDA).
+    Estimate,
+}
+
+impl Basis {
+    /// `~` before an estimated figure, as `vramfit plan` marks them.
+    fn mark(self) -> &'static str {
+        match self {
+            Basis::Measured => "",
+            Basis::Estimate => "~",
+        }
+    }
+
+    /// What a message says about its figures, after "trainer memory model".
+    fn caveat(self) -> &'static str {
+        match self {
+            Basis::Measured => "",
+            Basis::Estimate => "; an estimate on CUDA, not measured",
+        }
+    }
+}
+
 /// What pre-flight decided.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Preflight {
@@ -36,18 +67,26 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-/// The categories of the highest window, largest first, as one line.
-pub fn breakdown_line(sim: &Simulation) -> String {
+/// A predicted size, marked `~` when it is an estimate.
+fn predicted(bytes: u64, basis: Basis) -> String {
+    format!("{}{}", basis.mark(), mib(bytes))
+}
+
+/// The categories of the highest window, largest first, as one line, named as `vramfit plan
+/// --runtime trainer` names them.
+pub fn breakdown_line(sim: &Simulation, basis: Basis) -> String {
     let peak = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].into_iter().max_by_key(|p| p.bytes).unwrap_or(&sim.train);
     let mut parts: Vec<(Category, u64)> = Category::ALL.iter().map(|&c| (c, peak.breakdown.get(c))).filter(|(_, b)| *b > 0).collect();
     parts.sort_by_key(|p| std::cmp::Reverse(p.1));
-    let listed: Vec<String> = parts.iter().map(|(c, b)| format!("{} {}", c.label().to_lowercase(), mib(*b))).collect();
+    let listed: Vec<String> =
+        parts.iter().map(|(c, b)| format!("{} {}", trainer_model::category_label(*c).to_lowercase(), predicted(*b, basis))).collect();
     let phase = peak.phase.map(|p| p.label()).unwrap_or("init");
     format!("peak in {phase} ({}): {}", peak.op, listed.join(", "))
 }
 
-/// Checks `cfg` against `available` bytes. `Err` is one line for `error: ...`.
-pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: bool) -> Result<Preflight, String> {
+/// Checks `cfg` against `available` bytes. `Err` is one line for `error: ...`; its fixes are
+/// `vramfit train` flags as they can be pasted.
+pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: bool, basis: Basis) -> Result<Preflight, String> {
     let sim = trainer_model::simulate(cfg, opts);
     let need = trainer_model::peak_bytes(&sim);
     if need <= available {
@@ -57,13 +96,14 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
         if let Some(fitted) = trainer_model::auto_fit(cfg, opts, available) {
             let fitted_need = trainer_model::peak_bytes(&trainer_model::simulate(&fitted, opts));
             let note = format!(
-                "--auto-fit: batch_size {} -> {}, gradient_accumulation_steps {} -> {} (predicted {} of {} available)",
+                "--auto-fit: batch_size {} -> {}, gradient_accumulation_steps {} -> {} (predicted {} of {} available{})",
                 cfg.batch_size,
                 fitted.batch_size,
                 cfg.gradient_accumulation_steps,
                 fitted.gradient_accumulation_steps,
-                mib(fitted_need),
-                mib(available)
+                predicted(fitted_need, basis),
+                mib(available),
+                basis.caveat()
             );
             return Ok(Preflight { config: fitted, predicted_peak: fitted_need, note: Some(note) });
         }
@@ -71,7 +111,7 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
     let mut fixes = Vec::new();
     if let Some(fitted) = trainer_model::auto_fit(cfg, opts, available) {
         fixes.push(format!(
-            "--batch_size {} --gradient_accumulation_steps {} (or --auto-fit)",
+            "--batch-size {} --gradient-accumulation-steps {} (or --auto-fit)",
             fitted.batch_size, fitted.gradient_accumulation_steps
         ));
     }
@@ -79,19 +119,32 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
         let c = Config { activation_checkpointing: true, ..cfg.clone() };
         let n = trainer_model::peak_bytes(&trainer_model::simulate(&c, opts));
         if n < need {
-            fixes.push(format!("--activation_checkpointing ({})", mib(n)));
+            fixes.push(format!("--activation-checkpointing true ({})", predicted(n, basis)));
         }
     }
     if !opts.chunked_loss {
         let o = TrainerOptions { chunked_loss: true, ..*opts };
         let n = trainer_model::peak_bytes(&trainer_model::simulate(cfg, &o));
         if n < need {
-            fixes.push(format!("--chunked-loss ({})", mib(n)));
+            fixes.push(format!("--chunked-loss true ({})", predicted(n, basis)));
         }
     }
     let fixes =
         if fixes.is_empty() { "no single fix fits: use a smaller model".to_string() } else { format!("fixes: {}", fixes.join("; ")) };
-    Err(format!("this run needs {} but {} is available; {}; {}", mib(need), mib(available), breakdown_line(&sim), fixes))
+    Err(format!(
+        "this run needs {} (trainer memory model{}) but {} is available; {}; {}",
+        predicted(need, basis),
+        basis.caveat(),
+        mib(available),
+        breakdown_line(&sim, basis),
+        fixes
+    ))
+}
+
+/// The pre-flight's line when the run fits; `available` is `u64::MAX` when no limit is known.
+pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis) -> String {
+    let room = if available == u64::MAX { "no limit known".to_string() } else { format!("{} available", mib(available)) };
+    format!("pre-flight: predicted peak {} (trainer memory model{}), {room}", predicted(predicted_peak, basis), basis.caveat())
 }
 
 /// `MemAvailable` in bytes, from /proc/meminfo; `None` if it cannot be read (not Linux).
@@ -134,16 +187,66 @@ mod tests {
     fn fits_refuses_and_auto_fits() {
         let opts = TrainerOptions::default();
         let need = trainer_model::peak_bytes(&trainer_model::simulate(&cfg(), &opts));
-        let ok = preflight(&cfg(), &opts, need, false).expect("fits exactly");
+        let ok = preflight(&cfg(), &opts, need, false, Basis::Measured).expect("fits exactly");
         assert_eq!(ok.config, cfg());
-        let err = preflight(&cfg(), &opts, need / 2, false).expect_err("does not fit");
+        let err = preflight(&cfg(), &opts, need / 2, false, Basis::Measured).expect_err("does not fit");
         assert!(err.contains("needs") && err.contains("peak in") && err.contains("fixes:"), "{err}");
         assert!(!err.contains('\n'));
-        let fitted = preflight(&cfg(), &opts, need / 2, true).expect("auto-fit");
+        let fitted = preflight(&cfg(), &opts, need / 2, true, Basis::Measured).expect("auto-fit");
         assert!(fitted.config.batch_size < 16 && fitted.predicted_peak <= need / 2);
         assert!(fitted.config.batch_size * fitted.config.gradient_accumulation_steps >= 16);
         assert!(fitted.note.is_some());
-        assert!(preflight(&cfg(), &opts, 1000, true).is_err());
+        assert!(preflight(&cfg(), &opts, 1000, true, Basis::Measured).is_err());
+    }
+
+    /// On the CPU trainer the workspace is gemm's packing buffers (one 2 MiB slab on one thread; with
+    /// 64-row kernels n_embd 64 packs no dlogits), named as `plan --runtime trainer` names them.
+    #[test]
+    fn the_breakdown_names_gemm_buffers() {
+        let sim = trainer_model::simulate(&cfg(), &TrainerOptions { cpu_threads: 1, gemm_kernel_rows: 64, ..Default::default() });
+        let line = breakdown_line(&sim, Basis::Measured);
+        assert!(line.contains("gemm buffers 2.0 MiB"), "{line}");
+        assert!(!line.to_lowercase().contains("cublas"), "{line}");
+    }
+
+    /// The sizes in a message ("12.3 MiB"), each with whether it is marked `~`.
+    fn figures(message: &str) -> Vec<(bool, String)> {
+        let pieces: Vec<&str> = message.split(" MiB").collect();
+        let numbers = pieces[..pieces.len() - 1].iter().map(|p| p.rsplit([' ', '(']).next().unwrap_or_default());
+        numbers.map(|n| (n.starts_with('~'), n.trim_start_matches('~').to_string())).collect()
+    }
+
+    /// On CUDA every predicted figure of every pre-flight message is marked and called an
+    /// estimate; the memory available (read from the device, or the flag) is not a prediction.
+    /// On the CPU nothing is.
+    #[test]
+    fn cuda_figures_are_estimates_and_cpu_figures_are_not() {
+        let opts = TrainerOptions::default();
+        let need = trainer_model::peak_bytes(&trainer_model::simulate(&cfg(), &opts));
+        let available = need / 2;
+        let available_mib = mib(available).trim_end_matches(" MiB").to_string();
+        for basis in [Basis::Measured, Basis::Estimate] {
+            let refusal = preflight(&cfg(), &opts, available, false, basis).expect_err("does not fit");
+            let note = preflight(&cfg(), &opts, available, true, basis).expect("auto-fit").note.expect("a note");
+            let fits = predicted_line(need, need * 2, basis);
+            let unlimited = predicted_line(need, u64::MAX, basis);
+            for message in [&refusal, &note, &fits, &unlimited] {
+                let sizes = figures(message);
+                assert!(sizes.len() >= 2 || message == &unlimited, "{message}");
+                let said = message.contains("an estimate on CUDA, not measured");
+                match basis {
+                    Basis::Measured => assert!(!said && sizes.iter().all(|(marked, _)| !marked), "{message}"),
+                    Basis::Estimate => {
+                        assert!(said, "{message}");
+                        for (marked, number) in &sizes {
+                            // Only the memory there is goes unmarked.
+                            let is_available = *number == available_mib || *number == mib(need * 2).trim_end_matches(" MiB");
+                            assert_eq!(*marked, !is_available, "{number} in {message}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

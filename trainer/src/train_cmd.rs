@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vramfit::checkpoint::{self, Checkpoint};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
-use vramfit::preflight::{available_cpu_bytes, preflight};
+use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
@@ -151,7 +151,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         mixed_precision: (vramfit::train::compute_dtype(&cfg, &device) != candle_core::DType::F32).then_some(cfg.dtype),
     };
     let available = available_memory(&device, args.max_memory_mib);
-    let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit).map_err(input)?;
+    // The trainer model was measured on CPU; on CUDA its figures are estimates (see plan --runtime trainer).
+    let basis = if device.is_cpu() { Basis::Measured } else { Basis::Estimate };
+    let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit, basis).map_err(input)?;
     if let Some(note) = &checked.note {
         crate::print_note(note);
     }
@@ -160,10 +162,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     cfg.validate().map_err(|e| input(format!("--auto-fit: {e}")))?;
     std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
-    let room = if available == u64::MAX { "no limit known".to_string() } else { format!("{} available", mib(available)) };
-    // The trainer model is measured on CPU; on CUDA its figure is an estimate (see plan --runtime trainer).
-    let basis = if device.is_cpu() { "trainer memory model" } else { "trainer memory model; an estimate on CUDA, not measured" };
-    say(format!("pre-flight: predicted peak {} ({basis}), {room}", mib(checked.predicted_peak)));
+    say(predicted_line(checked.predicted_peak, available, basis));
     // With room to spare, trade resident memory for speed: glibc keeps freed tensor memory for
     // reuse (measured: 488 MiB resident for a 334 MiB counted peak) instead of page-faulting fresh
     // memory in every iteration. Near the limit keep its defaults, where resident memory stays
@@ -507,8 +506,4 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
 /// A line on stdout; a closed pipe (`vramfit train | head`) must not stop training.
 fn say(text: String) {
     let _ = writeln!(std::io::stdout(), "{text}");
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }

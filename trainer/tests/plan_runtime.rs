@@ -66,6 +66,11 @@ fn trainer_text_report_and_a_run_that_does_not_fit() {
     assert!(text.contains("Runtime: vramfit's trainer"), "{text}");
     assert!(text.contains("training step") && text.contains("Saved activations"), "{text}");
     assert!(text.contains("Does not fit"), "{text}");
+    // The gemm buffers (the measuring machine's L2 size) are an estimate in every window; on one
+    // thread eval at start is not (it is an upper bound only with a pool).
+    let row = |start: &str| text.lines().find(|l| l.trim_start().starts_with(start)).unwrap_or_default().to_string();
+    assert_eq!(row("gemm buffers").matches('~').count(), 4, "{text}");
+    assert!(!row("eval at start").is_empty() && !row("eval at start").contains('~'), "{text}");
     // A budget between the peaks of micro-batches 3 and 4 gives exactly 3 as the fix.
     let need = |b: u32| {
         let cfg = Config { n_layer: 2, n_head: 2, n_embd: 64, block_size: 128, vocab_size: 500, batch_size: b, ..Config::default() };

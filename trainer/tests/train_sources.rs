@@ -131,8 +131,18 @@ fn default_run_learns_and_leaves_log_svg_and_samples() {
     let evals = log_records(&dir, "eval");
     assert_eq!(evals.len(), 2);
     let (first, last) = (evals[0]["val_loss"].as_f64().unwrap(), evals[1]["val_loss"].as_f64().unwrap());
-    let entropy: f64 =
+    // The unigram entropy of the corpus's train split (its first 90% of characters, as nanoGPT's
+    // prepare.py splits it), counted here rather than read from the trainer.
+    let corpus: Vec<char> = vramfit::corpus::builtin().chars().collect();
+    let train = &corpus[..corpus.len() * 9 / 10];
+    let mut counts = std::collections::HashMap::<char, u64>::new();
+    for &c in train {
+        *counts.entry(c).or_default() += 1;
+    }
+    let entropy: f64 = counts.values().map(|&n| n as f64 / train.len() as f64).map(|p| -p * p.ln()).sum();
+    let printed: f64 =
         stdout.split("unigram entropy, ").nth(1).and_then(|s| s.split_whitespace().next()?.parse().ok()).expect("entropy printed");
+    assert!((printed - entropy).abs() < 1e-4, "printed unigram entropy {printed}, counted {entropy}");
     assert!(first > entropy, "an untrained model is worse than unigram: {first} vs {entropy}");
     assert!(last < entropy - 0.4, "val loss {last} not clearly below the unigram entropy {entropy}");
     let iters = log_records(&dir, "iter");
