@@ -56,6 +56,10 @@ pub struct CardFit {
     pub worst_window: String,
     /// bf16 requested on a card without bf16 support (pre-Ampere).
     pub bf16_unsupported: bool,
+    /// What this card's figures rest on, measured or estimated (its context, workspace and
+    /// usable size differ from card to card; the plan's own `notes` are the first card's).
+    #[serde(default)]
+    pub notes: Vec<Note>,
 }
 
 /// A change to the config that makes it fit (or fit better), with what it costs.
@@ -159,6 +163,7 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
         headroom_bytes: available as i64 - need as i64,
         worst_window: worst.to_string(),
         bf16_unsupported,
+        notes: notes(cfg, gpu),
     }
 }
 

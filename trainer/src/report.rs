@@ -4,7 +4,7 @@
 use crate::inputs::Inputs;
 use std::fmt::Write;
 use vramfit_core::device::Source;
-use vramfit_core::plan::{CardFit, Plan, WindowReport};
+use vramfit_core::plan::{Note, Plan, WindowReport};
 use vramfit_core::{Category, Gpu};
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -48,19 +48,39 @@ fn py_bool(b: bool) -> &'static str {
     }
 }
 
-/// Which figures the plan's notes call estimates. A figure built on an estimate is one too.
+/// Which figures a card's notes call estimates. A figure built on an estimate is one too: the
+/// allocated peak holds the cuBLAS workspace, the reserve holds the allocated blocks, and
+/// nvidia-smi holds the reserve.
 struct Estimates {
+    /// The tensors' own terms (e.g. the compile model).
+    tensors: bool,
+    /// The cuBLAS workspace's size (PyTorch's default, measured only on the H100).
+    workspace: bool,
     allocated: bool,
     reserved: bool,
     nvidia_smi: bool,
+    usable: bool,
 }
 
 impl Estimates {
-    fn of(plan: &Plan) -> Estimates {
-        let noted = |figure: &str| plan.notes.iter().any(|n| n.figure == figure && n.source == Source::Estimate);
-        let allocated = noted("peak_allocated_bytes");
+    fn of(notes: &[Note]) -> Estimates {
+        let noted = |figure: &str| notes.iter().any(|n| n.figure == figure && n.source == Source::Estimate);
+        let (tensors, workspace) = (noted("peak_allocated_bytes"), noted("workspace"));
+        let allocated = tensors || workspace;
         let reserved = allocated || noted("peak_reserved_bytes");
-        Estimates { allocated, reserved, nvidia_smi: reserved || noted("nvidia_smi_bytes") }
+        Estimates {
+            tensors,
+            workspace,
+            allocated,
+            reserved,
+            nvidia_smi: reserved || noted("nvidia_smi_bytes"),
+            usable: noted("usable_bytes"),
+        }
+    }
+
+    /// Whether a breakdown row's bytes are an estimate.
+    fn row(&self, category: Category) -> bool {
+        self.tensors || (category == Category::Workspace && self.workspace)
     }
 }
 
@@ -83,13 +103,13 @@ fn window_label(key: &str) -> &str {
 /// The plan as a report for people.
 pub fn render(plan: &Plan, inputs: &Inputs, with_fixes: bool) -> String {
     let mut out = String::new();
-    let est = Estimates::of(plan);
+    let est = Estimates::of(&plan.notes);
     // Writing into a String cannot fail.
     let _ = write_model(&mut out, plan, inputs);
     let _ = write_peaks(&mut out, plan, inputs, &est);
     let _ = write_breakdown(&mut out, plan, &est);
     let _ = write_fit(&mut out, plan, inputs, &est);
-    let _ = write_fixes(&mut out, plan, inputs, &est, with_fixes);
+    let _ = write_fixes(&mut out, plan, &est, with_fixes);
     let _ = write_notes(&mut out, plan);
     // Padded columns leave trailing spaces; drop them.
     out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
@@ -168,7 +188,7 @@ fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::
         for (_, w) in windows(plan) {
             let bytes = w.breakdown.get(category);
             let share = if w.peak_allocated_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_allocated_bytes as f64 };
-            let mib = format!("{}{:.1}", tilde(est.allocated && bytes > 0), bytes as f64 / MIB);
+            let mib = format!("{}{:.1}", tilde(est.row(category) && bytes > 0), bytes as f64 / MIB);
             write!(out, "{mib:>MIB_WIDTH$} {share:>5.1}%")?;
         }
         writeln!(out)?;
@@ -176,18 +196,12 @@ fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::
     Ok(())
 }
 
-/// The preset behind a card id, for its own sources (each card's usable size and context).
-fn gpu_of<'a>(inputs: &'a Inputs, fit: &CardFit) -> Option<&'a Gpu> {
-    inputs.gpus.iter().find(|g| g.id == fit.gpu)
-}
-
 fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) -> std::fmt::Result {
     writeln!(out)?;
     writeln!(out, "Fit (the process must fit at its worst window; other programs hold {} MiB)", thousands(inputs.other_usage_mib))?;
     for fit in &plan.cards {
-        let gpu = gpu_of(inputs, fit);
-        let usable_est = gpu.is_some_and(|g| g.usable_source == Source::Estimate);
-        let needed_est = est.reserved || gpu.is_some_and(|g| g.context_source == Source::Estimate);
+        let card_est = Estimates::of(&fit.notes);
+        let (usable_est, needed_est) = (card_est.usable, card_est.nvidia_smi);
         let verdict = match (fit.fits, fit.bf16_unsupported) {
             (true, _) => "fits",
             (false, true) => "does NOT fit: bf16 is not supported before Ampere (use --dtype float16)",
@@ -205,8 +219,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         )?;
     }
     if let Some(first) = plan.cards.first() {
-        let gpu = gpu_of(inputs, first);
-        let approx = est.nvidia_smi || gpu.is_some_and(|g| g.usable_source == Source::Estimate);
+        let approx = est.nvidia_smi || est.usable;
         match plan.largest_micro_batch {
             Some(b) => writeln!(
                 out,
@@ -222,7 +235,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
     Ok(())
 }
 
-fn write_fixes(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates, with_fixes: bool) -> std::fmt::Result {
+fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool) -> std::fmt::Result {
     let card = plan.cards.first().map_or("the first card", |c| c.gpu.as_str());
     writeln!(out)?;
     writeln!(out, "Fixes for {card}")?;
@@ -233,7 +246,7 @@ fn write_fixes(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates, 
     if plan.fixes.is_empty() {
         return writeln!(out, "  {}", if fits { "none needed: it fits" } else { "none found" });
     }
-    let needed_est = est.reserved || inputs.gpus.first().is_some_and(|g| g.context_source == Source::Estimate);
+    let needed_est = est.nvidia_smi;
     for (i, fix) in plan.fixes.iter().enumerate() {
         let verdict = if fix.fits { "fits" } else { "still does not fit" };
         writeln!(out, "  {}. {}: needs {}, {verdict}", i + 1, fix.title, size(fix.needed_bytes, needed_est))?;
@@ -248,12 +261,27 @@ fn write_fixes(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates, 
 fn write_notes(out: &mut String, plan: &Plan) -> std::fmt::Result {
     writeln!(out)?;
     writeln!(out, "Notes")?;
-    for note in &plan.notes {
+    let line = |out: &mut String, note: &Note| {
+        // A model's figure is validated against measurements; a card's size or context is measured.
         let source = match note.source {
+            Source::Measured if note.figure.starts_with("peak_") => "validated",
             Source::Measured => "measured",
             Source::Estimate => "estimate",
         };
-        writeln!(out, "  - {} ({source}): {}", note.figure, note.detail)?;
+        writeln!(out, "  - {} ({source}): {}", note.figure, note.detail)
+    };
+    for note in &plan.notes {
+        line(out, note)?;
+    }
+    // The other cards' own terms (context, workspace, usable size, kernels).
+    for card in plan.cards.iter().skip(1) {
+        let own: Vec<&Note> = card.notes.iter().filter(|n| !plan.notes.contains(n)).collect();
+        if !own.is_empty() {
+            writeln!(out, "  for {}:", card.gpu)?;
+            for note in own {
+                line(out, note)?;
+            }
+        }
     }
     Ok(())
 }

@@ -228,6 +228,37 @@ fn several_gpus_are_all_checked() {
     assert_eq!(ids, ["rtx-4070", "a100-80gb", "custom-6"]);
 }
 
+/// Each card is marked by its own terms: on the measured H100 an eager fp16 plan rests on no
+/// estimate; an RTX 4070's context and workspace, and a T4's attention kernel, are estimates,
+/// and the notes say so for every card, in the text and in the JSON.
+#[test]
+fn every_card_is_marked_by_its_own_estimates() {
+    let args = ["--gpu", "h100-80gb,rtx-4070,t4", "--compile", "false", "--dtype", "float16", "--batch-size", "4"];
+    let plan = plan_json(&args);
+    let estimated = |card: &Value| -> Vec<String> {
+        card["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["source"] == "estimate")
+            .map(|n| n["figure"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let cards = plan["cards"].as_array().unwrap();
+    assert!(estimated(&cards[0]).is_empty(), "{:?}", estimated(&cards[0]));
+    assert!(estimated(&cards[1]).contains(&"workspace".to_string()));
+    assert!(estimated(&cards[2]).contains(&"peak_allocated_bytes".to_string()));
+    let text = String::from_utf8(vramfit(&[&["plan"][..], &args[..]].concat()).stdout).unwrap();
+    let need_line = |card: &str| {
+        let at = text.find(&format!("  {card} (")).unwrap_or_else(|| panic!("{card} missing in:\n{text}"));
+        text[at..].lines().nth(1).unwrap().to_string()
+    };
+    assert!(!need_line("h100-80gb").contains('~'), "{}", need_line("h100-80gb"));
+    assert!(need_line("rtx-4070").contains("needs ~"), "{}", need_line("rtx-4070"));
+    assert!(need_line("t4").contains("needs ~"), "{}", need_line("t4"));
+    assert!(text.contains("  for t4:") && text.contains("sm_75"), "{text}");
+}
+
 #[test]
 fn config_file_notices_go_to_stderr_and_do_not_fail() {
     let file = temp_file("notices.py", "import time\nn_layer = 4\nfoo = 1\n");
