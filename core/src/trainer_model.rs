@@ -1097,8 +1097,10 @@ mod tests {
 
     #[test]
     fn degenerate_configs_do_not_panic() {
+        // Zero sizes (which validation refuses) must neither panic nor give an inconsistent
+        // answer: each window's breakdown still sums to its peak, and the weights are there.
         let cfg = Config { batch_size: 0, block_size: 0, n_head: 0, eval_batch_size: Some(0), ..small() };
-        let _ = simulate(
+        let sim = simulate(
             &cfg,
             &TrainerOptions {
                 chunked_loss: true,
@@ -1110,10 +1112,14 @@ mod tests {
                 mixed_precision: Some(crate::config::Dtype::Float16),
             },
         );
+        for w in [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start] {
+            assert_eq!(w.breakdown.total(), w.bytes);
+            assert!(w.breakdown.parameters > 0);
+        }
     }
 
     #[test]
-    fn timeline_ends_where_it_started_after_the_last_window() {
+    fn timeline_peaks_where_the_simulation_does() {
         let (sim, points) = simulate_with_timeline(&small(), &TrainerOptions::default());
         assert!(!points.is_empty());
         let max = points.iter().map(|p| p.live_bytes).max().unwrap_or(0);
@@ -1316,7 +1322,10 @@ mod plan_tests {
         let opts = TrainerOptions::default();
         let p = plan(&cfg, &opts, None).expect("valid");
         assert_eq!(p.runtime, "trainer");
-        assert_eq!(p.peak_bytes, peak_bytes(&simulate(&cfg, &opts)));
+        // The plan's peak is its highest window.
+        let windows = [&p.train, &p.eval, &p.first_iter, &p.eval_at_start];
+        assert_eq!(p.peak_bytes, windows.iter().map(|w| w.peak_bytes).max().unwrap());
+        assert!(windows.iter().all(|w| w.breakdown.total() == w.peak_bytes));
         assert!(p.fits.is_none() && p.largest_micro_batch.is_none() && p.auto_fit.is_none());
         let tight = plan(&cfg, &opts, Some(p.peak_bytes / 2)).expect("valid");
         assert_eq!(tight.fits, Some(false));
