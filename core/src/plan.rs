@@ -507,7 +507,17 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
         }
     };
 
-    // 1. Same tokens per iteration in smaller micro-batches: B' divides B*GA.
+    // 1. expandable_segments, free: the allocator keeps reserved close to allocated.
+    if !cfg.expandable_segments {
+        push(
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
+            "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
+            Config { expandable_segments: true, ..cfg.clone() },
+            true,
+        );
+    }
+
+    // 2. Same tokens per iteration in smaller micro-batches: B' divides B*GA.
     let tokens = cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64;
     let divisors = (1..cfg.batch_size).rev().filter(|b| tokens.is_multiple_of(*b as u64));
     for b in divisors {
@@ -527,23 +537,13 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
         }
     }
 
-    // 2. A smaller eval batch (when evaluation is what does not fit).
+    // 3. A smaller eval batch (when evaluation is what does not fit).
     if let Some(eb) = search.largest(1, cfg.eval_batch().saturating_sub(1), None, |e| Config { eval_batch_size: Some(e), ..cfg.clone() }) {
         push(
             format!("eval_batch_size = {eb}"),
             "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
             Config { eval_batch_size: Some(eb), ..cfg.clone() },
             false,
-        );
-    }
-
-    // 3. expandable_segments: the allocator keeps reserved close to allocated.
-    if !cfg.expandable_segments {
-        push(
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
-            "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
-            Config { expandable_segments: true, ..cfg.clone() },
-            true,
         );
     }
 
@@ -576,6 +576,22 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
              is fitted to three H100 runs"
                 .into(),
             Config { compile: true, ..cfg.clone() },
+            true,
+        );
+    }
+
+    // 5c. A larger micro-batch that fits where this one does not: the need is not monotone in
+    // the batch size (whether the allocator splits a block depends on its size), so the search's
+    // boundary can lie above the current batch.
+    if let Some(b) = largest_micro_batch_given(cfg, gpu, other_usage, current).filter(|b| *b > cfg.batch_size) {
+        push(
+            format!("batch_size = {b}"),
+            format!(
+                "more tokens per micro-step, no slower per token; it fits only because the caching allocator packs batch {b}'s \
+                 blocks into fewer segments than batch {}'s, which the real allocator may not repeat exactly: check the measured peak",
+                cfg.batch_size
+            ),
+            Config { batch_size: b, ..cfg.clone() },
             true,
         );
     }
@@ -619,9 +635,16 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
         );
     }
 
-    // Fixes that fit first, in the order above (cheapest first); then partial improvements.
+    // Fixes that fit first, in the order above (cheapest first); then partial improvements,
+    // the one that lowers the need most first (a sorted insert: a general sort costs the page
+    // kilobytes).
     let (mut ranked, partial): (Vec<Fix>, Vec<Fix>) = out.into_iter().partition(|f| f.fits);
-    ranked.extend(partial);
+    let mut by_need: Vec<Fix> = Vec::with_capacity(partial.len());
+    for f in partial {
+        let at = by_need.partition_point(|g| g.needed_bytes <= f.needed_bytes);
+        by_need.insert(at, f);
+    }
+    ranked.extend(by_need);
     ranked
 }
 
@@ -756,6 +779,23 @@ mod tests {
             assert_eq!(again.cards[0].needed_bytes, f.needed_bytes);
             assert_eq!(again.cards[0].fits, f.fits);
         }
+        // Those that fit come first; those still short follow, the lowest need first.
+        let short: Vec<u64> = p.fixes.iter().skip_while(|f| f.fits).map(|f| f.needed_bytes).collect();
+        assert!(p.fixes.iter().skip_while(|f| f.fits).all(|f| !f.fits));
+        assert!(short.windows(2).all(|w| w[0] <= w[1]), "{short:?}");
+    }
+
+    /// GPT-2 124M at batch 12 on an RTX 3060 with 300 MiB taken by a desktop: 12 does not fit
+    /// but the allocator packs 13 into less. The largest batch is above the current one, and it
+    /// is offered as a fix that re-plans as it says.
+    #[test]
+    fn a_larger_batch_that_fits_is_offered_as_a_fix() {
+        let gpu = Gpu::find("rtx-3060").unwrap();
+        let p = plan(&PlanRequest { gpus: vec![gpu], other_usage_bytes: 300 << 20, ..req(Config::default()) }).unwrap();
+        let largest = p.largest_micro_batch.expect("some batch fits");
+        assert!(!p.cards[0].fits && largest > 12, "the case this test is about: {largest}, fits {}", p.cards[0].fits);
+        let fix = p.fixes.iter().find(|f| f.config.batch_size == largest).expect("offered");
+        assert!(fix.fits && fix.config == Config { batch_size: largest, ..Config::default() });
     }
 
     #[test]

@@ -148,6 +148,7 @@ fn number_control(
                 max=move || slider_bounds().1.to_string()
                 step=move || slider_bounds().2.to_string()
                 prop:value=slider_value
+                aria-valuetext=move || state.with(get).to_string()
                 on:input=on_slide
             />
             <input
@@ -229,11 +230,12 @@ const DTYPES: &[(&str, &str)] =
 const ATTENTIONS: &[(&str, &str)] = &[("flash", "flash (scaled_dot_product_attention)"), ("manual", "manual (T×T matrices)")];
 const OPTIMIZERS: &[(&str, &str)] = &[("adamw", "AdamW"), ("sgd", "SGD (no momentum)")];
 
-/// A visible "estimate" marker; hovering (or focusing) shows why.
+/// A visible "estimate" marker; hovering shows why. Not a tab stop (a page has a dozen or more):
+/// the verdict's "Which figures are estimates" list says why for keyboard and screen readers.
 fn estimate_marker(why: Option<String>) -> impl IntoView {
     why.map(|why| {
         view! {
-            <span class="estimate" tabindex="0" title=why>
+            <span class="estimate" title=why>
                 "estimate"
             </span>
         }
@@ -279,7 +281,11 @@ fn verdict_view(c: &Computed) -> impl IntoView {
             <p class="verdict-title">{v.title}</p>
             <p class="verdict-margin">{v.margin} " " {estimate_marker(need_estimate.clone())}</p>
             <p class="verdict-detail">
-                {v.detail} " " {estimate_marker(need_estimate)} {estimate_marker(avail_estimate.map(|d| format!("available: {d}")))}
+                {v.detail} " "
+                {estimate_marker(match (need_estimate, avail_estimate) {
+                    (Some(n), Some(a)) => Some(format!("{n}; available: {a}")),
+                    (n, a) => n.or(a.map(|d| format!("available: {d}"))),
+                })}
             </p>
             <p class="verdict-where">{v.where_peak}</p>
             <p class="params">
@@ -340,6 +346,7 @@ fn legend_view(c: &Computed) -> impl IntoView {
 
 fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -> impl IntoView {
     let config = f.config.clone();
+    let apply_label = format!("Apply: {}", f.title);
     let status = if f.fits { "fits" } else { "still short" };
     view! {
         <li class=if f.fits { "fix fits" } else { "fix partial" } data-needed=f.needed_bytes.to_string()>
@@ -354,6 +361,7 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
             <button
                 type="button"
                 class="apply"
+                aria-label=apply_label
                 on:click=move |_| {
                     let cfg = config.clone();
                     state.update(|s| s.config = cfg);

@@ -165,6 +165,10 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     let shown: Vec<String> = fixes.iter().map(|f| f.needed_bytes.to_string()).collect();
     assert_eq!(page.el("ol.fixes").get_attribute("data-needed").unwrap(), shown.join(","));
     assert_eq!(page.text("ol.fixes li .fix-title"), fixes[0].title);
+    // Screen readers hear which fix a button applies, and the block slider's value, not its
+    // exponent.
+    assert_eq!(page.el("ol.fixes li button.apply").get_attribute("aria-label").unwrap(), format!("Apply: {}", fixes[0].title));
+    assert_eq!(page.el("input[name=block_size-slider]").get_attribute("aria-valuetext").unwrap(), "1024");
     let apply: HtmlElement = page.el("ol.fixes li button.apply").dyn_into().unwrap();
     apply.click();
     settle().await;
