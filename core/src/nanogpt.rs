@@ -165,6 +165,35 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
     }
 }
 
+/// train.py takes vocab_size from `data/<dataset>/meta.pkl` when the dataset has one (and the
+/// file does not set vocab_size); vramfit cannot read that file, so it knows nanoGPT's own
+/// datasets and says what it assumed for any other.
+fn apply_dataset_vocab(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Vec<String>, set_on: &[(&'static str, usize)]) {
+    let Some((_, Value::Str(dataset))) = extra.iter().find(|(k, _)| k == "dataset") else {
+        return;
+    };
+    let from_checkpoint = extra.iter().any(|(k, v)| k == "init_from" && *v != Value::Str("scratch".into()));
+    if from_checkpoint || set_on.iter().any(|(k, _)| *k == "vocab_size") {
+        return;
+    }
+    match dataset.as_str() {
+        // nanoGPT's data/shakespeare_char/prepare.py writes 65 characters to meta.pkl.
+        "shakespeare_char" => {
+            cfg.vocab_size = 65;
+            notices.push("dataset = 'shakespeare_char': vocab_size 65, from its meta.pkl as train.py reads it".into());
+        }
+        // GPT-2 BPE datasets without a meta.pkl: train.py's 50304.
+        "openwebtext" | "shakespeare" => {}
+        other => notices.push(format!(
+            "dataset = '{}': train.py takes vocab_size from data/{}/meta.pkl if it has one, which vramfit cannot read; \
+             it assumes {} (set vocab_size in the file if yours differs)",
+            excerpt(other),
+            excerpt(other),
+            cfg.vocab_size
+        )),
+    }
+}
+
 /// The modelled settings, under nanoGPT's names (and vramfit's for the ones nanoGPT lacks).
 const MODELLED: [&str; 18] = [
     "n_layer",
@@ -395,6 +424,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         });
     }
     apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
+    apply_dataset_vocab(&mut cfg, &extra, &mut notices, &set_on);
 
     if let Err(err) = cfg.validate() {
         let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
@@ -968,12 +998,34 @@ weight_decay = 1e-1
         assert_eq!((c.n_layer, c.n_head, c.n_embd, c.block_size), (6, 6, 384, 256));
         assert_eq!((c.batch_size, c.gradient_accumulation_steps, c.eval_iters), (64, 1, 200));
         assert_eq!(c.dropout, 0.2);
-        assert!(f.notices.is_empty(), "{:?}", f.notices);
+        // vocab_size comes from the dataset's meta.pkl, as train.py reads it: 65 characters,
+        // so the model is the one nanoGPT prints as 10.65M parameters.
+        assert_eq!(c.vocab_size, 65);
+        assert_eq!(crate::params::count(c).printed_millions(), "10.65M");
+        assert_eq!(f.notices.len(), 1, "{:?}", f.notices);
+        assert!(f.notices[0].contains("meta.pkl"));
         assert_eq!(f.get("learning_rate"), Some(&Value::Float(1e-3)));
         assert_eq!(f.get("max_iters"), Some(&Value::Int(5000)));
         assert_eq!(f.get("out_dir"), Some(&Value::Str("out-shakespeare-char".into())));
         assert_eq!(f.get("always_save_checkpoint"), Some(&Value::Bool(false)));
         assert_eq!(f.extra.first().map(|(k, _)| k.as_str()), Some("out_dir"));
+    }
+
+    #[test]
+    fn a_dataset_names_its_vocabulary_unless_the_file_does() {
+        // A vocab_size in the file wins over the dataset's meta.pkl.
+        let f = parse("dataset = 'shakespeare_char'\nvocab_size = 100\n").unwrap();
+        assert_eq!((f.config.vocab_size, f.notices.len()), (100, 0));
+        // GPT-2 BPE datasets have no meta.pkl: train.py's 50304, nothing to say.
+        let f = parse("dataset = 'openwebtext'\n").unwrap();
+        assert_eq!((f.config.vocab_size, f.notices.len()), (50304, 0));
+        // Any other dataset: vramfit cannot read its meta.pkl, and says what it assumed.
+        let f = parse("dataset = 'my_chars'\n").unwrap();
+        assert_eq!(f.config.vocab_size, 50304);
+        assert!(f.notices[0].contains("data/my_chars/meta.pkl") && f.notices[0].contains("50304"), "{:?}", f.notices);
+        // A pretrained checkpoint brings its own vocabulary.
+        let f = parse("dataset = 'shakespeare_char'\ninit_from = 'gpt2'\n").unwrap();
+        assert_eq!(f.config.vocab_size, 50257);
     }
 
     #[test]
