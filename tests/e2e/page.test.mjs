@@ -187,6 +187,9 @@ test('out-of-range input gets a notice, never a silent change or a flag the CLI 
   await page.goto(server.url + '?v=1&drop=-0&gpu=rtx-4070&other=4194304');
   await waitForCharts(page);
   assert.match(await page.locator('.capacity-warning').textContent(), /4194304 MiB.*nothing is left/);
+  // No fix is offered for a card with no room at all.
+  await page.waitForSelector('.fixes-none[data-state="ready"]');
+  assert.match(await page.locator('.fixes-none').textContent(), /No fix can help/);
   const flags = await page.locator('#train-command-flags').textContent();
   assert.ok(flags.includes('--dropout 0 '), flags);
   execFileSync(BIN, ['plan', ...flags.split(' ').slice(2), '--json'], { encoding: 'utf8' });
@@ -204,6 +207,12 @@ test('out-of-range input gets a notice, never a silent change or a flag the CLI 
   assert.match(await page.locator('.input-error').textContent(), /batch_size: "-1" cannot be negative/);
   await type('other_usage_mib', '0');
   assert.equal(await page.locator('.capacity-warning').count(), 0);
+  // On a phone the verdict is a screen below the controls: a one-line copy stays on top.
+  assert.equal(await page.locator('.verdict-bar').isVisible(), false);
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await page.locator('.verdict-bar').isVisible(), true);
+  const title = await page.locator('.verdict-title').textContent();
+  assert.ok((await page.locator('.verdict-bar').textContent()).startsWith(title), title);
   assert.equal(await page.locator('.fatal').count(), 0);
   await page.close();
   assert.deepEqual(errors, []);

@@ -548,6 +548,21 @@ pub fn App() -> impl IntoView {
                         }
                     })
             }}
+            // One column (phones, tablets): the verdict is a screen below the controls, so a
+            // one-line copy stays at the top while they move (hidden on wide screens).
+            <div class="verdict-bar" aria-hidden="true">
+                {move || {
+                    let (class, text) = computed.with(|r| match r {
+                        Ok(c) => {
+                            let v = model::verdict(&c.plan);
+                            (if v.fits { "fits" } else { "no-fit" }, format!("{} · {}", v.title, v.margin))
+                        }
+                        Err(e) => ("no-fit", e.clone()),
+                    });
+                    view! { <p class=class>{text}</p> }
+                }}
+                {move || input_error.get().map(|e| view! { <p class="no-fit">{e}</p> })}
+            </div>
             <div class="layout">
                 <form class="controls" on:submit=|ev| ev.prevent_default() aria-label="Run settings">
                     <fieldset>
@@ -834,14 +849,19 @@ pub fn App() -> impl IntoView {
                             let key = state.with(link::encode);
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
                             let invalid = computed.with(|r| r.is_err());
+                            // When the card leaves nothing for any run, no fix can help.
+                            let no_room =
+                                computed.with(|r| r.as_ref().ok().is_some_and(|c| state.with(|s| model::capacity_warning(s, c)).is_some()));
                             // A fix's need rests on the same estimated terms as the plan's (card, compile).
                             let need_estimate =
                                 computed.with(|r| r.as_ref().ok().and_then(|c| model::estimate_detail(&c.plan, model::NEED_FIGURES)));
                             fixes
                                 .with(|f| match f {
                                     Some((k, list)) if *k == key => {
-                                        if list.is_empty() {
-                                            let msg = if invalid {
+                                        if list.is_empty() || no_room {
+                                            let msg = if no_room {
+                                                "No fix can help: the card leaves nothing for this run (see the warning above)."
+                                            } else if invalid {
                                                 "No fixes: the config cannot be planned (see above)."
                                             } else if fits {
                                                 "It fits: nothing to fix."
