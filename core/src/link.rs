@@ -307,7 +307,13 @@ fn parse_u64(s: &str) -> Result<u64, String> {
         return Err("empty value".into());
     }
     if !t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("not a number".into());
+        // Say why a number is refused, as the page's number boxes do.
+        return Err(match t.parse::<f64>() {
+            Ok(x) if x.is_finite() && x < 0.0 => "cannot be negative",
+            Ok(x) if x.is_finite() && x.fract() != 0.0 => "not a whole number",
+            _ => "not a number",
+        }
+        .into());
     }
     t.parse::<u64>().map_err(|_| "too large".into())
 }
@@ -649,6 +655,10 @@ pub(crate) mod tests {
         assert!(d.notices.iter().any(|n| n.starts_with("ignored L=0 (n_layer): must be at least 1")));
         assert!(d.notices.iter().any(|n| n.starts_with("ignored xyz=1: unknown key")));
         assert!(d.notices.iter().any(|n| n.starts_with("ignored EB= (eval_batch_size): empty value")));
+        // Negative and fractional numbers say so.
+        let d = decode("v=1&B=-3&GA=2.5");
+        assert!(d.notices.contains(&"ignored B=-3 (batch_size): cannot be negative".to_string()), "{:#?}", d.notices);
+        assert!(d.notices.contains(&"ignored GA=2.5 (gradient_accumulation_steps): not a whole number".to_string()), "{:#?}", d.notices);
     }
 
     #[test]
