@@ -152,7 +152,9 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     let want = expected(Config { batch_size: 64, gradient_accumulation_steps: 8, ..Config::default() });
     assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
     assert_eq!(page.text(".verdict-title"), "Does not fit");
-    assert!(page.text(".verdict-margin").ends_with("short"));
+    // The shortfall, marked as an estimate (the 4070's CUDA context was not measured).
+    let margin = page.text(".verdict-margin");
+    assert!(margin.contains(" GiB short") && margin.ends_with("estimate"), "{margin}");
     assert!(!page.has(".notice"));
     // Fixes come a moment later.
     let mut tries = 0;
