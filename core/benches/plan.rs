@@ -118,5 +118,10 @@ fn timings() {
             black_box(plan(&req).unwrap());
         });
         println!("| full plan (all windows, cards, largest batch, no fixes) | {name} | {:.2} us | - |", full_ns / 1e3);
+        let with_fixes = PlanRequest { with_fixes: true, ..req.clone() };
+        let fixes_ns = median_ns(11, 3, || {
+            black_box(plan(&with_fixes).unwrap());
+        });
+        println!("| full plan with fixes (what `vramfit plan` prints) | {name} | {:.2} us | - |", fixes_ns / 1e3);
     }
 }

@@ -246,7 +246,8 @@ impl<'g> Search<'g> {
     /// byte for a second fast search below it. The answer is then confirmed by stepping with
     /// the exact simulation (usually one more run), or bisected on it if the proxy was far
     /// off. Every simulation is run once per search at most.
-    fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: impl Fn(u32) -> Config) -> Option<u32> {
+    /// Returns the answer with its exact need (nvidia-smi bytes), simulated on the way.
+    fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: impl Fn(u32) -> Config) -> Option<(u32, u64)> {
         use std::cell::RefCell;
         if lo > hi {
             return None;
@@ -299,7 +300,11 @@ impl<'g> Search<'g> {
             }
             if steps == 4 {
                 // The proxy was far off: bisect on the exact simulation below v.
-                return largest_where(lo, v - 1, exact_ok);
+                let v = largest_where(lo, v - 1, exact_ok)?;
+                return match exact(v) {
+                    Some(Ok(need)) => Some((v, need)),
+                    _ => None,
+                };
             }
             v -= 1;
             steps += 1;
@@ -315,10 +320,15 @@ impl<'g> Search<'g> {
             v += 1;
             steps += 1;
             if steps == 4 {
-                return largest_where(v, hi, exact_ok);
+                v = largest_where(v, hi, exact_ok)?;
+                break;
             }
         }
-        Some(v)
+        // Every answer was checked and fits, so its need is known (`exact` finds it seen).
+        match exact(v) {
+            Some(Ok(need)) => Some((v, need)),
+            _ => None,
+        }
     }
 }
 
@@ -397,6 +407,11 @@ pub fn largest_micro_batch(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Option<
 /// [`largest_micro_batch`] when the config's exact need (nvidia-smi bytes, as [`plan`]
 /// reports it) is known, as it is in a plan.
 pub fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<u32> {
+    largest_micro_batch_with_need(cfg, gpu, other_usage, need).map(|(b, _)| b)
+}
+
+/// [`largest_micro_batch_given`] with that batch's exact need (nvidia-smi bytes).
+fn largest_micro_batch_with_need(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<(u32, u64)> {
     let search = Search::calibrated(cfg, gpu, other_usage, need);
     search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), |b| Config { batch_size: b, ..cfg.clone() })
 }
@@ -421,9 +436,10 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
             card_fit(&s, cfg, g, req.other_usage_bytes)
         })
         .collect();
-    // The request's own exact need, computed once for the fixes and the batch search.
+    // The request's own exact need and largest micro-batch, computed once for the fixes too.
     let need = needed(&sim, primary).0;
-    let fixes = if req.with_fixes { fixes_given(cfg, primary, req.other_usage_bytes, need) } else { Vec::new() };
+    let largest = largest_micro_batch_with_need(cfg, primary, req.other_usage_bytes, need);
+    let fixes = if req.with_fixes { fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)) } else { Vec::new() };
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         runtime: pytorch_runtime(),
@@ -435,7 +451,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         first_iter: window(&sim.first_iter, primary),
         eval_at_start: window(&sim.eval_at_start, primary),
         cards,
-        largest_micro_batch: largest_micro_batch_given(cfg, primary, req.other_usage_bytes, need),
+        largest_micro_batch: largest.map(|(b, _)| b),
         fixes,
         notes: notes(cfg, primary),
     })
@@ -464,13 +480,30 @@ fn largest_where(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
 /// config that already fits the list is empty.
 pub fn fixes(cfg: &Config, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
     match need_exact(cfg, gpu) {
-        Some(current) => fixes_given(cfg, gpu, other_usage, current),
+        Some(current) => fixes_given(cfg, gpu, other_usage, current, Largest::Search),
         None => Vec::new(),
     }
 }
 
+/// [`fixes`] for a plan's config on its first card, reusing what the plan computed (its need
+/// and largest micro-batch) instead of simulating them again.
+pub fn fixes_of(plan: &Plan, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
+    let Some(card) = plan.cards.first() else { return Vec::new() };
+    fixes_given(&plan.config, gpu, other_usage, card.needed_bytes, Largest::Batch(plan.largest_micro_batch))
+}
+
+/// What a fixes computation knows of the config's largest micro-batch.
+enum Largest {
+    /// Nothing yet: search for it.
+    Search,
+    /// The batch, from a plan (its need is simulated again if it is offered as a fix).
+    Batch(Option<u32>),
+    /// The batch and its exact need.
+    Known(Option<(u32, u64)>),
+}
+
 /// [`fixes`] when the config's exact need (`current`) is known.
-fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<Fix> {
+fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
     if cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16() {
         // bf16 cannot run on this card at all: fp16 autocast (same memory) comes first, and any
@@ -486,21 +519,21 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             stock_nanogpt: true,
         }];
         if need > available {
-            out.extend(fixes_given(&fp16, gpu, other_usage, need));
+            out.extend(fixes_given(&fp16, gpu, other_usage, need, Largest::Search));
         }
         return out;
     }
     if current <= available {
         return Vec::new();
     }
-    let fits_cfg = |c: &Config| matches!(check_exact(c, gpu, available), Some(Ok(_)));
     let search = Search::calibrated(cfg, gpu, other_usage, current);
     let mut out: Vec<Fix> = Vec::new();
-    let mut push = |title: String, cost: String, config: Config, stock: bool| {
+    // `need`: the fix's exact need where a search has simulated it already.
+    let mut push = |title: String, cost: String, config: Config, stock: bool, need: Option<u64>| {
         if config == *cfg {
             return;
         }
-        if let Some(n) = need_exact(&config, gpu) {
+        if let Some(n) = need.or_else(|| need_exact(&config, gpu)) {
             if n < current {
                 out.push(Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock });
             }
@@ -514,6 +547,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
             Config { expandable_segments: true, ..cfg.clone() },
             true,
+            None,
         );
     }
 
@@ -526,24 +560,28 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             break;
         }
         let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, eval_batch_size: cfg.eval_batch_size, ..cfg.clone() };
-        if fits_cfg(&c) {
+        if let Some(Ok(need)) = check_exact(&c, gpu, available) {
             push(
                 format!("batch_size = {b}, gradient_accumulation_steps = {ga}"),
                 format!("same {} sequences per iteration in smaller micro-batches: more, smaller matmuls (slower per token)", tokens),
                 c,
                 true,
+                Some(need),
             );
             break;
         }
     }
 
     // 3. A smaller eval batch (when evaluation is what does not fit).
-    if let Some(eb) = search.largest(1, cfg.eval_batch().saturating_sub(1), None, |e| Config { eval_batch_size: Some(e), ..cfg.clone() }) {
+    if let Some((eb, need)) =
+        search.largest(1, cfg.eval_batch().saturating_sub(1), None, |e| Config { eval_batch_size: Some(e), ..cfg.clone() })
+    {
         push(
             format!("eval_batch_size = {eb}"),
             "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
             Config { eval_batch_size: Some(eb), ..cfg.clone() },
             false,
+            Some(need),
         );
     }
 
@@ -554,6 +592,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             "about one extra forward per iteration (~30% more compute); train.py needs torch.utils.checkpoint around each block (vramfit train has it)".into(),
             Config { activation_checkpointing: true, ..cfg.clone() },
             false,
+            None,
         );
     }
 
@@ -565,6 +604,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
             Config { dtype, ..cfg.clone() },
             true,
+            None,
         );
     }
 
@@ -577,13 +617,19 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
                 .into(),
             Config { compile: true, ..cfg.clone() },
             true,
+            None,
         );
     }
 
     // 5c. A larger micro-batch that fits where this one does not: the need is not monotone in
     // the batch size (whether the allocator splits a block depends on its size), so the search's
     // boundary can lie above the current batch.
-    if let Some(b) = largest_micro_batch_given(cfg, gpu, other_usage, current).filter(|b| *b > cfg.batch_size) {
+    let largest = match largest {
+        Largest::Search => largest_micro_batch_with_need(cfg, gpu, other_usage, current).map(|(b, n)| (b, Some(n))),
+        Largest::Batch(b) => b.map(|b| (b, None)),
+        Largest::Known(known) => known.map(|(b, n)| (b, Some(n))),
+    };
+    if let Some((b, need)) = largest.filter(|(b, _)| *b > cfg.batch_size) {
         push(
             format!("batch_size = {b}"),
             format!(
@@ -593,21 +639,25 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             ),
             Config { batch_size: b, ..cfg.clone() },
             true,
+            need,
         );
     }
 
     // 6. A shorter eval context.
-    if let Some(et) = search.largest(1, cfg.eval_block().saturating_sub(1), None, |t| Config { eval_block_size: Some(t), ..cfg.clone() }) {
+    if let Some((et, need)) =
+        search.largest(1, cfg.eval_block().saturating_sub(1), None, |t| Config { eval_block_size: Some(t), ..cfg.clone() })
+    {
         push(
             format!("eval_block_size = {et}"),
             "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
             Config { eval_block_size: Some(et), ..cfg.clone() },
             false,
+            Some(need),
         );
     }
 
     // 7. A shorter block for training too.
-    if let Some(t) = search.largest(1, cfg.block_size.saturating_sub(1), None, |t| Config {
+    if let Some((t, need)) = search.largest(1, cfg.block_size.saturating_sub(1), None, |t| Config {
         block_size: t,
         eval_block_size: cfg.eval_block_size.map(|e| e.min(t)),
         ..cfg.clone()
@@ -617,11 +667,12 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             format!("the model sees {t} tokens of context instead of {}", cfg.block_size),
             Config { block_size: t, eval_block_size: cfg.eval_block_size.map(|e| e.min(t)), ..cfg.clone() },
             true,
+            Some(need),
         );
     }
 
     // 8. Last resort: fewer layers.
-    if let Some(l) = search.largest(1, cfg.n_layer.saturating_sub(1), None, |l| Config { n_layer: l, ..cfg.clone() }) {
+    if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, |l| Config { n_layer: l, ..cfg.clone() }) {
         let smaller = Config { n_layer: l, ..cfg.clone() };
         push(
             format!("n_layer = {l}"),
@@ -632,6 +683,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<F
             ),
             smaller,
             true,
+            Some(need),
         );
     }
 
@@ -796,6 +848,33 @@ mod tests {
         assert!(!p.cards[0].fits && largest > 12, "the case this test is about: {largest}, fits {}", p.cards[0].fits);
         let fix = p.fixes.iter().find(|f| f.config.batch_size == largest).expect("offered");
         assert!(fix.fits && fix.config == Config { batch_size: largest, ..Config::default() });
+    }
+
+    /// The three ways to get fixes (inside a plan, from scratch, and from a plan made without
+    /// them, as the page does) reuse different figures and must give the same list, each fix's
+    /// need being what re-planning its config says. Cases: a config far too big, the
+    /// larger-batch case above, and bf16 on a card without it.
+    #[test]
+    fn fixes_are_the_same_however_they_are_asked_for() {
+        let cases = [
+            (Config { batch_size: 64, gradient_accumulation_steps: 8, ..Config::default() }, "rtx-4070", 0),
+            (Config::default(), "rtx-3060", 300 << 20),
+            (Config { dtype: crate::Dtype::Bfloat16, batch_size: 16, block_size: 512, ..Config::default() }, "t4", 0),
+        ];
+        for (cfg, card, other) in cases {
+            let gpu = Gpu::find(card).unwrap();
+            let request = PlanRequest { gpus: vec![gpu.clone()], other_usage_bytes: other, ..req(cfg.clone()) };
+            let with = plan(&request).unwrap();
+            let without = plan(&PlanRequest { with_fixes: false, ..request }).unwrap();
+            assert!(!with.fixes.is_empty(), "{card}: the case needs fixes");
+            assert_eq!(with.fixes, fixes(&cfg, &gpu, other), "{card}: plan vs fixes");
+            assert_eq!(with.fixes, fixes_of(&without, &gpu, other), "{card}: plan vs fixes_of");
+            for f in &with.fixes {
+                let again =
+                    plan(&PlanRequest { gpus: vec![gpu.clone()], other_usage_bytes: other, with_fixes: false, config: f.config.clone() });
+                assert_eq!(again.unwrap().cards[0].needed_bytes, f.needed_bytes, "{card}: {}", f.title);
+            }
+        }
     }
 
     #[test]

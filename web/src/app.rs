@@ -507,10 +507,11 @@ pub fn App() -> impl IntoView {
             return None;
         }
         let snapshot = state.get_untracked();
+        // The plan already has the config's need and largest batch: the fixes reuse them.
+        let (plan, gpu) = computed.with_untracked(|r| r.as_ref().ok().map(|c| (c.plan.clone(), c.gpu.clone())))?;
         set_timeout_with_handle(
             move || {
-                let gpu = model::gpu_of(&snapshot);
-                let list = vramfit_core::plan::fixes(&snapshot.config, &gpu, snapshot.other_usage_mib.saturating_mul(model::MIB));
+                let list = vramfit_core::plan::fixes_of(&plan, &gpu, snapshot.other_usage_mib.saturating_mul(model::MIB));
                 fixes.set(Some((key, list)));
             },
             Duration::from_millis(150),
