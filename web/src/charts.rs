@@ -17,11 +17,13 @@ use vramfit_core::plan::{Plan, WindowReport};
 use vramfit_core::sim::Category;
 
 pub const WIDTH: u32 = 640;
-pub const HEIGHT: u32 = 300;
-/// Plot area margins (pixels): room for the y tick labels on the left, x labels below.
+pub const HEIGHT: u32 = 318;
+/// Plot area margins (pixels): room for the y tick labels on the left, x labels below, and
+/// above the plot a row for the capacity line's legend (drawn over the bars it would hide
+/// them, or be hidden).
 pub const MARGIN_LEFT: u32 = 52;
 pub const MARGIN_RIGHT: u32 = 14;
-pub const MARGIN_TOP: u32 = 14;
+pub const MARGIN_TOP: u32 = 32;
 pub const MARGIN_BOTTOM: u32 = 34;
 
 /// Text and axes; `#4A5060` in the SVG (style.css maps it to the page's ink colour).
@@ -156,19 +158,21 @@ where
             .map_err(err)?;
         v += step;
     }
-    root.draw(&Text::new("GiB", (4, MARGIN_TOP as i32 - 4), font(12.0).pos(Pos::new(HPos::Left, VPos::Top)))).map_err(err)?;
+    root.draw(&Text::new("GiB", (4, MARGIN_TOP as i32 - 4), font(12.0).pos(Pos::new(HPos::Left, VPos::Bottom)))).map_err(err)?;
     Ok(())
 }
 
-/// A horizontal capacity line across the plot with its label above the right end.
+/// A horizontal capacity line across the plot, named in the legend row above the plot.
 fn capacity_line<X>(root: &Root, chart: &mut Chart<X>, x0: X::ValueType, x1: X::ValueType, gib: f64, label: &str) -> Result<(), Err>
 where
     X: Ranged,
     X::ValueType: Clone,
 {
-    chart.draw_series(std::iter::once(PathElement::new(vec![(x0, gib), (x1.clone(), gib)], CAPACITY.stroke_width(2)))).map_err(err)?;
-    let (x, y) = chart.backend_coord(&(x1, gib));
-    root.draw(&Text::new(label.to_string(), (x - 4, y - 4), font(12.0).color(&CAPACITY).pos(Pos::new(HPos::Right, VPos::Bottom))))
+    chart.draw_series(std::iter::once(PathElement::new(vec![(x0, gib), (x1, gib)], CAPACITY.stroke_width(2)))).map_err(err)?;
+    // The swatch is a thin rectangle, so the capacity stays the one line in its colour.
+    let (x, y) = (MARGIN_LEFT as i32 + 10, 11);
+    root.draw(&Rectangle::new([(x, y - 1), (x + 18, y + 1)], CAPACITY.filled())).map_err(err)?;
+    root.draw(&Text::new(label.to_string(), (x + 24, y), font(12.0).color(&CAPACITY).pos(Pos::new(HPos::Left, VPos::Center))))
         .map_err(err)?;
     Ok(())
 }
@@ -331,7 +335,7 @@ pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
             0.0,
             n,
             gib(room),
-            &format!("room for tensors {:.2} GiB (available less context and allocator overhead)", gib(room)),
+            &format!("room for tensors {:.2} GiB: available less context and allocator reserve", gib(room)),
         )?;
         let (pi, pb, phase, _) = &t.peak;
         chart.draw_series(std::iter::once(Circle::new((*pi as f64, gib(*pb)), 5, INK.filled()))).map_err(err)?;
