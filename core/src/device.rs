@@ -77,12 +77,28 @@ impl Gpu {
         }
     }
 
-    /// Finds a preset by id (case-insensitive, spaces and underscores as dashes) or parses
-    /// `custom-<GiB>` / a bare number of GiB.
+    /// Finds a preset by id or name (case-insensitive, spaces and underscores as dashes), or by
+    /// words that name exactly one preset (`4070`, `h100`, `RTX 3090`: a model number is a
+    /// card, not 4070 GiB; `a100` names two cards and is not found), or parses `custom-<GiB>`
+    /// or a number of GiB with a unit (`6gb`, `10GiB`) or without one that names no card (`12`).
     pub fn find(query: &str) -> Option<Gpu> {
-        let q = query.trim().to_ascii_lowercase().replace([' ', '_'], "-");
-        if let Some(p) = presets().into_iter().find(|g| g.id == q || g.name.to_ascii_lowercase() == q) {
-            return Some(p);
+        let norm = |s: &str| s.trim().to_ascii_lowercase().replace([' ', '_'], "-");
+        let q = norm(query);
+        let all = presets();
+        if let Some(p) = all.iter().find(|g| g.id == q || norm(&g.name) == q) {
+            return Some(p.clone());
+        }
+        let words: Vec<&str> = q.split('-').filter(|w| !w.is_empty()).collect();
+        let named: Vec<&Gpu> = all
+            .iter()
+            .filter(|g| {
+                let (id, name) = (g.id.clone(), norm(&g.name));
+                let own: Vec<&str> = id.split('-').chain(name.split('-')).collect();
+                !words.is_empty() && words.iter().all(|w| own.contains(w))
+            })
+            .collect();
+        if let [one] = named[..] {
+            return Some(one.clone());
         }
         let num = q.strip_prefix("custom-").unwrap_or(&q).trim_end_matches("gib").trim_end_matches("gb");
         num.parse::<f64>().ok().filter(|g| g.is_finite() && *g >= 0.25 && *g <= 4096.0).map(Gpu::custom)
@@ -166,5 +182,23 @@ mod tests {
         assert!(Gpu::find("nonsense").is_none());
         assert!(Gpu::find("custom-nan").is_none());
         assert!(Gpu::find("-4").is_none());
+        // A number that no card is named by is a size.
+        assert_eq!(Gpu::find("12").unwrap().memory_bytes, 12 << 30);
+    }
+
+    /// A model number or a card's printed name finds the card (`--gpu 4070` planned for a
+    /// 4,070 GiB card once); words naming two cards find none.
+    #[test]
+    fn cards_are_found_by_the_words_users_type() {
+        for (query, id) in
+            [("4070", "rtx-4070"), ("3090", "rtx-3090"), ("h100", "h100-80gb"), ("RTX 4090", "rtx-4090"), ("a100 80gb", "a100-80gb")]
+        {
+            assert_eq!(Gpu::find(query).map(|g| g.id), Some(id.to_string()), "{query}");
+        }
+        for g in presets() {
+            assert_eq!(Gpu::find(&g.name).map(|f| f.id), Some(g.id.clone()), "{}", g.name);
+        }
+        assert!(Gpu::find("a100").is_none(), "two A100s");
+        assert!(Gpu::find("nvidia").is_none(), "every card");
     }
 }

@@ -19,10 +19,14 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Will it fit? Peaks per window, what they are made of, fit per card, and fixes.
+    // Negative values reach the value's own check ("-1 is not in 0..") instead of being taken
+    // for a flag; a flag given twice takes its last value, so a fix can be appended.
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     #[command(after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
         (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12.")]
     Plan(Box<PlanArgs>),
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     #[command(after_help = "With no --config and no --link, a small character model (2 layers, 4 heads, 64 wide, context 64, \
         batch 16, 600 iterations, about 35 s) trains on the built-in corpus, and vocab_size is the data's; otherwise settings come from \
         nanoGPT's defaults, then --config, then --link, then the flags. With --resume the checkpoint's settings replace all \
@@ -30,6 +34,7 @@ pub enum Command {
         CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model and all cores otherwise.")]
     Train(Box<TrainArgs>),
     /// Generate text from a checkpoint written by `vramfit train`.
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Sample(SampleArgs),
 }
 
@@ -353,7 +358,9 @@ fn parse_optimizer(s: &str) -> Result<Optimizer, String> {
 }
 
 fn parse_gpu(s: &str) -> Result<Gpu, String> {
-    Gpu::find(s).ok_or_else(|| "unknown GPU (see --list-gpus; custom-<GiB> for any size)".into())
+    Gpu::find(s).ok_or_else(|| {
+        "unknown GPU: a preset id or a model number naming one card (see --list-gpus), or custom-<GiB> for 0.25 to 4096 GiB".into()
+    })
 }
 
 fn parse_other_usage(s: &str) -> Result<u64, String> {

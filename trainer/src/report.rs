@@ -155,11 +155,13 @@ fn write_peaks(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) 
     let card = inputs.gpus.first().map_or("the first card", |g| g.name.as_str());
     writeln!(out)?;
     writeln!(out, "Peaks on {card} (~ marks an estimate; see the notes)")?;
-    writeln!(out, "  {:<LABEL_WIDTH$}{:<24}{:<24}nvidia-smi (process)", "", "allocated", "reserved")?;
+    // Columns of 27 and a space: "~232.86 GiB (238,446 MiB)" is 25 wide, and a wider figure
+    // still keeps a space before the next.
+    writeln!(out, "  {:<LABEL_WIDTH$}{:<27} {:<27} nvidia-smi (process)", "", "allocated", "reserved")?;
     for (name, w) in windows(plan) {
         writeln!(
             out,
-            "  {:<LABEL_WIDTH$}{:<24}{:<24}{}",
+            "  {:<LABEL_WIDTH$}{:<27} {:<27} {}",
             name,
             size(w.peak_allocated_bytes, est.allocated),
             size(w.peak_reserved_bytes, est.reserved),

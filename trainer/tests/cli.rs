@@ -335,6 +335,28 @@ fn bad_command_line_is_one_error_line() {
         assert_one_error_line(args);
     }
     assert!(assert_one_error_line(&["plan", "--n-layr", "3"]).contains("--n-layer"));
+    // A negative number is checked as a value, not taken for an unknown flag.
+    for (flag, value) in [("--n-layer", "-1"), ("--dropout", "-0.1"), ("--batch-size", "-4")] {
+        let line = assert_one_error_line(&["plan", flag, value]);
+        assert!(line.contains(value) && !line.contains("unexpected argument"), "{line}");
+    }
+    assert!(assert_one_error_line(&["plan", "--gpu", "a100"]).contains("--list-gpus"));
+}
+
+/// Cards are found by the words users type: `--gpu 4070` is the RTX 4070, not a 4,070 GiB card.
+#[test]
+fn a_model_number_names_its_card() {
+    let card = |gpu: &str| plan_json(&["--gpu", gpu])["cards"][0]["gpu"].as_str().map(String::from);
+    assert_eq!(card("4070"), card("rtx-4070"));
+    assert_eq!(card("NVIDIA GeForce RTX 3090 24GB"), card("rtx-3090"));
+    assert_ne!(card("4070"), card("custom-4070"));
+}
+
+/// A flag given twice takes its last value, so a printed fix can be appended to the command.
+#[test]
+fn a_fix_appended_to_the_command_wins() {
+    let appended = plan_json_text(&["--compile", "false", "--batch-size", "9", "--compile", "true"]);
+    assert_eq!(appended, plan_json_text(&["--batch-size", "9", "--compile", "true"]));
 }
 
 #[test]
@@ -387,5 +409,34 @@ fn invalid_config_is_one_error_line() {
         &["plan", "--n-layer", "99999999999"],
     ] {
         assert_one_error_line(args);
+    }
+}
+
+/// Figures of 100 GiB and more keep a space between the report's columns.
+#[test]
+fn large_figures_keep_their_columns_apart() {
+    let out = vramfit(&[
+        "plan",
+        "--n-layer",
+        "48",
+        "--n-embd",
+        "1600",
+        "--n-head",
+        "25",
+        "--batch-size",
+        "64",
+        "--compile",
+        "false",
+        "--gpu",
+        "h100-80gb",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.matches(" GiB (").count() == 3).collect();
+    assert!(rows.len() >= 4, "{text}");
+    let gib: Vec<f64> =
+        rows.iter().flat_map(|r| r.split_whitespace().filter_map(|t| t.trim_start_matches('~').parse::<f64>().ok())).collect();
+    assert!(gib.iter().any(|g| *g >= 100.0), "some figure of 100 GiB or more: {rows:?}");
+    for row in rows {
+        assert!(!row.contains(")~") && !row.chars().zip(row.chars().skip(1)).any(|(a, b)| a == ')' && b.is_ascii_digit()), "{row}");
     }
 }
