@@ -502,6 +502,10 @@ enum Largest {
     Known(Option<(u32, u64)>),
 }
 
+/// How many eval batches below the current one the eval-batch fix tries one by one when its
+/// search finds nothing (each a simulation that stops early if the batch does not fit).
+const EVAL_BATCH_SCAN: u32 = 24;
+
 /// [`fixes`] when the config's exact need (`current`) is known.
 fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
@@ -573,9 +577,18 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     }
 
     // 3. A smaller eval batch (when evaluation is what does not fit).
-    if let Some((eb, need)) =
-        search.largest(1, cfg.eval_batch().saturating_sub(1), None, |e| Config { eval_batch_size: Some(e), ..cfg.clone() })
-    {
+    // The need is far from monotone in the eval batch: an eval batch near the training one
+    // reuses the blocks training left cached, a smaller one needs blocks of new sizes, so
+    // batch 8 with eval batch 7-9 fits a 12 GB card where eval batches 1-6 do not. When the
+    // search finds nothing (eval batch 1 does not fit), the batches just below are tried.
+    let with_eval_batch = |e: u32| Config { eval_batch_size: Some(e), ..cfg.clone() };
+    let below = cfg.eval_batch().saturating_sub(1);
+    let eval_fix = search.largest(1, below, None, with_eval_batch).or_else(|| {
+        (below.saturating_sub(EVAL_BATCH_SCAN - 1).max(1)..=below)
+            .rev()
+            .find_map(|e| check_exact(&with_eval_batch(e), gpu, available).and_then(Result::ok).map(|need| (e, need)))
+    });
+    if let Some((eb, need)) = eval_fix {
         push(
             format!("eval_batch_size = {eb}"),
             "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
@@ -848,6 +861,22 @@ mod tests {
         assert!(!p.cards[0].fits && largest > 12, "the case this test is about: {largest}, fits {}", p.cards[0].fits);
         let fix = p.fixes.iter().find(|f| f.config.batch_size == largest).expect("offered");
         assert!(fix.fits && fix.config == Config { batch_size: largest, ..Config::default() });
+    }
+
+    /// Eval batch 16 on a 12 GB card with training batch 8: eval is the worst window, and eval
+    /// batches 7 to 9 fit while 1 to 6 do not (smaller blocks than training cached), so a
+    /// search from eval batch 1 found nothing and the cheap fix was missing.
+    #[test]
+    fn an_eval_batch_that_fits_is_found_though_eval_batch_1_does_not() {
+        let cfg = Config { batch_size: 8, eval_batch_size: Some(16), compile: false, ..Config::default() };
+        let gpu = default_gpu();
+        let p = plan(&req(cfg.clone())).unwrap();
+        assert!(!p.cards[0].fits && p.cards[0].worst_window == "eval", "the case: {:?}", p.cards[0]);
+        assert!(!fits(&Config { eval_batch_size: Some(1), ..cfg.clone() }, &gpu, 0), "the case: eval batch 1 does not fit");
+        let fix = p.fixes.iter().find(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix");
+        let eb = fix.config.eval_batch_size.unwrap();
+        assert!(fix.fits && eb < 16 && fits(&fix.config, &gpu, 0), "{fix:?}");
+        assert_eq!(fix.config, Config { eval_batch_size: Some(eb), ..cfg });
     }
 
     /// The three ways to get fixes (inside a plan, from scratch, and from a plan made without
