@@ -222,8 +222,8 @@ pub struct PlanArgs {
     /// trainer runtime: rows per eval forward [default: the whole eval batch].
     #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub eval_chunk_rows: Option<u64>,
-    /// trainer runtime: gradient clipping on: true or false [default: true, as train's grad_clip 1.0].
-    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
+    /// trainer runtime: gradient clipping on: true or false, or train's norm (0 is off) [default: true, as train's grad_clip 1.0].
+    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL|NORM", value_parser = parse_clip_on, action = clap::ArgAction::Set)]
     pub grad_clip: Option<bool>,
     /// trainer runtime: CPU threads of the matmuls [default: RAYON_NUM_THREADS, else all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -343,6 +343,12 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         "false" | "0" | "no" | "off" => Ok(false),
         _ => Err("expected true or false".into()),
     }
+}
+
+/// `plan --grad-clip`: on or off, spelled as for `train` too (`1.0` on, `0` off), so a train
+/// command's flags plan as they are.
+fn parse_clip_on(s: &str) -> Result<bool, String> {
+    parse_bool(s).or_else(|_| parse_non_negative(s).map(|norm| norm > 0.0)).map_err(|_| "expected true, false or a norm >= 0".into())
 }
 
 fn parse_dtype(s: &str) -> Result<Dtype, String> {

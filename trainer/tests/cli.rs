@@ -440,3 +440,35 @@ fn large_figures_keep_their_columns_apart() {
         assert!(!row.contains(")~") && !row.chars().zip(row.chars().skip(1)).any(|(a, b)| a == ')' && b.is_ascii_digit()), "{row}");
     }
 }
+
+/// `plan --grad-clip` takes train's spelling too (a norm, 0 off), so a train command plans as it is.
+#[test]
+fn grad_clip_takes_trains_norm() {
+    let small = [
+        "--runtime",
+        "trainer",
+        "--threads",
+        "1",
+        "--max-memory-mib",
+        "100000",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "32",
+        "--block-size",
+        "32",
+        "--vocab-size",
+        "65",
+    ];
+    let with = |clip: &str| {
+        let mut args = small.to_vec();
+        args.extend(["--grad-clip", clip]);
+        plan_json_text(&args)
+    };
+    assert_eq!(with("1.0"), with("true"));
+    assert_eq!(with("0"), with("false"));
+    assert_ne!(with("true"), with("false"), "clipping changes the trainer's plan");
+    assert!(assert_one_error_line(&["plan", "--grad-clip", "lots"]).contains("norm"));
+}
