@@ -1127,10 +1127,13 @@ mod tests {
     }
 }
 
-/// `--auto-fit`: the largest micro-batch (at most `cfg.batch_size`) whose predicted peak fits in
-/// `budget_bytes`, with gradient accumulation raised so an iteration still sees at least as many
-/// tokens (`batch_size * gradient_accumulation_steps`). `None` when even a micro-batch of 1 does
-/// not fit. The eval batch follows the micro-batch when it was not set separately.
+/// `--auto-fit`: a micro-batch (at most `cfg.batch_size`) whose predicted peak fits in
+/// `budget_bytes`, with gradient accumulation raised to keep the tokens per iteration
+/// (`batch_size * gradient_accumulation_steps`). That takes a micro-batch dividing them: the
+/// largest that does, unless it is under half the largest that fits (13 sequences and room for
+/// 7 would mean micro-batches of 1); then the largest that fits, and an iteration sees a few
+/// more tokens. `None` when even a micro-batch of 1 does not fit. The eval batch follows the
+/// micro-batch when it was not set separately.
 pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Option<Config> {
     let sequences = u64::from(cfg.batch_size.max(1)) * u64::from(cfg.gradient_accumulation_steps.max(1));
     // Each candidate with the accumulation it would run at: accumulation buffers cost memory too.
@@ -1140,12 +1143,18 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
         c.gradient_accumulation_steps = u32::try_from(sequences.div_ceil(u64::from(b.max(1)))).unwrap_or(u32::MAX);
         c
     };
-    let need = |b: u32| peak_bytes(&simulate(&with_batch(b), opts));
+    let largest = largest_fitting(cfg.batch_size.max(1), budget_bytes, |b| peak_bytes(&simulate(&with_batch(b), opts)))?;
+    let divisor = (1..=largest).rev().find(|b| sequences.is_multiple_of(u64::from(*b))).unwrap_or(1);
+    Some(with_batch(if divisor * 2 >= largest { divisor } else { largest }))
+}
+
+/// The largest micro-batch in `1..=hi` whose `need` fits `budget_bytes` (the need grows with
+/// the micro-batch), or `None` if 1 does not.
+fn largest_fitting(hi: u32, budget_bytes: u64, need: impl Fn(u32) -> u64) -> Option<u32> {
     if need(1) > budget_bytes {
         return None;
     }
-    // Peak grows with the micro-batch: binary search the largest that fits.
-    let (mut lo, mut hi) = (1u32, cfg.batch_size.max(1));
+    let (mut lo, mut hi) = (1u32, hi.max(1));
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
         if need(mid) <= budget_bytes {
@@ -1154,7 +1163,7 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
             hi = mid - 1;
         }
     }
-    Some(with_batch(lo))
+    Some(lo)
 }
 
 #[cfg(test)]
@@ -1177,11 +1186,16 @@ mod auto_fit_tests {
         let with = |b: u32| peak_bytes(&simulate(&Config { batch_size: b, ..cfg.clone() }, &opts));
         // A budget between the needs of micro-batches 7 and 8 must give 7.
         let budget = (with(7) + with(8)) / 2;
-        let fitted = auto_fit(&cfg, &opts, budget).expect("fits");
-        assert_eq!(fitted.batch_size, 7);
         assert!(with(7) <= budget && with(8) > budget);
-        assert_eq!(fitted.gradient_accumulation_steps, 10); // ceil(64 / 7)
-        assert!(fitted.batch_size * fitted.gradient_accumulation_steps >= 64);
+        // 7 fits; 64 sequences per iteration are kept in micro-batches of 4, the largest divisor
+        // of 64 up to 7 (at least half of 7).
+        let fitted = auto_fit(&cfg, &opts, budget).expect("fits");
+        assert_eq!((fitted.batch_size, fitted.gradient_accumulation_steps), (4, 16));
+        // 13 sequences (a prime) with room for 7: micro-batches of 1 would be 13 steps, so 7,
+        // and two of them (14 sequences).
+        let prime = Config { batch_size: 13, gradient_accumulation_steps: 1, ..cfg.clone() };
+        let fitted = auto_fit(&prime, &opts, budget).expect("fits");
+        assert_eq!((fitted.batch_size, fitted.gradient_accumulation_steps), (7, 2));
         // Enough memory: unchanged.
         assert_eq!(auto_fit(&cfg, &opts, u64::MAX), Some(cfg.clone()));
         // Too little for one sequence.
@@ -1241,10 +1255,8 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
     let peak = peak_bytes(&sim);
     let fits = available_bytes.map(|a| peak <= a);
     let largest_micro_batch = available_bytes.and_then(|a| {
-        let grown = Config { batch_size: crate::config::MAX_BATCH, gradient_accumulation_steps: 1, ..cfg.clone() };
-        // The search caps at the request's batch times 64 so a large budget stays quick to answer.
-        let capped = Config { batch_size: cfg.batch_size.saturating_mul(64).min(grown.batch_size), ..grown };
-        auto_fit(&capped, opts, a).map(|c| c.batch_size)
+        // Up to the largest batch a config may have: a bisection, 17 simulations at most.
+        largest_fitting(crate::config::MAX_BATCH, a, |b| peak_bytes(&simulate(&Config { batch_size: b, ..cfg.clone() }, opts)))
     });
     let auto = match (available_bytes, fits) {
         (Some(a), Some(false)) => auto_fit(cfg, opts, a),
@@ -1331,7 +1343,13 @@ mod plan_tests {
         assert_eq!(tight.fits, Some(false));
         let fitted = tight.auto_fit.expect("a smaller batch fits");
         assert!(fitted.batch_size < 16);
-        assert_eq!(tight.largest_micro_batch, Some(fitted.batch_size));
+        // The largest micro-batch fits and one more does not; auto-fit takes it or a divisor of
+        // the 16 sequences per iteration below it, keeping them.
+        let largest = tight.largest_micro_batch.expect("some batch fits");
+        let need = |b: u32| peak_bytes(&simulate(&Config { batch_size: b, ..cfg.clone() }, &opts));
+        assert!(need(largest) <= p.peak_bytes / 2 && need(largest + 1) > p.peak_bytes / 2);
+        assert!(fitted.batch_size <= largest && fitted.batch_size * 2 >= largest, "{} of {largest}", fitted.batch_size);
+        assert_eq!(fitted.batch_size * fitted.gradient_accumulation_steps, 16);
         let roomy = plan(&cfg, &opts, Some(p.peak_bytes * 4)).expect("valid");
         assert_eq!(roomy.fits, Some(true));
         assert!(roomy.largest_micro_batch.is_some_and(|b| b > 16));

@@ -62,8 +62,8 @@ pub struct TrainArgs {
     /// CPU threads (sets CANDLE_NUM_THREADS and RAYON_NUM_THREADS for this run).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: Option<u32>,
-    /// If the pre-flight predicts the run will not fit, train the largest micro-batch that fits,
-    /// with more gradient accumulation to keep the tokens per iteration.
+    /// If the pre-flight predicts the run will not fit, train a smaller micro-batch that fits, with
+    /// more gradient accumulation to keep the tokens per iteration (the note says if they change).
     #[arg(long = "auto-fit", alias = "auto_fit")]
     pub auto_fit: bool,
     /// Memory the pre-flight may plan for, in MiB [default: what the machine has available].
@@ -517,7 +517,7 @@ mod tests {
             let (flags, aside) = fix.split_once(" (").unwrap_or((fix, ""));
             suggested.push(flags);
             if let Some(alternative) = aside.strip_prefix("or ") {
-                suggested.push(alternative.trim_end_matches(')'));
+                suggested.push(alternative.split([',', ')']).next().unwrap_or(alternative));
             }
         }
         let mut effects = Vec::new();

@@ -96,11 +96,12 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
         if let Some(fitted) = trainer_model::auto_fit(cfg, opts, available) {
             let fitted_need = trainer_model::peak_bytes(&trainer_model::simulate(&fitted, opts));
             let note = format!(
-                "--auto-fit: batch_size {} -> {}, gradient_accumulation_steps {} -> {} (predicted {} of {} available{})",
+                "--auto-fit: batch_size {} -> {}, gradient_accumulation_steps {} -> {}, {} (predicted {} of {} available{})",
                 cfg.batch_size,
                 fitted.batch_size,
                 cfg.gradient_accumulation_steps,
                 fitted.gradient_accumulation_steps,
+                sequences_change(cfg, &fitted),
                 predicted(fitted_need, basis),
                 mib(available),
                 basis.caveat()
@@ -111,8 +112,10 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
     let mut fixes = Vec::new();
     if let Some(fitted) = trainer_model::auto_fit(cfg, opts, available) {
         fixes.push(format!(
-            "--batch-size {} --gradient-accumulation-steps {} (or --auto-fit)",
-            fitted.batch_size, fitted.gradient_accumulation_steps
+            "--batch-size {} --gradient-accumulation-steps {} (or --auto-fit, {})",
+            fitted.batch_size,
+            fitted.gradient_accumulation_steps,
+            sequences_change(cfg, &fitted)
         ));
     }
     if !cfg.activation_checkpointing {
@@ -164,6 +167,15 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
 pub fn measured_line(measured: u64, predicted: u64) -> String {
     let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
     format!("memory: measured peak {}, predicted {} ({err:+.1}%)", mib(measured), mib(predicted))
+}
+
+/// What an auto-fit does to the sequences per iteration: kept, or how many more.
+fn sequences_change(from: &Config, to: &Config) -> String {
+    let per_iter = |c: &Config| u64::from(c.batch_size) * u64::from(c.gradient_accumulation_steps);
+    match (per_iter(from), per_iter(to)) {
+        (a, b) if a == b => format!("the same {a} sequences per iteration"),
+        (a, b) => format!("{a} -> {b} sequences per iteration (no micro-batch that fits divides {a} usefully)"),
+    }
 }
 
 #[cfg(test)]
