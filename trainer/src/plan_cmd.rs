@@ -16,6 +16,19 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     if args.runtime == Some(Runtime::Trainer) {
         return run_trainer(args, &inputs.config);
     }
+    let trainer_only: Vec<&str> = [
+        ("--chunked-loss", args.chunked_loss.is_some()),
+        ("--eval-chunk-rows", args.eval_chunk_rows.is_some()),
+        ("--grad-clip", args.grad_clip.is_some()),
+        ("--threads", args.threads.is_some()),
+        ("--max-memory-mib", args.max_memory_mib.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    if !trainer_only.is_empty() {
+        crate::print_note(&format!("{} only apply to --runtime trainer; this plan is for PyTorch on a GPU", trainer_only.join(", ")));
+    }
     let request = PlanRequest {
         config: inputs.config.clone(),
         gpus: inputs.gpus.clone(),
@@ -44,6 +57,9 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
     use vramfit_core::trainer_model::{self, TrainerOptions};
     if !args.card.gpu.is_empty() {
         crate::print_note("--gpu does not apply to --runtime trainer (it plans for this CPU's memory)");
+    }
+    if args.card.other_usage_mib.is_some() {
+        crate::print_note("--other-usage-mib does not apply to --runtime trainer (--max-memory-mib sets the memory to plan for)");
     }
     let threads = args.threads.map_or_else(candle_core::utils::get_num_threads, |n| n as usize);
     let opts = TrainerOptions {

@@ -472,3 +472,17 @@ fn grad_clip_takes_trains_norm() {
     assert_ne!(with("true"), with("false"), "clipping changes the trainer's plan");
     assert!(assert_one_error_line(&["plan", "--grad-clip", "lots"]).contains("norm"));
 }
+
+/// Flags the chosen runtime does not use say so on stderr instead of passing silently.
+#[test]
+fn flags_of_the_other_runtime_are_noted() {
+    let out = vramfit(&["plan", "--chunked-loss", "true", "--threads", "3", "--no-fixes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success());
+    assert!(stderr.contains("note: --chunked-loss, --threads only apply to --runtime trainer"), "{stderr}");
+    let out = vramfit(&["plan", "--runtime", "trainer", "--max-memory-mib", "100000", "--other-usage-mib", "500", "--n-layer", "2"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("note: --other-usage-mib does not apply"));
+    let quiet = vramfit(&["plan", "--no-fixes"]);
+    assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
+}
