@@ -192,7 +192,7 @@ fn parse_beta(s: &str) -> Result<f64, String> {
 fn parse_temperature(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
-        _ => Err("expected a number > 0".into()),
+        _ => Err("expected a finite number > 0".into()),
     }
 }
 
