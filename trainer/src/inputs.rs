@@ -50,6 +50,10 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             .map_err(|e| format!("cannot read config file {shown}: {e}"))?;
         let text = String::from_utf8(bytes).map_err(|e| format!("cannot read config file {shown}: not UTF-8 text ({e})"))?;
         let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
+        if file.config == state.config && file.extra.is_empty() && file.unreadable.is_empty() {
+            // An empty file, or the wrong one: say so rather than plan the defaults silently.
+            notices.push(format!("{shown}: changes none of the settings vramfit reads (empty, or all at their defaults)"));
+        }
         state.config = file.config;
         extra = file.extra;
         unreadable = file.unreadable.into_iter().map(|name| format!("{shown}: cannot read the value of {name}")).collect();

@@ -486,3 +486,17 @@ fn flags_of_the_other_runtime_are_noted() {
     let quiet = vramfit(&["plan", "--no-fixes"]);
     assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
 }
+
+/// A config file that changes nothing (empty, or not a nanoGPT config) is noted, not silently planned.
+#[test]
+fn a_config_file_that_changes_nothing_is_noted() {
+    for (name, text) in [("empty.py", ""), ("prose.py", "just some words\n")] {
+        let file = temp_file(name, text);
+        let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("changes none of the settings"), "{name}");
+    }
+    let file = temp_file("four.py", "n_layer = 4\n");
+    let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("changes none"));
+}
