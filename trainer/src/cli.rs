@@ -28,7 +28,7 @@ pub enum Command {
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
     #[command(allow_negative_numbers = true, args_override_self = true)]
     #[command(after_help = "With no --config and no --link, a small character model (2 layers, 4 heads, 64 wide, context 64, \
-        batch 16, 600 iterations, about 35 s) trains on the built-in corpus, and vocab_size is the data's; otherwise settings come from \
+        batch 16, 600 iterations, about 10 s) trains on the built-in corpus, and vocab_size is the data's; otherwise settings come from \
         nanoGPT's defaults, then --config, then --link, then the flags. With --resume the checkpoint's settings replace all \
         of those; flags may still change the training ones (not the model's shape). CPU threads: --threads, else \
         CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model and all cores otherwise.")]
