@@ -583,11 +583,17 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     // search finds nothing (eval batch 1 does not fit), the batches just below are tried.
     let with_eval_batch = |e: u32| Config { eval_batch_size: Some(e), ..cfg.clone() };
     let below = cfg.eval_batch().saturating_sub(1);
-    let eval_fix = search.largest(1, below, None, with_eval_batch).or_else(|| {
-        (below.saturating_sub(EVAL_BATCH_SCAN - 1).max(1)..=below)
-            .rev()
-            .find_map(|e| check_exact(&with_eval_batch(e), gpu, available).and_then(Result::ok).map(|need| (e, need)))
-    });
+    let fits_at = |e: u32| check_exact(&with_eval_batch(e), gpu, available).and_then(Result::ok).map(|need| (e, need));
+    let mut eval_fix = search
+        .largest(1, below, None, with_eval_batch)
+        .or_else(|| (below.saturating_sub(EVAL_BATCH_SCAN - 1).max(1)..=below).rev().find_map(fits_at));
+    // The training micro-batch and its neighbours, where eval reuses training's blocks, when
+    // above what was found (eval batch 64 with batch 8: the scan below 64 finds nothing).
+    let b = cfg.batch_size;
+    let near: Vec<u32> = [b.saturating_add(1), b, b.saturating_sub(1)].into_iter().filter(|e| (1..=below).contains(e)).collect();
+    if let Some(better) = near.into_iter().filter(|e| eval_fix.is_none_or(|(f, _)| *e > f)).find_map(fits_at) {
+        eval_fix = Some(better);
+    }
     if let Some((eb, need)) = eval_fix {
         push(
             format!("eval_batch_size = {eb}"),
@@ -888,7 +894,12 @@ mod tests {
         let fix = p.fixes.iter().find(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix");
         let eb = fix.config.eval_batch_size.unwrap();
         assert!(fix.fits && eb < 16 && fits(&fix.config, &gpu, 0), "{fix:?}");
-        assert_eq!(fix.config, Config { eval_batch_size: Some(eb), ..cfg });
+        assert_eq!(fix.config, Config { eval_batch_size: Some(eb), ..cfg.clone() });
+        // Eval batch 64: nothing fits in the 24 below it, but the training batch's neighbourhood does.
+        let far = Config { eval_batch_size: Some(64), ..cfg };
+        let fixes = plan(&req(far.clone())).unwrap().fixes;
+        let fix = fixes.iter().find(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix from 64");
+        assert!(fix.fits && fits(&fix.config, &gpu, 0), "{fix:?}");
     }
 
     /// The three ways to get fixes (inside a plan, from scratch, and from a plan made without

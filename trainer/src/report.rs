@@ -231,7 +231,17 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
                 plan.config.batch_size,
                 if first.bf16_unsupported { "; memory only: bf16 still needs another dtype there" } else { "" }
             )?,
-            None => writeln!(out, "  largest micro-batch that fits {}: none, even batch_size 1 does not fit", first.gpu)?,
+            None => {
+                // With its own eval batch, eval does not shrink with the micro-batch: say when it
+                // is what does not fit.
+                let eval_held = match plan.config.eval_batch_size {
+                    Some(eb) if first.worst_window.starts_with("eval") => {
+                        format!(" (eval_batch_size {eb} stays, and eval is what does not fit)")
+                    }
+                    _ => String::new(),
+                };
+                writeln!(out, "  largest micro-batch that fits {}: none, even batch_size 1 does not fit{eval_held}", first.gpu)?
+            }
         }
     }
     Ok(())

@@ -500,3 +500,12 @@ fn a_config_file_that_changes_nothing_is_noted() {
     let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("changes none"));
 }
+
+/// When no micro-batch fits because the separately set eval batch does not, the report says so.
+#[test]
+fn an_eval_batch_that_blocks_every_micro_batch_is_named() {
+    let out = vramfit(&["plan", "--batch-size", "8", "--eval-batch-size", "64", "--compile", "false"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("none, even batch_size 1 does not fit (eval_batch_size 64 stays, and eval is what does not fit)"), "{text}");
+    assert!(text.contains("eval_batch_size = "), "an eval batch fix is offered: {text}");
+}
