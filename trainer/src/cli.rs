@@ -28,8 +28,10 @@ pub enum Command {
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
     #[command(allow_negative_numbers = true, args_override_self = true)]
     #[command(after_help = "With no --config and no --link, a small character model (2 layers, 4 heads, 64 wide, context 64, \
-        batch 16, 600 iterations, about 10 s) trains on the built-in corpus, and vocab_size is the data's; otherwise settings come from \
-        nanoGPT's defaults, then --config, then --link, then the flags. With --resume the checkpoint's settings replace all \
+        batch 16, 600 iterations, about 10 s) trains on the built-in corpus, and vocab_size is the data's. A --link sets the model \
+        and batch it carries over nanoGPT's model defaults (vocab_size still the data's unless the link has V) and keeps this \
+        run's training schedule. With --config, settings come from nanoGPT's defaults, then the file, then --link, then the \
+        flags; the [default: ...] of a training setting names both. The model flags' [default: ...] are nanoGPT's, which apply with --config or --link. With --resume the checkpoint's settings replace all \
         of those; flags may still change the training ones (not the model's shape). CPU threads: --threads, else \
         CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model and all cores otherwise.")]
     Train(Box<TrainArgs>),
@@ -69,22 +71,22 @@ pub struct TrainArgs {
     /// Memory the pre-flight may plan for, in MiB [default: what the machine has available].
     #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_memory_mib: Option<u64>,
-    /// Optimizer steps to take [default: 600000].
+    /// Optimizer steps to take [default: 600; with --config: 600000].
     #[arg(long = "max-iters", alias = "max_iters", value_name = "N")]
     pub max_iters: Option<u64>,
-    /// Peak learning rate [default: 6e-4].
+    /// Peak learning rate [default: 1e-3; with --config: 6e-4].
     #[arg(long = "learning-rate", alias = "learning_rate", value_name = "LR", value_parser = parse_non_negative)]
     pub learning_rate: Option<f64>,
     /// Cosine decay with warmup: true or false (constant learning rate) [default: true].
     #[arg(long = "decay-lr", alias = "decay_lr", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub decay_lr: Option<bool>,
-    /// Linear warmup iterations [default: 2000].
+    /// Linear warmup iterations [default: 20; with --config: 2000].
     #[arg(long = "warmup-iters", alias = "warmup_iters", value_name = "N")]
     pub warmup_iters: Option<u64>,
-    /// Iteration at which the learning rate reaches min-lr [default: 600000].
+    /// Iteration at which the learning rate reaches min-lr [default: 600; with --config: 600000].
     #[arg(long = "lr-decay-iters", alias = "lr_decay_iters", value_name = "N")]
     pub lr_decay_iters: Option<u64>,
-    /// Final learning rate [default: 6e-5].
+    /// Final learning rate [default: 1e-4; with --config: 6e-5].
     #[arg(long = "min-lr", alias = "min_lr", value_name = "LR", value_parser = parse_non_negative)]
     pub min_lr: Option<f64>,
     /// AdamW weight decay of the 2-D parameters [default: 0.1].
@@ -93,16 +95,16 @@ pub struct TrainArgs {
     /// AdamW beta1 [default: 0.9].
     #[arg(long, value_name = "B", value_parser = parse_beta)]
     pub beta1: Option<f64>,
-    /// AdamW beta2 [default: 0.95].
+    /// AdamW beta2 [default: 0.99; with --config: 0.95].
     #[arg(long, value_name = "B", value_parser = parse_beta)]
     pub beta2: Option<f64>,
     /// Clip gradients to this global norm; 0 disables [default: 1.0].
     #[arg(long = "grad-clip", alias = "grad_clip", value_name = "NORM", value_parser = parse_non_negative)]
     pub grad_clip: Option<f64>,
-    /// Iterations between evaluations (and checkpoints) [default: 2000].
+    /// Iterations between evaluations (and checkpoints) [default: 100; with --config: 2000].
     #[arg(long = "eval-interval", alias = "eval_interval", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub eval_interval: Option<u64>,
-    /// Iterations between progress lines when stderr is not a terminal [default: 1].
+    /// Iterations between progress lines when stderr is not a terminal [default: 50; with --config: 1].
     #[arg(long = "log-interval", alias = "log_interval", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub log_interval: Option<u64>,
     /// Save at every evaluation, not only when val loss improves: true or false [default: true].
@@ -457,34 +459,42 @@ mod tests {
         }
     }
 
-    /// train's `[default: ...]` in --help are train.py's, which `TrainSettings::default()` holds.
+    /// train's `[default: ...]` in --help are those of the run without --config
+    /// (`small_default()`), followed by train.py's (`TrainSettings::default()`) where they differ.
     #[test]
     fn train_help_defaults_match_train_settings() {
-        let d = vramfit::train::TrainSettings::default();
-        let expected = [
-            ("max_iters", d.max_iters.to_string()),
-            ("learning_rate", format!("{:e}", d.lr.learning_rate)),
-            ("decay_lr", d.lr.decay_lr.to_string()),
-            ("warmup_iters", d.lr.warmup_iters.to_string()),
-            ("lr_decay_iters", d.lr.lr_decay_iters.to_string()),
-            ("min_lr", format!("{:e}", d.lr.min_lr)),
-            ("weight_decay", d.adamw.weight_decay.to_string()),
-            ("beta1", d.adamw.beta1.to_string()),
-            ("beta2", d.adamw.beta2.to_string()),
-            ("grad_clip", format!("{:?}", d.grad_clip)),
-            ("eval_interval", d.eval_interval.to_string()),
-            ("log_interval", d.log_interval.to_string()),
-            ("always_save_checkpoint", d.always_save_checkpoint.to_string()),
-            ("seed", d.seed.to_string()),
-            ("out_dir", d.out_dir.display().to_string()),
-            ("chunked_loss", d.chunked_loss.to_string()),
-        ];
+        let small = vramfit::train::small_default().1;
+        let expected_of = |d: &vramfit::train::TrainSettings| {
+            [
+                ("max_iters", d.max_iters.to_string()),
+                ("learning_rate", format!("{:e}", d.lr.learning_rate)),
+                ("decay_lr", d.lr.decay_lr.to_string()),
+                ("warmup_iters", d.lr.warmup_iters.to_string()),
+                ("lr_decay_iters", d.lr.lr_decay_iters.to_string()),
+                ("min_lr", format!("{:e}", d.lr.min_lr)),
+                ("weight_decay", d.adamw.weight_decay.to_string()),
+                ("beta1", d.adamw.beta1.to_string()),
+                ("beta2", d.adamw.beta2.to_string()),
+                ("grad_clip", format!("{:?}", d.grad_clip)),
+                ("eval_interval", d.eval_interval.to_string()),
+                ("log_interval", d.log_interval.to_string()),
+                ("always_save_checkpoint", d.always_save_checkpoint.to_string()),
+                ("seed", d.seed.to_string()),
+                ("out_dir", d.out_dir.display().to_string()),
+                ("chunked_loss", d.chunked_loss.to_string()),
+            ]
+        };
         let cmd = Cli::command();
         let train = cmd.find_subcommand("train").expect("train subcommand");
-        for (id, value) in expected {
+        for ((id, value), (_, small_value)) in expected_of(&vramfit::train::TrainSettings::default()).into_iter().zip(expected_of(&small)) {
             let arg = train.get_arguments().find(|a| a.get_id() == id).expect(id);
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-            assert!(help.contains(&format!("[default: {value}]")), "{id}: {help} (expected {value})");
+            let want = if small_value == value {
+                format!("[default: {value}]")
+            } else {
+                format!("[default: {small_value}; with --config: {value}]")
+            };
+            assert!(help.contains(&want), "{id}: {help} (expected {want})");
         }
     }
 

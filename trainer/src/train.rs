@@ -15,7 +15,8 @@
 //! Reproducibility: the parameters start from `seed`; batches and dropout masks come from one
 //! seeded RNG whose state is checkpointed after each evaluation, so `--resume` from a checkpoint
 //! continues exactly as the uninterrupted run would (bit-identical on CPU). Ctrl-C sets a flag the
-//! loop checks between iterations: it saves a checkpoint there and returns.
+//! loop checks between iterations: it saves a checkpoint there and returns, except in a fresh run
+//! that has not saved yet over a previous run's checkpoint, which it leaves as it is.
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::data::{get_batch, Dataset, Tokens};
@@ -105,9 +106,11 @@ pub struct Summary {
     pub best_val_loss: Option<f32>,
     /// The last evaluation's (train, val) loss.
     pub last_eval: Option<(f32, f32)>,
-    /// Ctrl-C stopped it (a checkpoint was saved).
+    /// Ctrl-C stopped it (a checkpoint was saved unless `checkpoint` is `None`: see
+    /// [`save_on_interrupt`]).
     pub interrupted: bool,
-    /// Where the checkpoint is (if one was ever written by this run or a previous one).
+    /// Where this run's checkpoint is (written by this run, or by the run it resumed); `None`
+    /// when it saved none (a previous run's checkpoint may be there, untouched).
     pub checkpoint: Option<PathBuf>,
     /// Training tokens per second over this run's iterations.
     pub tokens_per_s: f64,
@@ -223,6 +226,20 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
 
     loop {
         if interrupt.load(Ordering::SeqCst) {
+            let tokens_per_s = tokens_per_iter * train_iters as f64 / train_secs.max(1e-9);
+            if !save_on_interrupt(saved_any, ckpt_path.exists()) {
+                // The checkpoint on disk (and its log, kept aside) is a previous run's, and this
+                // run never reached a save of its own: an interrupted run must not cost it (nor
+                // the log kept aside with it, nor its loss plot).
+                return Ok(Summary {
+                    iter_num: state.iter_num,
+                    best_val_loss: state.best_val_loss,
+                    last_eval,
+                    interrupted: true,
+                    checkpoint: None,
+                    tokens_per_s,
+                });
+            }
             save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
             progress.checkpoint(state.iter_num, &ckpt_path, "interrupted");
             crate::lossplot::write_for(&settings.out_dir);
@@ -232,7 +249,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                 last_eval,
                 interrupted: true,
                 checkpoint: Some(ckpt_path),
-                tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),
+                tokens_per_s,
             });
         }
         let finished = state.iter_num >= settings.max_iters;
@@ -344,6 +361,14 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
     })
 }
 
+/// Whether Ctrl-C saves a checkpoint: always once this run owns the checkpoint on disk (it saved
+/// one, or it resumed from it), and otherwise only where there is none. A fresh run interrupted
+/// before its first regular save would otherwise replace a previous run's checkpoint (maybe
+/// thousands of iterations) with a few iterations of its own.
+pub fn save_on_interrupt(run_owns_checkpoint: bool, checkpoint_exists: bool) -> bool {
+    run_owns_checkpoint || !checkpoint_exists
+}
+
 fn save(
     path: &Path,
     cfg: &Config,
@@ -386,4 +411,19 @@ fn save(
         crate::progress::checkpoint_saved(out_dir);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::save_on_interrupt;
+
+    /// A fresh run that has not saved leaves a previous run's checkpoint alone; everything else
+    /// (its own checkpoint, a resumed one, an empty directory) is saved on Ctrl-C.
+    #[test]
+    fn ctrl_c_saves_only_over_a_checkpoint_this_run_owns() {
+        assert!(!save_on_interrupt(false, true), "a fresh run would replace the previous run's checkpoint");
+        assert!(save_on_interrupt(false, false));
+        assert!(save_on_interrupt(true, true));
+        assert!(save_on_interrupt(true, false));
+    }
 }

@@ -2,7 +2,9 @@
 //!
 //! Settings, lowest precedence first:
 //! - with neither `--config` nor `--link`: [`vramfit::train::small_default`], a character model that learns the
-//!   built-in corpus in about a minute on two CPU cores; otherwise nanoGPT's train.py defaults;
+//!   built-in corpus in about a minute on two CPU cores; otherwise nanoGPT's train.py defaults, except that
+//!   with a link and no config file the training schedule, and the gradient accumulation and eval_iters a
+//!   link leaves out, stay the small default's (a link carries no schedule; see `resolve_fresh`);
 //! - the config file (its model settings through core's reader, its training settings here);
 //! - the link; then the flags.
 //!
@@ -23,6 +25,7 @@ use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
 use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
+use vramfit_core::link::{self, LinkState};
 use vramfit_core::nanogpt::Value;
 use vramfit_core::trainer_model::TrainerOptions;
 use vramfit_core::{Config, Dtype};
@@ -87,6 +90,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         settings.out_dir = dir;
     }
     check_settings(&settings)?;
+    if let Some(ckpt) = &resume {
+        check_resume_has_work(ckpt.meta.iter_num, ckpt.meta.evaluated, settings.max_iters)?;
+    }
 
     // The data, and the vocabulary size it implies.
     let source = match (&args.data, &resume) {
@@ -186,14 +192,14 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
             std::process::exit(130);
         }
-        let _ = writeln!(std::io::stderr(), "\ninterrupt: saving a checkpoint after this iteration (Ctrl-C again to quit at once)");
+        let _ = writeln!(std::io::stderr(), "\ninterrupt: stopping after this iteration (Ctrl-C again to quit at once)");
     })
     .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let start = resume.as_ref().map_or(0, |c| c.meta.iter_num);
     if resume.is_none() && settings.out_dir.join(checkpoint::FILE_NAME).exists() {
         crate::print_note(&format!(
-            "{} exists: this new run replaces it at its first save (--resume continues it instead)",
+            "{} exists: this new run replaces it at its first save, Ctrl-C before then keeps it (--resume continues it instead)",
             settings.out_dir.join(checkpoint::FILE_NAME).display()
         ));
     }
@@ -226,7 +232,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     progress.finish();
 
     let mut lines = Vec::new();
-    if summary.interrupted {
+    if summary.interrupted && summary.checkpoint.is_none() {
+        lines.push(format!("interrupted at iteration {} before this run's first save: nothing of this run was saved", summary.iter_num));
+    } else if summary.interrupted {
         lines.push(format!(
             "interrupted at iteration {}: continue with --resume --out-dir {}",
             summary.iter_num,
@@ -243,6 +251,15 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     }
     match &summary.checkpoint {
         Some(path) => lines.push(format!("checkpoint: {}  (vramfit sample --out-dir {})", path.display(), settings.out_dir.display())),
+        None if summary.interrupted => {
+            // Ctrl-C before this run's first save left the previous run's checkpoint as it was.
+            let kept_log = settings.out_dir.join(vramfit::progress::PREVIOUS_LOG_FILE);
+            let log_note = if kept_log.is_file() { format!(", its log as {}", kept_log.display()) } else { String::new() };
+            lines.push(format!(
+                "checkpoint: {} is the previous run's, kept{log_note} (--resume continues that run)",
+                settings.out_dir.join(checkpoint::FILE_NAME).display()
+            ));
+        }
         None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
     }
     lines.push(format!(
@@ -296,10 +313,18 @@ fn free_device_bytes(_device: &Device) -> Option<u64> {
 }
 
 /// Defaults, config file, link and flags for a run that is not resumed; the bool says whether
-/// vocab_size was given explicitly (flag or link) rather than left to the data.
+/// vocab_size was given explicitly (flag, or the link's vocab key) rather than left to the data.
+///
+/// A link carries what the page shares: the model, the batch and the memory settings, not a
+/// training schedule. Without `--config`, the schedule (max_iters, learning rate, eval_interval)
+/// is therefore train's own ([`train::small_default`]: 600 iterations), not train.py's 600000;
+/// so are gradient_accumulation_steps and eval_iters when the link leaves them out (they set how
+/// long each iteration and evaluation takes), and vocab_size is the data's unless the link has it.
+/// With `--config`, the file is train.py's settings and train.py's defaults fill the rest.
 fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Failure> {
     let run = &args.run;
-    let explicit_vocab = run.vocab_size.is_some() || run.link.is_some();
+    let link_gives = |field: fn(&mut Config) -> &mut u32| run.link.as_deref().is_some_and(|url| link_sets(url, field));
+    let explicit_vocab = run.vocab_size.is_some() || link_gives(|c| &mut c.vocab_size);
     if run.config.is_none() && run.link.is_none() {
         let (mut cfg, settings) = train::small_default();
         inputs::apply_flags(&mut cfg, run);
@@ -313,9 +338,34 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         return Err(input(format!("{what} (train needs every training setting it is given)")));
     }
     crate::print_input_notes(&resolved.notices);
+    let mut cfg = resolved.config;
     let mut settings = TrainSettings::default();
+    if run.config.is_none() {
+        let (small, small_settings) = train::small_default();
+        settings = small_settings;
+        if run.gradient_accumulation_steps.is_none() && !link_gives(|c| &mut c.gradient_accumulation_steps) {
+            cfg.gradient_accumulation_steps = small.gradient_accumulation_steps;
+        }
+        if run.eval_iters.is_none() && !link_gives(|c| &mut c.eval_iters) {
+            cfg.eval_iters = small.eval_iters;
+        }
+        cfg.validate().map_err(|e| input(e.to_string()))?;
+    }
     apply_config_extras(&mut settings, &resolved.extra)?;
-    Ok((resolved.config, settings, explicit_vocab))
+    Ok((cfg, settings, explicit_vocab))
+}
+
+/// Whether the link gives a value for `field`. The decoded state does not say which keys a link
+/// had, so ask the codec itself: decoded over two bases that differ only in `field`, the field
+/// comes out the same exactly when the link sets it (by its short key or its long name).
+fn link_sets(url: &str, field: fn(&mut Config) -> &mut u32) -> bool {
+    let base = LinkState::default();
+    let mut other = base.clone();
+    let slot = field(&mut other.config);
+    *slot = if *slot > 1 { *slot - 1 } else { *slot + 1 };
+    let mut a = link::decode_over(&base, url).state.config;
+    let mut b = link::decode_over(&other, url).state.config;
+    *field(&mut a) == *field(&mut b)
 }
 
 /// With `--resume`, flags may not change the model the checkpoint holds.
@@ -447,6 +497,18 @@ fn check_settings(s: &TrainSettings) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A resumed run must have iterations left (or, at `max_iters`, the final evaluation a Ctrl-C
+/// cut off); otherwise it would report "done" having done nothing.
+fn check_resume_has_work(iter_num: u64, evaluated: bool, max_iters: u64) -> Result<(), Failure> {
+    if max_iters < iter_num || (max_iters == iter_num && evaluated) {
+        return Err(input(format!(
+            "--resume: the checkpoint is already at iteration {iter_num} and max_iters is {max_iters}: \
+             pass a --max-iters larger than {iter_num} to continue training"
+        )));
+    }
+    Ok(())
+}
+
 fn describe_vocab(v: &Vocabulary) -> String {
     match v {
         Vocabulary::Chars { chars } => format!("{} characters", chars.chars().count()),
@@ -457,7 +519,8 @@ fn describe_vocab(v: &Vocabulary) -> String {
 fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device, resume: Option<&Checkpoint>) {
     let params = vramfit_core::params::count(cfg);
     let threads = candle_core::utils::get_num_threads();
-    let device_name = if device.is_cpu() { format!("cpu ({threads} threads)") } else { "cuda:0".to_string() };
+    let device_name =
+        if device.is_cpu() { format!("cpu ({threads} thread{})", if threads == 1 { "" } else { "s" }) } else { "cuda:0".to_string() };
     say(format!(
         "model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2}M parameters ({} as nanoGPT prints)",
         cfg.n_layer,
@@ -506,4 +569,72 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
 /// A line on stdout; a closed pipe (`vramfit train | head`) must not stop training.
 fn say(text: String) {
     let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn fresh(args: &[&str]) -> (Config, TrainSettings, bool) {
+        let argv = ["vramfit", "train"].iter().chain(args).copied();
+        let Command::Train(train_args) = Cli::try_parse_from(argv).expect("the flags parse").command else { panic!("not a train command") };
+        resolve_fresh(&train_args).unwrap_or_else(|f| panic!("{}", f.message))
+    }
+
+    /// The README's link sets the model and the batch; the vocabulary stays the data's and the
+    /// schedule train's own (not train.py's 600000 iterations of 40 micro-steps).
+    #[test]
+    fn a_link_without_vocab_or_schedule_keys_keeps_trains_defaults() {
+        let (small, small_settings) = train::small_default();
+        let (cfg, settings, explicit_vocab) = fresh(&["--link", "http://127.0.0.1:8080/?v=1&L=4&C=128&H=4&T=128&B=8"]);
+        assert!(!explicit_vocab, "a link without its vocab key set vocab_size");
+        assert_eq!((cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.block_size, cfg.batch_size), (4, 128, 4, 128, 8));
+        assert_eq!(settings, small_settings);
+        assert_eq!(cfg.gradient_accumulation_steps, small.gradient_accumulation_steps);
+        assert_eq!(cfg.eval_iters, small.eval_iters);
+    }
+
+    /// Keys the link does carry are kept, by short key or long name; flags still win.
+    #[test]
+    fn a_link_s_vocab_and_accumulation_keys_are_kept() {
+        let (_, _, explicit) = fresh(&["--link", "?v=1&L=2&V=100"]);
+        assert!(explicit);
+        let (_, _, explicit) = fresh(&["--link", "?v=1&L=2&vocab_size=100"]);
+        assert!(explicit);
+        let (cfg, _, _) = fresh(&["--link", "?v=1&L=2&GA=3&EI=7"]);
+        assert_eq!((cfg.gradient_accumulation_steps, cfg.eval_iters), (3, 7));
+        let (cfg, _, explicit) = fresh(&["--link", "?v=1&L=2&GA=3", "--gradient-accumulation-steps", "5", "--vocab-size", "90"]);
+        assert_eq!((cfg.gradient_accumulation_steps, cfg.vocab_size, explicit), (5, 90, true));
+        // Without --config or --link, and with flags only, the data decides.
+        assert!(!fresh(&[]).2);
+        assert!(fresh(&["--vocab-size", "90"]).2);
+    }
+
+    /// A config file is train.py's settings: train.py's defaults fill in what it leaves out.
+    #[test]
+    fn a_config_file_keeps_train_py_defaults() {
+        let dir = std::env::temp_dir().join(format!("vramfit-train-cmd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("train_x.py");
+        std::fs::write(&file, "n_layer = 2\nlearning_rate = 1e-3\n").unwrap();
+        let (cfg, settings, _) = fresh(&["--config", file.to_str().unwrap(), "--link", "?v=1&C=64&H=4"]);
+        let _ = std::fs::remove_dir_all(&dir);
+        let nanogpt = TrainSettings::default();
+        assert_eq!((settings.max_iters, settings.lr.learning_rate), (nanogpt.max_iters, 1e-3));
+        assert_eq!(cfg.gradient_accumulation_steps, Config::default().gradient_accumulation_steps);
+    }
+
+    #[test]
+    fn resuming_needs_iterations_left() {
+        assert!(check_resume_has_work(610, true, 5).is_err());
+        assert!(check_resume_has_work(610, true, 610).is_err());
+        let err = check_resume_has_work(610, true, 5).err().unwrap();
+        assert_eq!(err.code, 2);
+        assert!(err.message.contains("already at iteration 610") && err.message.contains("--max-iters"), "{}", err.message);
+        // Interrupted right after its last step: the final evaluation is still to do.
+        assert!(check_resume_has_work(610, false, 610).is_ok());
+        assert!(check_resume_has_work(610, true, 611).is_ok());
+    }
 }

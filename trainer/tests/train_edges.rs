@@ -3,6 +3,8 @@
 
 mod train_support;
 
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 use train_support::*;
 
 /// Weights blown up by an absurd learning rate: the evaluation that sees the NaN loss ends the run
@@ -83,4 +85,41 @@ fn the_checkpoints_log_stays_with_it() {
     // A fresh run that saves: the log kept aside goes with the checkpoint it belonged to.
     train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
     assert!(!dir.join("log.previous.jsonl").exists());
+}
+
+/// Ctrl-C in a fresh run before its first save, in a directory holding a finished run: the
+/// previous checkpoint and its log stay byte for byte (no "interrupted" checkpoint of a few
+/// iterations replaces them), and `--resume` still continues the previous run.
+#[test]
+fn ctrl_c_before_the_first_save_keeps_the_previous_run() {
+    let dir = scratch("ctrl-c-fresh-over-old");
+    let d = dir.to_str().unwrap();
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    let old_ckpt = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
+    let old_log = std::fs::read(dir.join("log.jsonl")).unwrap();
+
+    let mut cmd = vramfit();
+    cmd.args(["train", "--out-dir", d]).args(TINY).args(["--max-iters", "100000", "--eval-interval", "100000"]);
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // The old log (2 iterations) is moved aside at the start; wait for the new run's iterations.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(dir.join("log.jsonl")).unwrap_or_default().matches("\"kind\":\"iter\"").count() < 3 {
+        assert!(Instant::now() < deadline, "no iterations logged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sent = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("Ctrl-C before then keeps it"), "{stderr}");
+    assert!(!stdout.contains("saved checkpoint"), "{stdout}");
+    assert!(stdout.contains("is the previous run's, kept"), "{stdout}");
+    assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), old_ckpt, "the previous checkpoint was replaced");
+    assert_eq!(std::fs::read(dir.join("log.previous.jsonl")).unwrap(), old_log, "the previous run's log was lost");
+
+    // --resume continues the previous run, with its own log.
+    train_ok(&dir, &["--resume", "--max-iters", "4", "--eval-interval", "2"]);
+    assert_eq!(checkpoint_tensors(&dir).0.iter_num, 4);
+    assert!(std::fs::read(dir.join("log.jsonl")).unwrap().starts_with(&old_log));
 }

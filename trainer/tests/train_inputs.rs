@@ -95,7 +95,8 @@ fn bad_checkpoints() {
     // Resuming on other data with another vocabulary.
     let other = dir.join("other.txt");
     std::fs::write(&other, "0123456789".repeat(100)).unwrap();
-    assert_has(&train_err(&good, &["--resume", "--data", other.to_str().unwrap()]), &["vocabulary", "differs from the checkpoint's"]);
+    let other_data = ["--resume", "--max-iters", "4", "--data", other.to_str().unwrap()];
+    assert_has(&train_err(&good, &other_data), &["vocabulary", "differs from the checkpoint's"]);
     // A checkpoint whose config was edited to a far larger model than its tensors: refused
     // before a model of that size is built.
     let mut doctored = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
@@ -127,7 +128,7 @@ fn bad_flags() {
     #[cfg(not(feature = "cuda"))]
     assert_has(&train_err(&dir, &["--device", "cuda"]), &["built without CUDA"]);
     for (flags, expect) in [
-        (vec!["--temperature", "0"], "expected a number > 0"),
+        (vec!["--temperature", "0"], "expected a finite number > 0"),
         (vec!["--top-k", "0"], "--top-k"),
         (vec!["--num-samples=0"], "--num-samples"),
     ] {
@@ -229,6 +230,11 @@ fn checkpoint_training_settings_are_checked() {
     doctored.meta.iter_num = u64::MAX;
     doctored.meta.settings.max_iters = u64::MAX;
     vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
+    // Evaluated at max_iters already: nothing left to do, refused (no overflow on the way).
+    assert_has(&train_err(&dir, &["--resume"]), &[&format!("already at iteration {}", u64::MAX)]);
+    // With the final evaluation still to do, that is what the run does.
+    doctored.meta.evaluated = false;
+    vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
     let out = run(&["train", "--out-dir", dir.to_str().unwrap(), "--resume"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
@@ -244,4 +250,22 @@ fn empty_out_dir_in_a_config_file() {
     let out = vramfit().args(&args).current_dir(&dir).output().unwrap();
     assert_has(&one_error_line(&out), &["out_dir is empty"]);
     assert!(!dir.join("ckpt.safetensors").exists() && !dir.join("log.jsonl").exists());
+}
+
+/// Resuming a checkpoint that is already at (or past) max_iters has nothing to do: one error
+/// line saying so, instead of "done" after zero iterations; the checkpoint stays as it is.
+#[test]
+fn resume_without_iterations_left_is_refused() {
+    let dir = scratch("resume-no-iterations-left");
+    train_ok(&dir, &["--max-iters", "4", "--eval-interval", "2"]);
+    let before = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
+    assert_has(
+        &train_err(&dir, &["--resume", "--max-iters", "2"]),
+        &["already at iteration 4", "max_iters is 2", "--max-iters larger than 4"],
+    );
+    // Without the flag, max_iters is the checkpoint's own: reached already.
+    assert_has(&train_err(&dir, &["--resume"]), &["already at iteration 4", "max_iters is 4"]);
+    assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), before);
+    train_ok(&dir, &["--resume", "--max-iters", "5"]);
+    assert_eq!(checkpoint_tensors(&dir).0.iter_num, 5);
 }

@@ -42,6 +42,33 @@ fn train_link_trains_the_links_config_unchanged() {
     assert!(stdout.contains("batch 3 x block 12 x 2 micro-steps = 72 tokens per iteration"), "{stdout}");
 }
 
+/// A hand-written link like the README's sets the model and the batch only: vocab_size comes
+/// from the data, and gradient accumulation, eval_iters and the schedule are train's own
+/// defaults (not train.py's 600000 iterations of 40 micro-steps over a 50304-token vocabulary).
+#[test]
+fn a_partial_link_leaves_vocab_and_schedule_to_train() {
+    let dir = scratch("partial-link");
+    let url = "http://127.0.0.1:8080/?v=1&L=1&C=16&H=2&T=16&B=4";
+    let out =
+        run(&["train", "--link", url, "--out-dir", dir.to_str().unwrap(), "--max-iters", "2", "--eval-interval", "2", "--threads", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (meta, _) = checkpoint_tensors(&dir);
+    let (small, small_settings) = vramfit::train::small_default();
+    let data_vocab = match &meta.vocab {
+        vramfit::data::Vocabulary::Chars { chars } => chars.chars().count(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(meta.config.vocab_size as usize, data_vocab);
+    assert_eq!(
+        (meta.config.n_layer, meta.config.n_embd, meta.config.n_head, meta.config.block_size, meta.config.batch_size),
+        (1, 16, 2, 16, 4)
+    );
+    assert_eq!(meta.config.gradient_accumulation_steps, small.gradient_accumulation_steps);
+    assert_eq!(meta.config.eval_iters, small.eval_iters);
+    assert_eq!(meta.settings.lr, small_settings.lr);
+    assert_eq!(meta.settings.adamw, small_settings.adamw);
+}
+
 #[test]
 fn config_file_sets_training_settings() {
     let dir = scratch("config-file");
