@@ -560,6 +560,20 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
             if compute == candle_core::DType::F16 { ", dynamic loss scaling" } else { "" }
         )),
     }
+    // PyTorch settings the config may carry (a nanoGPT config file, a page link) that this
+    // trainer does not have: said once, rather than trained as something else silently.
+    let unused: Vec<&str> = [
+        (cfg.optimizer == vramfit_core::Optimizer::Sgd, "optimizer = sgd (it trains AdamW)"),
+        (cfg.compile, "compile = true"),
+        (cfg.attention == vramfit_core::Attention::Flash, "attention = flash (it runs explicit causal attention)"),
+        (cfg.expandable_segments, "expandable_segments = true"),
+    ]
+    .into_iter()
+    .filter_map(|(set, what)| set.then_some(what))
+    .collect();
+    if !unused.is_empty() {
+        say(format!("note: PyTorch settings the trainer does not have, not applied: {}", unused.join(", ")));
+    }
     if let Some(ckpt) = resume {
         let best = ckpt.meta.best_val_loss.map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));
         say(format!("resuming from iteration {} (best val loss {best})", ckpt.meta.iter_num));

@@ -123,3 +123,14 @@ fn ctrl_c_before_the_first_save_keeps_the_previous_run() {
     assert_eq!(checkpoint_tensors(&dir).0.iter_num, 4);
     assert!(std::fs::read(dir.join("log.jsonl")).unwrap().starts_with(&old_log));
 }
+
+/// PyTorch-only settings (`--optimizer sgd` trained AdamW silently) are named once, not dropped.
+#[test]
+fn pytorch_only_settings_are_named() {
+    let dir = scratch("pytorch-only");
+    let out = train_ok(&dir, &["--max-iters", "1", "--optimizer", "sgd", "--compile", "true"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("not applied: optimizer = sgd (it trains AdamW), compile = true"), "{stdout}");
+    let plain = train_ok(&scratch("pytorch-only-plain"), &["--max-iters", "1"]);
+    assert!(!text(&plain.stdout).contains("not applied"), "{}", text(&plain.stdout));
+}
