@@ -162,11 +162,15 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// "memory: measured peak X, predicted Y (+e%)" for after the first iterations; `measured` is the
+/// "memory: measured peak of the run (...) X, predicted Y (+e%)" for after the first iterations; `measured` is the
 /// counting allocator's peak minus what was live before the model was built.
 pub fn measured_line(measured: u64, predicted: u64) -> String {
     let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
-    format!("memory: measured peak {}, predicted {} ({err:+.1}%)", mib(measured), mib(predicted))
+    format!(
+        "memory: measured peak of the run (from before the model was built) {}, predicted {} ({err:+.1}%)",
+        mib(measured),
+        mib(predicted)
+    )
 }
 
 /// What an auto-fit does to the sequences per iteration: kept, or how many more.
@@ -274,6 +278,9 @@ mod tests {
 
     #[test]
     fn measured_line_reports_the_error() {
-        assert_eq!(measured_line(100 << 20, 103 << 20), "memory: measured peak 100.0 MiB, predicted 103.0 MiB (+3.0%)");
+        assert_eq!(
+            measured_line(100 << 20, 103 << 20),
+            "memory: measured peak of the run (from before the model was built) 100.0 MiB, predicted 103.0 MiB (+3.0%)"
+        );
     }
 }

@@ -173,7 +173,9 @@ impl Progress {
                 self.line(&crate::preflight::measured_line(measured, predicted));
             }
         }
-        let mem = memory().map(|(live, peak)| format!(", mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
+        // The whole process (data, tokenizer and all), where the memory line's measured peak is
+        // the training run's own, from the baseline before the model was built.
+        let mem = memory().map(|(live, peak)| format!(", process mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
         let text = format!("loss {:.4}, {:.0} tok/s{mem}", rec.loss, rec.tokens_per_s);
         if self.interactive {
             self.bar.set_message(text);
