@@ -71,11 +71,21 @@ impl Default for LinkState {
 }
 
 /// What [`decode`] made of a link: a state that is always valid, and what it had to ignore.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Decoded {
     pub state: LinkState,
     /// One line per ignored key or value, e.g. `ignored C=abc (n_embd): not a number`.
     pub notices: Vec<String>,
+    /// The settings the link gave and that were kept, by their long names (`vocab_size`), so a
+    /// caller can tell a value the link chose from one it left at the base's.
+    pub given: Vec<&'static str>,
+}
+
+impl Decoded {
+    /// Whether the link set the setting of this long name (and it was kept).
+    pub fn sets(&self, long_name: &str) -> bool {
+        self.given.contains(&long_name)
+    }
 }
 
 /// Every setting a link can carry, in the order [`encode`] writes them.
@@ -546,17 +556,18 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
             }
         }
     }
-    Decoded { state, notices }
+    let given = FIELDS.iter().filter(|(field, _, _)| given[field.index()]).map(|(_, _, long)| *long).collect();
+    Decoded { state, notices, given }
 }
 
 /// Reads a link for the command line: anything [`decode`] would ignore is an error, reported
 /// as one line.
 pub fn decode_strict(input: &str) -> Result<LinkState, String> {
-    decode_strict_over(&LinkState::default(), input)
+    decode_strict_over(&LinkState::default(), input).map(|decoded| decoded.state)
 }
 
-/// [`decode_strict`] on top of `base` (see [`decode_over`]).
-pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, String> {
+/// [`decode_strict`] on top of `base` (see [`decode_over`]); what it returns has no notices.
+pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<Decoded, String> {
     if !has_settings(input) {
         // The page opens a bare address with its defaults; asked for on purpose, a link without
         // settings is a wrong paste.
@@ -568,7 +579,7 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<LinkState, St
     }
     let decoded = decode_over(base, input);
     if decoded.notices.is_empty() {
-        Ok(decoded.state)
+        Ok(decoded)
     } else {
         // In an error, "ignored" would be misleading: nothing is used.
         let problems: Vec<&str> = decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n)).collect();
@@ -659,6 +670,20 @@ pub(crate) mod tests {
         let d = decode("v=1&B=-3&GA=2.5");
         assert!(d.notices.contains(&"ignored B=-3 (batch_size): cannot be negative".to_string()), "{:#?}", d.notices);
         assert!(d.notices.contains(&"ignored GA=2.5 (gradient_accumulation_steps): not a whole number".to_string()), "{:#?}", d.notices);
+    }
+
+    #[test]
+    fn given_names_the_settings_the_link_set_and_kept() {
+        // Short and long keys both count; a value that was ignored, and the version, do not.
+        let d = decode("v=1&V=65&gradient_accumulation_steps=4&C=abc&gpu=rtx-3090");
+        assert_eq!(d.given, vec!["vocab_size", "gradient_accumulation_steps", "gpu"]);
+        assert!(d.sets("vocab_size") && !d.sets("n_embd") && !d.sets("version"));
+        // A setting dropped because the combination is invalid is not given either.
+        let d = decode("H=5");
+        assert!(!d.notices.is_empty());
+        assert!(!d.sets("n_head"), "{:?}", d.given);
+        // The strict reader reports the same.
+        assert_eq!(decode_strict_over(&LinkState::default(), "L=6&EI=3").unwrap().given, vec!["n_layer", "eval_iters"]);
     }
 
     #[test]

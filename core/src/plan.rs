@@ -459,7 +459,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
 
 /// The largest value in `lo..=hi` for which `ok` holds, assuming `ok` is monotone (true up to
 /// some point, false after); `None` if `ok(lo)` is false.
-fn largest_where(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
+pub(crate) fn largest_where(lo: u32, hi: u32, ok: impl Fn(u32) -> bool) -> Option<u32> {
     if lo > hi || !ok(lo) {
         return None;
     }

@@ -17,6 +17,7 @@
 
 use crate::config::Config;
 use crate::params::param_tensors;
+use crate::plan::largest_where;
 use crate::sim::{Breakdown, Category, Peak, Phase, Simulation, TimelinePoint};
 
 /// Rows of logits the trainer's chunked loss computes at once: about 16 Mi logits (64 MiB in f32)
@@ -1143,27 +1144,9 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
         c.gradient_accumulation_steps = u32::try_from(sequences.div_ceil(u64::from(b.max(1)))).unwrap_or(u32::MAX);
         c
     };
-    let largest = largest_fitting(cfg.batch_size.max(1), budget_bytes, |b| peak_bytes(&simulate(&with_batch(b), opts)))?;
+    let largest = largest_where(1, cfg.batch_size.max(1), |b| peak_bytes(&simulate(&with_batch(b), opts)) <= budget_bytes)?;
     let divisor = (1..=largest).rev().find(|b| sequences.is_multiple_of(u64::from(*b))).unwrap_or(1);
     Some(with_batch(if divisor * 2 >= largest { divisor } else { largest }))
-}
-
-/// The largest micro-batch in `1..=hi` whose `need` fits `budget_bytes` (the need grows with
-/// the micro-batch), or `None` if 1 does not.
-fn largest_fitting(hi: u32, budget_bytes: u64, need: impl Fn(u32) -> u64) -> Option<u32> {
-    if need(1) > budget_bytes {
-        return None;
-    }
-    let (mut lo, mut hi) = (1u32, hi.max(1));
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if need(mid) <= budget_bytes {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    Some(lo)
 }
 
 #[cfg(test)]
@@ -1256,7 +1239,7 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
     let fits = available_bytes.map(|a| peak <= a);
     let largest_micro_batch = available_bytes.and_then(|a| {
         // Up to the largest batch a config may have: a bisection, 17 simulations at most.
-        largest_fitting(crate::config::MAX_BATCH, a, |b| peak_bytes(&simulate(&Config { batch_size: b, ..cfg.clone() }, opts)))
+        largest_where(1, crate::config::MAX_BATCH, |b| peak_bytes(&simulate(&Config { batch_size: b, ..cfg.clone() }, opts)) <= a)
     });
     let auto = match (available_bytes, fits) {
         (Some(a), Some(false)) => auto_fit(cfg, opts, a),

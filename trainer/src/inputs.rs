@@ -28,6 +28,8 @@ pub struct Inputs {
     /// Training settings the config file assigned but whose value could not be read (each
     /// also in `notices`): `train` refuses to run on defaults in their place.
     pub unreadable: Vec<String>,
+    /// The settings `--link` gave, by their long names (`vocab_size`); empty without a link.
+    pub link_sets: Vec<&'static str>,
 }
 
 impl Inputs {
@@ -43,6 +45,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut extra = Vec::new();
     let mut notices = Vec::new();
     let mut unreadable = Vec::new();
+    let mut link_sets = Vec::new();
 
     if let Some(path) = &run.config {
         let shown = path.display();
@@ -60,7 +63,9 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
     }
     if let Some(url) = &run.link {
-        state = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;
+        let decoded = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;
+        state = decoded.state;
+        link_sets = decoded.given;
     }
     apply_flags(&mut state.config, run);
     state.config.validate().map_err(|e| e.to_string())?;
@@ -78,6 +83,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         extra,
         notices,
         unreadable,
+        link_sets,
     })
 }
 

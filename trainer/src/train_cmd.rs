@@ -25,7 +25,6 @@ use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
 use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
-use vramfit_core::link::{self, LinkState};
 use vramfit_core::nanogpt::Value;
 use vramfit_core::trainer_model::TrainerOptions;
 use vramfit_core::{Config, Dtype};
@@ -323,13 +322,11 @@ fn free_device_bytes(_device: &Device) -> Option<u64> {
 /// With `--config`, the file is train.py's settings and train.py's defaults fill the rest.
 fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Failure> {
     let run = &args.run;
-    let link_gives = |field: fn(&mut Config) -> &mut u32| run.link.as_deref().is_some_and(|url| link_sets(url, field));
-    let explicit_vocab = run.vocab_size.is_some() || link_gives(|c| &mut c.vocab_size);
     if run.config.is_none() && run.link.is_none() {
         let (mut cfg, settings) = train::small_default();
         inputs::apply_flags(&mut cfg, run);
         cfg.validate().map_err(|e| input(e.to_string()))?;
-        return Ok((cfg, settings, explicit_vocab));
+        return Ok((cfg, settings, run.vocab_size.is_some()));
     }
     let no_cards = CardArgs { gpu: Vec::new(), other_usage_mib: None };
     let resolved = inputs::resolve(run, &no_cards).map_err(input)?;
@@ -338,34 +335,23 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         return Err(input(format!("{what} (train needs every training setting it is given)")));
     }
     crate::print_input_notes(&resolved.notices);
+    let link_gives = |name: &str| resolved.link_sets.contains(&name);
+    let explicit_vocab = run.vocab_size.is_some() || link_gives("vocab_size");
     let mut cfg = resolved.config;
     let mut settings = TrainSettings::default();
     if run.config.is_none() {
         let (small, small_settings) = train::small_default();
         settings = small_settings;
-        if run.gradient_accumulation_steps.is_none() && !link_gives(|c| &mut c.gradient_accumulation_steps) {
+        if run.gradient_accumulation_steps.is_none() && !link_gives("gradient_accumulation_steps") {
             cfg.gradient_accumulation_steps = small.gradient_accumulation_steps;
         }
-        if run.eval_iters.is_none() && !link_gives(|c| &mut c.eval_iters) {
+        if run.eval_iters.is_none() && !link_gives("eval_iters") {
             cfg.eval_iters = small.eval_iters;
         }
         cfg.validate().map_err(|e| input(e.to_string()))?;
     }
     apply_config_extras(&mut settings, &resolved.extra)?;
     Ok((cfg, settings, explicit_vocab))
-}
-
-/// Whether the link gives a value for `field`. The decoded state does not say which keys a link
-/// had, so ask the codec itself: decoded over two bases that differ only in `field`, the field
-/// comes out the same exactly when the link sets it (by its short key or its long name).
-fn link_sets(url: &str, field: fn(&mut Config) -> &mut u32) -> bool {
-    let base = LinkState::default();
-    let mut other = base.clone();
-    let slot = field(&mut other.config);
-    *slot = if *slot > 1 { *slot - 1 } else { *slot + 1 };
-    let mut a = link::decode_over(&base, url).state.config;
-    let mut b = link::decode_over(&other, url).state.config;
-    *field(&mut a) == *field(&mut b)
 }
 
 /// With `--resume`, flags may not change the model the checkpoint holds.
