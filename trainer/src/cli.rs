@@ -5,6 +5,7 @@
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use vramfit_core::{Attention, Dtype, Gpu, Optimizer};
 
@@ -23,7 +24,9 @@ pub enum Command {
     // for a flag; a flag given twice takes its last value, so a fix can be appended.
     #[command(allow_negative_numbers = true, args_override_self = true)]
     #[command(after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
-        (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12.")]
+        (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12. A train.py command line plans \
+        as it is (vramfit plan config/train_x.py --batch_size=8 --max_iters=2000 ...): its config file may come first without \
+        --config, and settings that do not change memory (--max_iters, --learning_rate, --device, ...) are noted and not used.")]
     Plan(Box<PlanArgs>),
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
     #[command(allow_negative_numbers = true, args_override_self = true)]
@@ -233,6 +236,83 @@ pub struct PlanArgs {
     /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory].
     #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_memory_mib: Option<u64>,
+    /// train.py settings from a pasted command line that plan does not use, as (name, value),
+    /// taken out before clap parses the rest (see [`take_training_only`]).
+    #[arg(skip)]
+    pub training_only: Vec<(String, String)>,
+}
+
+/// Settings of nanoGPT's train.py (and `vramfit train`) that a pasted command line may carry
+/// and `plan` does not read: the schedule, logging, where data and checkpoints go, the device.
+/// None changes the memory of the step `plan` models; `eval_only`, `init_from` and a device
+/// other than CUDA change what runs, and `plan` says so.
+const TRAINING_ONLY: [&str; 22] = [
+    "out_dir",
+    "eval_interval",
+    "log_interval",
+    "eval_only",
+    "always_save_checkpoint",
+    "init_from",
+    "wandb_log",
+    "wandb_project",
+    "wandb_run_name",
+    "dataset",
+    "learning_rate",
+    "max_iters",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "decay_lr",
+    "warmup_iters",
+    "lr_decay_iters",
+    "min_lr",
+    "backend",
+    "device",
+    "seed",
+];
+
+/// Takes the [`TRAINING_ONLY`] settings out of `plan`'s arguments (`--max_iters=2000`, or
+/// `--max-iters 2000` as `vramfit train` spells it), so that a train.py or `vramfit train`
+/// command line plans as it is; returns them as (snake_case name, value). Other commands'
+/// arguments are left alone, and so is anything after `--`.
+fn take_training_only(args: &mut Vec<OsString>) -> Vec<(String, String)> {
+    let mut taken = Vec::new();
+    if args.get(1).and_then(|a| a.to_str()) != Some("plan") {
+        return taken;
+    }
+    let mut i = 2;
+    while i < args.len() {
+        let Some(flag) = args[i].to_str().and_then(|a| a.strip_prefix("--")) else {
+            i += 1;
+            continue;
+        };
+        if flag.is_empty() {
+            break;
+        }
+        let (name, value) = match flag.split_once('=') {
+            Some((name, value)) => (name.replace('-', "_"), Some(value.to_string())),
+            None => (flag.replace('-', "_"), None),
+        };
+        if !TRAINING_ONLY.contains(&name.as_str()) {
+            i += 1;
+            continue;
+        }
+        match value {
+            Some(value) => {
+                taken.push((name, value));
+                args.remove(i);
+            }
+            None => match args.get(i + 1).and_then(|v| v.to_str()) {
+                Some(value) if !value.starts_with("--") => {
+                    taken.push((name, value.to_string()));
+                    args.drain(i..i + 2);
+                }
+                // No value: left for clap to report.
+                _ => i += 1,
+            },
+        }
+    }
+    taken
 }
 
 /// Which runtime `plan` models.
@@ -268,6 +348,9 @@ pub struct RunArgs {
     /// A nanoGPT config file (config/train_*.py) to start from.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The same as --config FILE, given as train.py takes it (python train.py config/train_x.py).
+    #[arg(value_name = "CONFIG_FILE", conflicts_with = "config")]
+    pub config_file: Option<PathBuf>,
     /// A vramfit page link (full URL or just its query) to apply over the config file.
     #[arg(long, value_name = "URL")]
     pub link: Option<String>,
@@ -339,6 +422,15 @@ pub struct RunArgs {
     pub expandable_segments: Option<bool>,
 }
 
+impl RunArgs {
+    /// Moves a config file given without `--config` to `config`, where everything reads it.
+    fn take_positional_config(&mut self) {
+        if self.config.is_none() {
+            self.config = self.config_file.take();
+        }
+    }
+}
+
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
@@ -390,8 +482,20 @@ pub enum Parsed {
 /// Parses the process's arguments. Help and version print as clap prints them (exit 0); any
 /// other problem is reported as one `error: ...` line on stderr (exit 2).
 pub fn parse() -> Parsed {
-    match Cli::try_parse() {
-        Ok(cli) => Parsed::Run(cli),
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    let training_only = take_training_only(&mut args);
+    match Cli::try_parse_from(args) {
+        Ok(mut cli) => {
+            match &mut cli.command {
+                Command::Plan(plan) => {
+                    plan.run.take_positional_config();
+                    plan.training_only = training_only;
+                }
+                Command::Train(train) => train.run.take_positional_config(),
+                Command::Sample(_) => {}
+            }
+            Parsed::Run(cli)
+        }
         Err(err) if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             // Printing help can only fail if stdout is gone; there is nothing left to tell.
             let _ = err.print();
@@ -558,5 +662,41 @@ mod tests {
         let msg = "error: unexpected argument '--n-layr' found\n\n  tip: a similar argument exists: '--n-layer'\n\nUsage: vramfit plan --n-layer <N>\n\nFor more information, try '--help'.\n";
         assert_eq!(one_line(msg), "unexpected argument '--n-layr' found (tip: a similar argument exists: '--n-layer')");
         assert_eq!(one_line(""), "invalid arguments");
+    }
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn training_only_settings_are_taken_out_of_plan_in_both_spellings() {
+        let mut args = os(&["vramfit", "plan", "x.py", "--max_iters=2000", "--n_layer=4", "--learning-rate", "3e-4", "--device=cpu"]);
+        let taken = take_training_only(&mut args);
+        assert_eq!(args, os(&["vramfit", "plan", "x.py", "--n_layer=4"]));
+        let names: Vec<(&str, &str)> = taken.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(names, [("max_iters", "2000"), ("learning_rate", "3e-4"), ("device", "cpu")]);
+        // A flag with no value, and anything after `--`, stay for clap.
+        let mut args = os(&["vramfit", "plan", "--seed", "--n-layer", "4", "--", "--seed=1"]);
+        assert!(take_training_only(&mut args).is_empty());
+        assert_eq!(args.len(), 7);
+        // train reads these itself.
+        let mut args = os(&["vramfit", "train", "--max-iters=5"]);
+        assert!(take_training_only(&mut args).is_empty());
+        assert_eq!(args.len(), 3);
+    }
+
+    #[test]
+    fn every_training_only_setting_is_one_plan_does_not_have() {
+        let cmd = Cli::command();
+        let plan = cmd.find_subcommand("plan").expect("plan subcommand");
+        for name in TRAINING_ONLY {
+            let kebab = name.replace('_', "-");
+            let clash = plan.get_arguments().any(|a| {
+                a.get_long() == Some(name)
+                    || a.get_long() == Some(kebab.as_str())
+                    || a.get_all_aliases().into_iter().flatten().any(|x| x == name)
+            });
+            assert!(!clash, "{name} is a plan flag and would be swallowed");
+        }
     }
 }

@@ -13,6 +13,9 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     }
     let inputs = inputs::resolve(&args.run, &args.card)?;
     crate::print_input_notes(&inputs.notices);
+    for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
+        crate::print_note(&note);
+    }
     if args.runtime == Some(Runtime::Trainer) {
         return run_trainer(args, &inputs.config);
     }
@@ -41,6 +44,31 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     } else {
         Ok(report::render(&plan, &inputs, !args.no_fixes))
     }
+}
+
+/// What `plan` says of the train.py settings it took out of the command line and does not use:
+/// one line for those that do not change memory, one each for those that change what runs.
+fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<String> {
+    let mut unused = Vec::new();
+    let mut notes = Vec::new();
+    for (name, value) in taken {
+        let flag = format!("--{name}={value}");
+        let value = value.trim().trim_matches(['\'', '"']).to_ascii_lowercase();
+        match name.as_str() {
+            "device" if runtime == Runtime::Pytorch && !value.starts_with("cuda") => {
+                notes.push(format!("{flag}: plan predicts a CUDA GPU's memory (for the trainer on this CPU, --runtime trainer)"))
+            }
+            "eval_only" if value == "true" || value == "1" => {
+                notes.push(format!("{flag}: no training step runs; of this plan, the eval figures apply"))
+            }
+            "init_from" if value != "scratch" => notes.push(format!("{flag} is not modelled: plan models a run from scratch")),
+            _ => unused.push(flag),
+        }
+    }
+    if !unused.is_empty() {
+        notes.insert(0, format!("{}: training settings that do not change memory; not used by plan", unused.join(" ")));
+    }
+    notes
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {

@@ -501,6 +501,56 @@ fn a_config_file_that_changes_nothing_is_noted() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("changes none"));
 }
 
+/// nanoGPT's README trains shakespeare-char on a CPU with
+/// `python train.py config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20
+/// --log_interval=1 --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128
+/// --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0`; the same words after `vramfit plan`
+/// plan that run, the settings plan does not use noted.
+#[test]
+fn a_pasted_nanogpt_command_line_plans_as_it_is() {
+    let file = temp_file("train_char.py", "dataset = 'shakespeare_char'\nbatch_size = 64\nblock_size = 256\nn_layer = 6\nn_head = 6\nn_embd = 384\ndropout = 0.2\nmax_iters = 5000\n");
+    let file = file.to_str().unwrap();
+    let tail = [
+        "--device=cpu",
+        "--compile=False",
+        "--eval_iters=20",
+        "--log_interval=1",
+        "--block_size=64",
+        "--batch_size=12",
+        "--n_layer=4",
+        "--n_head=4",
+        "--n_embd=128",
+        "--max_iters=2000",
+        "--lr_decay_iters=2000",
+        "--dropout=0.0",
+    ];
+    let mut pasted = vec!["plan", "--json", "--no-fixes", file];
+    pasted.extend(tail);
+    let out = vramfit(&pasted);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--log_interval=1 --max_iters=2000 --lr_decay_iters=2000: training settings that do not change memory"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--device=cpu: plan predicts a CUDA GPU's memory"), "{stderr}");
+    // The same plan as the model flags alone, on top of --config.
+    let flags: Vec<&str> = tail
+        .iter()
+        .copied()
+        .filter(|f| !["--device", "--log_interval", "--max_iters", "--lr_decay_iters"].iter().any(|p| f.starts_with(p)))
+        .collect();
+    let mut explicit = vec!["--config", file];
+    explicit.extend(flags);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), plan_json_text(&explicit));
+    let c = &plan_json(&explicit)["config"];
+    assert_eq!((c["n_layer"].as_u64(), c["block_size"].as_u64(), c["vocab_size"].as_u64()), (Some(4), Some(64), Some(65)));
+
+    // A config file both ways is one error line; a misspelt setting is still an error.
+    assert_one_error_line(&["plan", file, "--config", file]);
+    assert_one_error_line(&["plan", file, "--max_itres=5"]);
+}
+
 /// When no micro-batch fits because the separately set eval batch does not, the report says so.
 #[test]
 fn an_eval_batch_that_blocks_every_micro_batch_is_named() {
