@@ -10,7 +10,8 @@ use crate::sim::{self, Breakdown, Peak, Phase, Simulation};
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON document `vramfit plan --json` prints; bumped on breaking changes.
-pub const PLAN_SCHEMA_VERSION: u32 = 1;
+// 2: `fixes` is null when not computed (it was an empty list, read as "none needed").
+pub const PLAN_SCHEMA_VERSION: u32 = 2;
 
 /// What the user tells us besides the config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -102,7 +103,9 @@ pub struct Plan {
     pub cards: Vec<CardFit>,
     /// Largest micro-batch that fits the first card with everything else unchanged.
     pub largest_micro_batch: Option<u32>,
-    pub fixes: Vec<Fix>,
+    /// Ranked fixes for the first card (empty when it fits); `None` when not asked for
+    /// (`with_fixes: false`), so that "none needed" and "not computed" read differently.
+    pub fixes: Option<Vec<Fix>>,
     pub notes: Vec<Note>,
 }
 
@@ -439,7 +442,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     // The request's own exact need and largest micro-batch, computed once for the fixes too.
     let need = needed(&sim, primary).0;
     let largest = largest_micro_batch_with_need(cfg, primary, req.other_usage_bytes, need);
-    let fixes = if req.with_fixes { fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)) } else { Vec::new() };
+    let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         runtime: pytorch_runtime(),
@@ -850,21 +853,21 @@ mod tests {
         let p = plan(&req(cfg.clone())).unwrap();
         assert!(!p.cards[0].fits);
         assert!(p.cards[0].headroom_bytes < 0);
-        assert!(!p.fixes.is_empty());
-        let first = &p.fixes[0];
+        assert!(!p.fixes.as_deref().unwrap().is_empty());
+        let first = &p.fixes.as_deref().unwrap()[0];
         assert!(first.fits, "{first:?}");
         // The cheapest fix keeps tokens per iteration.
         assert_eq!(first.config.tokens_per_iter(), cfg.tokens_per_iter());
         assert!(first.config.batch_size < 64);
         // Every fix really is what it claims: re-planning its config agrees.
-        for f in &p.fixes {
+        for f in p.fixes.as_deref().unwrap() {
             let again = plan(&PlanRequest { with_fixes: false, ..req(f.config.clone()) }).unwrap();
             assert_eq!(again.cards[0].needed_bytes, f.needed_bytes);
             assert_eq!(again.cards[0].fits, f.fits);
         }
         // Those that fit come first; those still short follow, the lowest need first.
-        let short: Vec<u64> = p.fixes.iter().skip_while(|f| f.fits).map(|f| f.needed_bytes).collect();
-        assert!(p.fixes.iter().skip_while(|f| f.fits).all(|f| !f.fits));
+        let short: Vec<u64> = p.fixes.as_deref().unwrap().iter().skip_while(|f| f.fits).map(|f| f.needed_bytes).collect();
+        assert!(p.fixes.as_deref().unwrap().iter().skip_while(|f| f.fits).all(|f| !f.fits));
         assert!(short.windows(2).all(|w| w[0] <= w[1]), "{short:?}");
     }
 
@@ -877,7 +880,7 @@ mod tests {
         let p = plan(&PlanRequest { gpus: vec![gpu], other_usage_bytes: 300 << 20, ..req(Config::default()) }).unwrap();
         let largest = p.largest_micro_batch.expect("some batch fits");
         assert!(!p.cards[0].fits && largest > 12, "the case this test is about: {largest}, fits {}", p.cards[0].fits);
-        let fix = p.fixes.iter().find(|f| f.config.batch_size == largest).expect("offered");
+        let fix = p.fixes.as_deref().unwrap().iter().find(|f| f.config.batch_size == largest).expect("offered");
         assert!(fix.fits && fix.config == Config { batch_size: largest, ..Config::default() });
     }
 
@@ -891,13 +894,13 @@ mod tests {
         let p = plan(&req(cfg.clone())).unwrap();
         assert!(!p.cards[0].fits && p.cards[0].worst_window == "eval", "the case: {:?}", p.cards[0]);
         assert!(!fits(&Config { eval_batch_size: Some(1), ..cfg.clone() }, &gpu, 0), "the case: eval batch 1 does not fit");
-        let fix = p.fixes.iter().find(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix");
+        let fix = p.fixes.as_deref().unwrap().iter().find(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix");
         let eb = fix.config.eval_batch_size.unwrap();
         assert!(fix.fits && eb < 16 && fits(&fix.config, &gpu, 0), "{fix:?}");
         assert_eq!(fix.config, Config { eval_batch_size: Some(eb), ..cfg.clone() });
         // Eval batch 64: nothing fits in the 24 below it, but the training batch's neighbourhood does.
         let far = Config { eval_batch_size: Some(64), ..cfg };
-        let fixes = plan(&req(far.clone())).unwrap().fixes;
+        let fixes = plan(&req(far.clone())).unwrap().fixes.unwrap();
         let fix = fixes.iter().find(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix from 64");
         assert!(fix.fits && fits(&fix.config, &gpu, 0), "{fix:?}");
     }
@@ -918,10 +921,10 @@ mod tests {
             let request = PlanRequest { gpus: vec![gpu.clone()], other_usage_bytes: other, ..req(cfg.clone()) };
             let with = plan(&request).unwrap();
             let without = plan(&PlanRequest { with_fixes: false, ..request }).unwrap();
-            assert!(!with.fixes.is_empty(), "{card}: the case needs fixes");
-            assert_eq!(with.fixes, fixes(&cfg, &gpu, other), "{card}: plan vs fixes");
-            assert_eq!(with.fixes, fixes_of(&without, &gpu, other), "{card}: plan vs fixes_of");
-            for f in &with.fixes {
+            assert!(!with.fixes.as_deref().unwrap().is_empty(), "{card}: the case needs fixes");
+            assert_eq!(with.fixes.as_deref().unwrap(), fixes(&cfg, &gpu, other), "{card}: plan vs fixes");
+            assert_eq!(with.fixes.as_deref().unwrap(), fixes_of(&without, &gpu, other), "{card}: plan vs fixes_of");
+            for f in with.fixes.as_deref().unwrap() {
                 let again =
                     plan(&PlanRequest { gpus: vec![gpu.clone()], other_usage_bytes: other, with_fixes: false, config: f.config.clone() });
                 assert_eq!(again.unwrap().cards[0].needed_bytes, f.needed_bytes, "{card}: {}", f.title);
@@ -934,7 +937,7 @@ mod tests {
         let cfg = Config { batch_size: 2, ..Config::default() };
         let p = plan(&req(cfg.clone())).unwrap();
         assert!(p.cards[0].fits);
-        assert!(p.fixes.is_empty());
+        assert!(p.fixes.as_deref().unwrap().is_empty());
         let b = p.largest_micro_batch.expect("batch 2 fits, so some batch does");
         let gpu = default_gpu();
         assert!(fits(&Config { batch_size: b, ..cfg.clone() }, &gpu, 0));
@@ -1056,7 +1059,7 @@ mod tests {
         let p = plan(&PlanRequest { gpus: vec![t4], ..req(cfg) }).unwrap();
         assert!(p.cards[0].bf16_unsupported);
         assert!(!p.cards[0].fits);
-        assert!(p.fixes.iter().any(|f| f.config.dtype == Dtype::Float16 && f.fits));
+        assert!(p.fixes.as_deref().unwrap().iter().any(|f| f.config.dtype == Dtype::Float16 && f.fits));
     }
 
     #[test]

@@ -252,14 +252,14 @@ fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool)
     writeln!(out)?;
     writeln!(out, "Fixes for {card}")?;
     let fits = plan.cards.first().is_some_and(|c| c.fits);
-    if !with_fixes {
+    let Some(fixes) = plan.fixes.as_deref().filter(|_| with_fixes) else {
         return writeln!(out, "  not computed (--no-fixes)");
-    }
-    if plan.fixes.is_empty() {
+    };
+    if fixes.is_empty() {
         return writeln!(out, "  {}", if fits { "none needed: it fits" } else { "none found" });
     }
     let needed_est = est.nvidia_smi;
-    for (i, fix) in plan.fixes.iter().enumerate() {
+    for (i, fix) in fixes.iter().enumerate() {
         let verdict = if fix.fits { "fits" } else { "still does not fit" };
         writeln!(out, "  {}. {}: needs {}, {verdict}", i + 1, fix.title, size(fix.needed_bytes, needed_est))?;
         writeln!(out, "     cost: {}", fix.cost)?;

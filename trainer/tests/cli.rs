@@ -501,6 +501,23 @@ fn a_config_file_that_changes_nothing_is_noted() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("changes none"));
 }
 
+/// `fixes` in JSON: a list when computed (empty when the run fits), null under --no-fixes, so
+/// "none needed" and "not asked for" read differently.
+#[test]
+fn json_fixes_are_null_only_when_not_computed() {
+    let json = |args: &[&str]| -> Value {
+        let out = vramfit(args);
+        assert!(out.status.success(), "{args:?}");
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let short = ["plan", "--json", "--batch-size", "32", "--gpu", "rtx-3060"];
+    let fixes = json(&short)["fixes"].as_array().expect("a list").len();
+    assert!(fixes > 0);
+    let fits = ["plan", "--json", "--n-layer", "2", "--batch-size", "1", "--block-size", "64"];
+    assert_eq!(json(&fits)["fixes"].as_array().map(Vec::len), Some(0));
+    assert!(json(&[&short[..], &["--no-fixes"]].concat())["fixes"].is_null());
+}
+
 /// nanoGPT's README trains shakespeare-char on a CPU with
 /// `python train.py config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20
 /// --log_interval=1 --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128

@@ -26,7 +26,7 @@ fn trainer_json_matches_core_for_the_same_settings() {
     args.extend_from_slice(&["--gradient-accumulation-steps", "3"]);
     let plan = json(&args);
     assert_eq!(plan["runtime"], "trainer");
-    assert_eq!(plan["schema_version"], 1);
+    assert_eq!(plan["schema_version"], 2);
     assert_eq!(plan["device"], "cpu");
     let cfg = Config {
         n_layer: 2,
