@@ -12,11 +12,16 @@ use serde::{Deserialize, Serialize};
 const MIB: u64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// How a figure was obtained: measured on that device, or estimated.
+/// How a figure was obtained: measured on that device, computed by a model whose error against
+/// measurements is published (README: Accuracy), or estimated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
+    /// A constant of the card or runtime, read off a measurement (a context size, a usable size).
     Measured,
+    /// A model's figure, checked against measured peaks.
+    Validated,
+    /// Neither: a documented default or an extrapolation.
     Estimate,
 }
 

@@ -10,7 +10,8 @@ use crate::sim::{self, Breakdown, Peak, Phase, Simulation};
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON document `vramfit plan --json` prints; bumped on breaking changes.
-// 2: `fixes` is null when not computed (it was an empty list, read as "none needed").
+// 2: `fixes` is null when not computed (it was an empty list, read as "none needed"); a
+// model's figures are `validated` (they were `measured`, as a card's constants are).
 pub const PLAN_SCHEMA_VERSION: u32 = 2;
 
 /// What the user tells us besides the config.
@@ -725,7 +726,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
 fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     let mut out = vec![Note {
         figure: "peak_allocated_bytes".into(),
-        source: Source::Measured,
+        source: Source::Validated,
         detail: "event-level model of PyTorch eager with a block-level caching-allocator model, validated against \
                  torch.cuda.max_memory_allocated() on an H100 (torch 2.11; README: Accuracy)"
             .into(),
@@ -755,7 +756,7 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     }
     out.push(Note {
         figure: "peak_reserved_bytes".into(),
-        source: Source::Measured,
+        source: Source::Validated,
         detail: if cfg.expandable_segments {
             "expandable_segments:True: one large segment growing in 2 MiB pages, simulated block by block and validated against \
              max_memory_reserved() on an H100"
@@ -768,7 +769,9 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
         figure: "nvidia_smi_bytes".into(),
         source: gpu.context_source,
         detail: match gpu.context_source {
-            Source::Measured => format!("reserved plus a CUDA context of {} MiB, measured on this card", gpu.context_bytes / MIB),
+            Source::Measured | Source::Validated => {
+                format!("reserved plus a CUDA context of {} MiB, measured on this card", gpu.context_bytes / MIB)
+            }
             Source::Estimate => format!(
                 "reserved plus a CUDA context of {} MiB, as measured on an H100 (torch 2.11, CUDA 13); not measured on {}",
                 gpu.context_bytes / MIB,
@@ -785,7 +788,7 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             gpu.usable_bytes as f64 / (1u64 << 30) as f64,
             match gpu.usable_source {
                 Source::Measured if gpu.id == "h100-80gb" => "measured: torch.cuda.mem_get_info()",
-                Source::Measured => "as PyTorch reported it in a public out-of-memory message",
+                Source::Measured | Source::Validated => "as PyTorch reported it in a public out-of-memory message",
                 Source::Estimate => "estimated from the card's size",
             }
         ),
@@ -803,7 +806,7 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     // A figure is listed once: where an estimate note covers the allocated peak (compile, an
     // unmeasured attention kernel), the eager model's validation does not apply to it.
     if out.iter().any(|n| n.figure == "peak_allocated_bytes" && n.source == Source::Estimate) {
-        out.retain(|n| !(n.figure == "peak_allocated_bytes" && n.source == Source::Measured));
+        out.retain(|n| !(n.figure == "peak_allocated_bytes" && n.source == Source::Validated));
     }
     out
 }
@@ -833,7 +836,7 @@ mod tests {
         // Each figure is either measured or estimated, never listed as both.
         for (gpu, cfg) in [("h100-80gb", Config::default()), ("t4", eager.clone()), ("rtx-4070", eager.clone())] {
             let notes = plan(&PlanRequest { gpus: vec![Gpu::find(gpu).unwrap()], ..req(cfg) }).unwrap().notes;
-            for n in notes.iter().filter(|n| n.source == Source::Measured) {
+            for n in notes.iter().filter(|n| n.source != Source::Estimate) {
                 assert!(!notes.iter().any(|m| m.figure == n.figure && m.source == Source::Estimate), "{gpu}: {} both", n.figure);
             }
         }

@@ -1208,7 +1208,7 @@ pub struct TrainerPlan {
     pub runtime: String,
     /// `cpu`: the figures are the trainer's f32 heap on CPU.
     pub device: String,
-    /// `measured`: validated against the counting allocator (tests/reference/data/trainer-cpu.json).
+    /// `validated`: checked against the counting allocator (tests/reference/data/trainer-cpu.json).
     pub source: crate::device::Source,
     pub config: Config,
     pub options: TrainerOptions,
@@ -1280,7 +1280,7 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         schema_version: crate::plan::PLAN_SCHEMA_VERSION,
         runtime: "trainer".to_string(),
         device: "cpu".to_string(),
-        source: crate::device::Source::Measured,
+        source: crate::device::Source::Validated,
         config: cfg.clone(),
         options: *opts,
         params: crate::params::count(cfg),

@@ -274,9 +274,8 @@ fn write_notes(out: &mut String, plan: &Plan) -> std::fmt::Result {
     writeln!(out)?;
     writeln!(out, "Notes")?;
     let line = |out: &mut String, note: &Note| {
-        // A model's figure is validated against measurements; a card's size or context is measured.
         let source = match note.source {
-            Source::Measured if note.figure.starts_with("peak_") => "validated",
+            Source::Validated => "validated",
             Source::Measured => "measured",
             Source::Estimate => "estimate",
         };
