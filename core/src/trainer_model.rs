@@ -38,11 +38,13 @@ pub struct TrainerOptions {
     /// Gradient clipping on (`grad_clip > 0`): one gradient-sized temporary at a time.
     pub grad_clip: bool,
     /// CPU threads candle's matmuls use (`RAYON_NUM_THREADS`); 0 counts as 1. Each thread that runs
-    /// a gemm keeps a buffer of its own (see [`GEMM_SLAB_BYTES`]).
+    /// a gemm keeps a buffer of its own (see [`gemm_slab_bytes`]).
     pub cpu_threads: u32,
     /// Rows of the f32 microkernel gemm picks on the CPU that trains: 16 with AVX2/FMA, 64 with
     /// AVX-512 (gemm-common 0.19); 0 counts as 16. See [`packs_dlogits`].
     pub gemm_kernel_rows: u32,
+    /// The CPU's caches as gemm reads them; they size its buffers (see [`CpuCaches`]).
+    pub cpu_caches: CpuCaches,
     /// The trainer runs candle's op-by-op compositions instead of its fused CPU kernels
     /// (`trainer/src/fused.rs`, `trainer/src/attention.rs`): on CUDA, where those kernels do not
     /// exist. Layer norm, GELU's backward, attention (per-head copies of q, k, v, the masked
@@ -61,6 +63,77 @@ impl TrainerOptions {
     }
 }
 
+/// The CPU's caches as gemm (gemm-common 0.19, `cache::CACHE_INFO`) reads them. Its per-thread
+/// slab is the L2 size, and how it blocks a product (the k-block `kc`, the column panel `nc`),
+/// which sizes the buffer a packed operand takes, follows from L1 and L3 (`cache::kernel_params`).
+/// The default is the measuring machine's (tests/reference/data/trainer-cpu.json: 48 KiB 12-way
+/// L1d with 64-byte lines, 2 MiB L2, 260 MiB 20-way L3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct CpuCaches {
+    pub l1_bytes: u64,
+    pub l1_associativity: u64,
+    pub l1_line_bytes: u64,
+    pub l2_bytes: u64,
+    pub l3_bytes: u64,
+    pub l3_associativity: u64,
+}
+
+impl Default for CpuCaches {
+    fn default() -> Self {
+        CpuCaches {
+            l1_bytes: 48 << 10,
+            l1_associativity: 12,
+            l1_line_bytes: 64,
+            l2_bytes: 2 << 20,
+            l3_bytes: 260 << 20,
+            l3_associativity: 20,
+        }
+    }
+}
+
+/// Columns of gemm's f32 microkernels (6 with AVX2/FMA and AVX-512, gemm-f32 0.19).
+const GEMM_KERNEL_COLS: u64 = 6;
+
+impl CpuCaches {
+    /// gemm's (kc, nc) for an f32 product of depth `k` and `n` columns with an `mr`-row
+    /// microkernel, as `kernel_params` computes them: a k-block from L1 (at least 512, k split
+    /// into equal blocks), and a column panel that fits (assoc - 1) / assoc of L3.
+    pub fn gemm_blocks(&self, k: u64, n: u64, mr: u64) -> (u64, u64) {
+        const SIZE: u64 = 4;
+        let (k, n) = (k.max(1), n.max(1));
+        let line = self.l1_line_bytes.max(64);
+        let assoc = self.l1_associativity.max(2);
+        let sets = (self.l1_bytes.max(32 << 10) / (line * assoc)).max(1);
+        let set_bytes = line * sets;
+        let gcd = gcd(mr.max(1) * SIZE, set_bytes);
+        let kc_0 = set_bytes / gcd;
+        let lhs_ways = mr.max(1) * SIZE / gcd;
+        let rhs_ways = GEMM_KERNEL_COLS * kc_0 * SIZE / set_bytes;
+        let multiplier = assoc / (lhs_ways + rhs_ways).max(1);
+        let auto_kc = (kc_0 * multiplier.next_power_of_two()).max(512).min(k);
+        let kc = k.div_ceil(k.div_ceil(auto_kc));
+        let whole = n.div_ceil(GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS;
+        if self.l3_bytes == 0 {
+            return (kc, whole);
+        }
+        let l3_assoc = self.l3_associativity.max(2);
+        let panel_max = ((l3_assoc - 1) * self.l3_bytes / l3_assoc) / (SIZE * kc) / GEMM_KERNEL_COLS * GEMM_KERNEL_COLS;
+        if panel_max == 0 {
+            return (kc, whole);
+        }
+        let n_iter = n.div_ceil(panel_max);
+        (kc, n.div_ceil(n_iter * GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS)
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// Whether gemm copies the loss head's transposed dlogits (rows x V) into a packing buffer of its
 /// own for the wte gradient dlogits^T @ h. gemm-common 0.19 packs a strided right-hand operand when
 /// the product's m (here n_embd) exceeds twice its microkernel's rows, so with AVX2 nearly always
@@ -72,9 +145,11 @@ pub fn packs_dlogits(n_embd: u32, opts: &TrainerOptions) -> bool {
 }
 
 /// gemm (candle's CPU matmul) keeps one thread-local packing buffer per thread that has run a
-/// matmul, sized by the L2 cache: 2 MiB on the measuring machine (gemm-common 0.19, `L2_SLAB`).
-/// Allocated on the first matmuls and never freed.
-pub const GEMM_SLAB_BYTES: u64 = 2 << 20;
+/// matmul, of the L2 cache's size as gemm reads it ([`CpuCaches::l2_bytes`]; gemm-common 0.19,
+/// `L2_SLAB`). Allocated on the first matmuls and never freed.
+pub fn gemm_slab_bytes(opts: &TrainerOptions) -> u64 {
+    opts.cpu_caches.l2_bytes
+}
 
 /// gemm runs a product on the calling thread alone when m·n·k is below this (gemm-common 0.19's
 /// default threading threshold), else on the pool's threads.
@@ -92,7 +167,7 @@ pub fn gemm_slabs(cpu_threads: u32, smallest_product: u64) -> u64 {
 }
 
 /// A category's name in the trainer's reports. Its [`Category::Workspace`] is gemm's per-thread
-/// packing buffers ([`GEMM_SLAB_BYTES`] each), not the cuBLAS workspace PyTorch's model means.
+/// packing buffers ([`gemm_slab_bytes`] each), not the cuBLAS workspace PyTorch's model means.
 pub fn category_label(category: Category) -> &'static str {
     match category {
         Category::Workspace => "gemm buffers",
@@ -272,6 +347,9 @@ struct Dims {
     dropout: bool,
     /// See [`packs_dlogits`].
     packs_dlogits: bool,
+    /// gemm's microkernel rows and the caches, which block its products.
+    gemm_rows: u64,
+    caches: CpuCaches,
     /// See [`TrainerOptions::unfused_ops`].
     unfused: bool,
     /// See [`TrainerOptions::mixed_precision`].
@@ -749,8 +827,10 @@ fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id
             let h_scaled = m.alloc(Temporaries, rows * d.c);
             let part = m.alloc(Gradients, d.v * d.c); // dlogits^T @ h
             if d.packs_dlogits {
-                // gemm's copy of the transposed dlogits for this product (see `packs_dlogits`).
-                let packed = m.alloc(Category::Workspace, rows * d.v);
+                // gemm's packed copy of the transposed dlogits for this product (see
+                // `packs_dlogits`): one k-block of rows by one column panel of the vocabulary.
+                let (kc, nc) = d.caches.gemm_blocks(rows, d.v, d.gemm_rows);
+                let packed = m.alloc(Category::Workspace, kc * nc);
                 m.free(packed);
             }
             m.free_all(&[probs, h_scaled]);
@@ -1036,6 +1116,8 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         bias: cfg.bias,
         dropout: cfg.dropout > 0.0,
         packs_dlogits: packs_dlogits(cfg.n_embd, opts),
+        gemm_rows: if opts.gemm_kernel_rows == 0 { 16 } else { u64::from(opts.gemm_kernel_rows) },
+        caches: opts.cpu_caches,
         unfused: opts.unfused_ops,
         mixed: opts.mixed(),
         cb: if opts.mixed() { 2 } else { F32 },
@@ -1047,7 +1129,7 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         m.alloc(Parameters, s);
     }
     m.at(Phase::Init, "gemm's per-thread packing buffers");
-    m.alloc(Category::Workspace, gemm_slabs(opts.cpu_threads, smallest_product(cfg, opts)) * GEMM_SLAB_BYTES / F32);
+    m.alloc(Category::Workspace, gemm_slabs(opts.cpu_threads, smallest_product(cfg, opts)) * gemm_slab_bytes(opts) / F32);
     let (eb, et) = (u64::from(cfg.eval_batch()), u64::from(cfg.eval_block()));
     m.new_window();
     eval_batch(&mut m, &d, eb, et, opts.eval_chunk_rows);
@@ -1109,6 +1191,7 @@ mod tests {
                 grad_clip: true,
                 cpu_threads: 0,
                 gemm_kernel_rows: 0,
+                cpu_caches: CpuCaches::default(),
                 unfused_ops: true,
                 mixed_precision: Some(crate::config::Dtype::Float16),
             },
@@ -1152,6 +1235,23 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
 #[cfg(test)]
 mod auto_fit_tests {
     use super::*;
+
+    #[test]
+    fn the_packed_dlogits_are_one_block_of_gemm() {
+        let measuring = CpuCaches::default();
+        // 2048 rows by the GPT-2 vocabulary on the measuring machine: four k-blocks of 512, the
+        // whole vocabulary in one panel (the probe measured 512 x 50304 x 4 bytes and 268 more:
+        // `trainer_memory -- --probe-gemm`).
+        assert_eq!(measuring.gemm_blocks(2048, 50304, 64), (512, 50304));
+        // Fewer rows than a block (a loss chunk of 333): one block of all of them.
+        assert_eq!(measuring.gemm_blocks(333, 50304, 64).0, 333);
+        // A desktop's 32 MiB L3 holds a panel of at most 15/16 of it: a part of the vocabulary.
+        let desktop = CpuCaches { l3_bytes: 32 << 20, l3_associativity: 16, ..measuring };
+        let (kc, nc) = desktop.gemm_blocks(2048, 50304, 64);
+        assert!(kc == 512 && nc < 50304 && kc * nc * 4 <= 15 * (32 << 20) / 16, "{kc} x {nc}");
+        // What this changes in a run's peak is held to measurement by the GPT-2-vocabulary rows of
+        // tests/reference/data/trainer-cpu.json (core/tests/trainer_reference.rs).
+    }
 
     #[test]
     fn auto_fit_picks_the_largest_fitting_micro_batch_and_keeps_tokens() {
@@ -1247,7 +1347,7 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
     };
     // The figures below are tests/reference/data/trainer-cpu.json's, against today's model.
     let mut notes = vec!["Figures are vramfit's own trainer (candle, hand-written backward) on CPU in f32: every tensor it allocates, \
-         validated against a counting allocator on 26 runs (peaks 29 MiB to 4.1 GiB, 13 at 1 thread and 13 at 2): every window \
+         validated against a counting allocator on 30 runs (peaks 29 MiB to 4.1 GiB, 15 at 1 thread and 15 at 2): every window \
          within 0.27% (under) except eval at start with 2 threads (tests/reference/data/trainer-cpu.json). They exclude the \
          data set and tokenizer."
         .to_string()];
@@ -1261,9 +1361,9 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         );
     }
     notes.push(format!(
-        "~ gemm buffers: {} MiB per thread that runs a matmul, the L2 cache size gemm read on the measuring machine; \
-         on a CPU with another L2 size they differ.",
-        GEMM_SLAB_BYTES >> 20
+        "~ gemm buffers: {:.1} MiB per thread that runs a matmul (the L2 size as gemm reads it) and the loss head's packed \
+         operand (blocked by L1 and L3 as gemm blocks it), sized from this CPU's caches; measured only on one CPU's.",
+        gemm_slab_bytes(opts) as f64 / (1u64 << 20) as f64
     ));
     notes.push(
         "On CUDA (`vramfit train --device cuda`, fp32) the trainer allocates the same tensors from CUDA's memory pool: \
@@ -1378,7 +1478,7 @@ mod plan_tests {
         for part in &expected {
             assert!(one[0].contains(part.as_str()), "{part:?} not in {:?}", one[0]);
         }
-        assert!(one.iter().any(|n| n.starts_with("~ gemm buffers: 2 MiB")), "{one:?}");
+        assert!(one.iter().any(|n| n.starts_with("~ gemm buffers: 2.0 MiB per thread")), "{one:?}");
         assert!(!one.iter().any(|n| n.starts_with("~ eval at start")), "{one:?}");
         let two = plan(&cfg, &TrainerOptions { cpu_threads: 2, ..Default::default() }, None).expect("valid").notes;
         assert!(two.iter().any(|n| n.starts_with("~ eval at start")), "{two:?}");

@@ -8,7 +8,7 @@
 //!   loss scaling) run on the CPU, where candle runs the f16 ops CUDA would.
 
 use serde_json::Value;
-use vramfit_core::trainer_model::{simulate, TrainerOptions, GEMM_SLAB_BYTES};
+use vramfit_core::trainer_model::{gemm_slab_bytes, simulate, TrainerOptions};
 use vramfit_core::Config;
 
 /// The target is 3%; the measured tables' worst window is 0.27%, so this test holds the
@@ -35,7 +35,7 @@ fn check(file: &str, json: &str) {
             // slabs may not exist yet; the model counts them from the start. Measured with AVX-512
             // kernels at 2 threads: over by exactly those slabs, never under.
             let not_yet =
-                if window == "eval_at_start" && opts.cpu_threads >= 2 { u64::from(opts.cpu_threads) * GEMM_SLAB_BYTES } else { 0 };
+                if window == "eval_at_start" && opts.cpu_threads >= 2 { u64::from(opts.cpu_threads) * gemm_slab_bytes(&opts) } else { 0 };
             let within = |predicted: f64| ((predicted - measured) / measured).abs() <= TOLERANCE;
             let err = (predicted as f64 - measured) / measured;
             assert!(

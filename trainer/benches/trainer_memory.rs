@@ -62,7 +62,11 @@ fn f32_cases() -> Vec<Case> {
         eval_block_size: None,
         ..Config::default()
     };
-    let o = TrainerOptions { gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(), ..TrainerOptions::default() };
+    let o = TrainerOptions {
+        gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        cpu_caches: vramfit::preflight::cpu_caches(),
+        ..TrainerOptions::default()
+    };
     let c = |name, cfg: Config, opts: TrainerOptions| Case { name, cfg, opts };
     vec![
         c("char 4L C128 T128 B8", base.clone(), o),
@@ -109,6 +113,24 @@ fn f32_cases() -> Vec<Case> {
                 ..base.clone()
             },
             TrainerOptions { grad_clip: true, ..o },
+        ),
+        c(
+            "vocab 50304 C256 T256 B8, whole loss",
+            Config { vocab_size: 50304, n_embd: 256, block_size: 256, ..base.clone() },
+            TrainerOptions { grad_clip: true, ..o },
+        ),
+        c(
+            "vocab 50304 C384 T256 B8 GA 2, chunked loss",
+            Config {
+                vocab_size: 50304,
+                n_embd: 384,
+                n_head: 6,
+                n_layer: 2,
+                block_size: 256,
+                gradient_accumulation_steps: 2,
+                ..base.clone()
+            },
+            TrainerOptions { chunked_loss: true, grad_clip: true, ..o },
         ),
         c(
             "nanoGPT shakespeare_char (6L C384 T256 B64)",
@@ -204,6 +226,17 @@ fn probe_gemm() {
         let extra = mem::peak() - before - (m * n * 4) as u64;
         println!("gemm m{m} k{k} n{n} rhs_t {rhs_t}: extra {extra} bytes = k*n*4 x {:.3}", extra as f64 / (k * n * 4) as f64);
         drop(c);
+    }
+    // The loss head's wte gradient, dlogits^T @ h: a transposed (strided) left operand of V rows.
+    for (rows, v, c) in [(2048, 65, 256), (2048, 8192, 256), (2048, 50304, 256), (2048, 50304, 128), (1024, 50304, 384)] {
+        let dlogits = Tensor::ones((rows, v), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let h = Tensor::ones((rows, c), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let before = mem::live();
+        mem::reset_peak();
+        let part = dlogits.t().unwrap().matmul(&h).unwrap();
+        let extra = mem::peak() - before - (v * c * 4) as u64;
+        println!("dlogits^T @ h rows{rows} V{v} C{c}: extra {extra} bytes = rows*V*4 x {:.3}", extra as f64 / (rows * v * 4) as f64);
+        drop(part);
     }
 }
 
@@ -306,6 +339,7 @@ fn probe_once() {
         drop((model, optimizer));
         let opts = TrainerOptions {
             gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+            cpu_caches: vramfit::preflight::cpu_caches(),
             cpu_threads: candle_core::utils::get_num_threads() as u32,
             ..TrainerOptions::default()
         };

@@ -96,6 +96,7 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
         grad_clip: args.grad_clip.unwrap_or(true),
         cpu_threads: u32::try_from(threads).unwrap_or(u32::MAX),
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        cpu_caches: vramfit::preflight::cpu_caches(),
         // It plans a run on this CPU, where the fused kernels run.
         unfused_ops: false,
         // On the CPU the trainer computes in f32 whatever the config's dtype.

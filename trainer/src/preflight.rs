@@ -26,6 +26,20 @@ pub fn gemm_kernel_rows() -> u32 {
     16
 }
 
+/// This CPU's caches as gemm reads them (gemm-common 0.19's `CACHE_INFO`, which sizes its
+/// buffers), for [`TrainerOptions::cpu_caches`].
+pub fn cpu_caches() -> vramfit_core::trainer_model::CpuCaches {
+    let [l1, l2, l3] = *gemm_common::cache::CACHE_INFO;
+    vramfit_core::trainer_model::CpuCaches {
+        l1_bytes: l1.cache_bytes as u64,
+        l1_associativity: l1.associativity as u64,
+        l1_line_bytes: l1.cache_line_bytes as u64,
+        l2_bytes: l2.cache_bytes as u64,
+        l3_bytes: l3.cache_bytes as u64,
+        l3_associativity: l3.associativity as u64,
+    }
+}
+
 /// What the predicted figures rest on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Basis {
@@ -185,6 +199,21 @@ fn sequences_change(from: &Config, to: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Core's copy of gemm's blocking rule gives what gemm itself computes on this CPU, for both
+    /// kernels, depths below, at and above the k-block, and widths up to past the L3 panel.
+    #[test]
+    fn core_blocks_products_as_gemm_does() {
+        let caches = cpu_caches();
+        for mr in [16u64, 64] {
+            for k in [1u64, 65, 256, 333, 511, 512, 513, 1024, 2048, 3000, 16384, 1 << 20] {
+                for n in [6u64, 65, 8192, 50257, 50304, 1 << 22, 1 << 26] {
+                    let gemm = gemm_common::cache::kernel_params(256, n as usize, k as usize, mr as usize, 6, 4);
+                    assert_eq!(caches.gemm_blocks(k, n, mr), (gemm.kc as u64, gemm.nc as u64), "mr {mr}, k {k}, n {n}");
+                }
+            }
+        }
+    }
 
     fn cfg() -> Config {
         Config {

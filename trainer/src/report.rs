@@ -485,7 +485,7 @@ mod tests {
             let slabs = if threads == 1 { 1 } else { threads + 1 };
             let gemm = line("gemm buffers");
             assert_eq!(gemm.matches(&format!("~{:.1}", 2.0 * f64::from(slabs))).count(), 4, "{text}");
-            assert!(text.contains("- ~ gemm buffers: 2 MiB per thread"), "{text}");
+            assert!(text.contains("- ~ gemm buffers: 2.0 MiB per thread"), "{text}");
             assert_eq!(text.contains("- ~ eval at start with 2 or more threads"), threads >= 2, "{text}");
         }
     }

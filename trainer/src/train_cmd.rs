@@ -150,6 +150,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         // Threads candle's matmuls use (RAYON_NUM_THREADS, set above): gemm keeps a buffer per thread.
         cpu_threads: candle_core::utils::get_num_threads() as u32,
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        cpu_caches: vramfit::preflight::cpu_caches(),
         // The fused kernels are CPU-only; on CUDA candle's compositions keep more temporaries.
         unfused_ops: !device.is_cpu(),
         // On CUDA a bfloat16 or float16 config trains in mixed precision (`train::compute_dtype`).

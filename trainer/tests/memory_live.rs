@@ -48,6 +48,7 @@ fn measured_training_peak_is_within_3_percent_of_core() {
     let opts = TrainerOptions {
         cpu_threads: candle_core::utils::get_num_threads() as u32,
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        cpu_caches: vramfit::preflight::cpu_caches(),
         ..TrainerOptions::default()
     };
     let predicted = simulate(&cfg, &opts).train.bytes;

@@ -44,6 +44,7 @@ fn trainer_json_matches_core_for_the_same_settings() {
         cpu_threads: 1,
         eval_chunk_rows: None,
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+        cpu_caches: vramfit::preflight::cpu_caches(),
         unfused_ops: false,
         mixed_precision: None,
     };
@@ -82,6 +83,7 @@ fn trainer_text_report_and_a_run_that_does_not_fit() {
                 grad_clip: true,
                 cpu_threads: 1,
                 gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
+                cpu_caches: vramfit::preflight::cpu_caches(),
                 ..Default::default()
             },
         ))
