@@ -147,6 +147,8 @@ fn unreadable_config_file_settings() {
     let file = dir.join("train_x.py");
     std::fs::write(&file, "n_layer = 2\nmax_iters = 5000 * n\n").unwrap();
     assert_has(&train_err(&dir, &["--config", file.to_str().unwrap()]), &["train_x.py", "cannot read the value of max_iters"]);
+    // The same file given first without --config, as train.py takes it, is read the same way.
+    assert_has(&train_err(&dir, &[file.to_str().unwrap()]), &["train_x.py", "cannot read the value of max_iters"]);
     let doubling: String = std::iter::once("a = 'xxxxxxxx'\n".to_string()).chain((0..40).map(|_| "a = a + a\n".to_string())).collect();
     std::fs::write(&file, doubling).unwrap();
     let out = run(&["plan", "--config", file.to_str().unwrap()]);
