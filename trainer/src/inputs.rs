@@ -49,8 +49,12 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
 
     if let Some(path) = &run.config {
         let shown = path.display();
-        let bytes = vramfit::data::read_input_file(path, Some(MAX_CONFIG_FILE_BYTES))
-            .map_err(|e| format!("cannot read config file {shown}: {e}"))?;
+        let bytes = vramfit::data::read_input_file(path, Some(MAX_CONFIG_FILE_BYTES)).map_err(|e| {
+            // A page link pasted where a file goes (first, without --link) is not a file name.
+            let link_like = path.to_str().is_some_and(|p| p.contains("?v=") || p.starts_with("http") || p.starts_with('?'));
+            let hint = if link_like { " (a page link goes after --link)" } else { "" };
+            format!("cannot read config file {shown}: {e}{hint}")
+        })?;
         let text = String::from_utf8(bytes).map_err(|e| format!("cannot read config file {shown}: not UTF-8 text ({e})"))?;
         let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
         if file.config == state.config && file.extra.is_empty() && file.unreadable.is_empty() {

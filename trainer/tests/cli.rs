@@ -577,6 +577,9 @@ fn a_pasted_nanogpt_command_line_plans_as_it_is() {
     // A config file both ways is one error line; a misspelt setting is still an error.
     assert_one_error_line(&["plan", file, "--config", file]);
     assert_one_error_line(&["plan", file, "--max_itres=5"]);
+    // A page link where the file goes is not taken for a file name silently.
+    let err = assert_one_error_line(&["plan", "http://127.0.0.1:8080/?v=1&L=4"]);
+    assert!(err.contains("a page link goes after --link"), "{err}");
 }
 
 /// When no micro-batch fits because the separately set eval batch does not, the report says so.
