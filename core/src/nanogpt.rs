@@ -424,6 +424,9 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         });
     }
     apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
+    if extra.iter().any(|(k, v)| k == "eval_only" && matches!(v, Value::Bool(true))) {
+        notices.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
+    }
     apply_dataset_vocab(&mut cfg, &extra, &mut notices, &set_on);
 
     if let Err(err) = cfg.validate() {

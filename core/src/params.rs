@@ -108,9 +108,31 @@ pub fn count(cfg: &Config) -> ParamCounts {
     pc
 }
 
+/// A count with its digits grouped by commas (`1234567` → `1,234,567`), as train.py prints
+/// parameter counts; `vramfit plan` and the page print counts this way.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(124_373_760), "124,373,760");
+    }
 
     fn gpt2(bias: bool) -> Config {
         Config { bias, ..Config::default() }

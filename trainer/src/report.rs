@@ -4,6 +4,7 @@
 use crate::inputs::Inputs;
 use std::fmt::Write;
 use vramfit_core::device::Source;
+use vramfit_core::params::thousands;
 use vramfit_core::plan::{Note, Plan, WindowReport};
 use vramfit_core::{Category, Gpu};
 
@@ -12,19 +13,6 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// Column width of the window names in the tables.
 const LABEL_WIDTH: usize = 20;
-
-/// `1234567` → `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
 
 /// `7.16 GiB (7,333 MiB)`, with a leading `~` for an estimate.
 fn size(bytes: u64, estimate: bool) -> String {
@@ -440,14 +428,6 @@ fn write_model_line(out: &mut String, c: &vramfit_core::Config) -> std::fmt::Res
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(124_373_760), "124,373,760");
-    }
 
     #[test]
     fn sizes_show_gib_and_mib() {

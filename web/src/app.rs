@@ -21,13 +21,17 @@ use vramfit_core::link::{self, LinkState};
 use vramfit_core::plan::Fix;
 use vramfit_core::{device, Attention, Config, Dtype, Gpu, Optimizer};
 
-/// The address bar's query, or nothing outside a browser.
-fn location_search() -> String {
-    web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default()
-}
-
 fn location_href() -> String {
     web_sys::window().and_then(|w| w.location().href().ok()).unwrap_or_default()
+}
+
+/// Moves keyboard focus to the element with this id, if there is one.
+fn focus_by_id(id: &str) {
+    use wasm_bindgen::JsCast;
+    let element = web_sys::window().and_then(|w| w.document()).and_then(|d| d.get_element_by_id(id));
+    if let Some(e) = element.and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok()) {
+        let _ = e.focus();
+    }
 }
 
 /// Replaces the current history entry's query (no new entry per slider move).
@@ -87,8 +91,31 @@ struct Signals {
     input_error: RwSignal<Option<String>>,
 }
 
-/// A labelled slider with a number box for exact entry; both write the state. The box takes
-/// whole numbers up to `max` (beyond it: a notice, the state unchanged).
+/// Applies an edit to the state if the config stays valid; otherwise shows why (`label: "text"
+/// <why>`) and keeps the last valid state, as the README promises. Two settings follow the
+/// edit rather than block it: n_head moves to the divisor of n_embd nearest `heads` (the head
+/// count before the edit began), and an eval context longer than the new block_size follows it.
+fn try_edit(Signals { state, input_error }: Signals, label: &str, text: &str, heads: u32, edit: impl FnOnce(&mut LinkState)) {
+    let mut next = state.get_untracked();
+    edit(&mut next);
+    let c = &mut next.config;
+    if c.n_embd > 0 && c.n_head > 0 && !c.n_embd.is_multiple_of(c.n_head) {
+        c.n_head = model::nearest_divisor(c.n_embd, heads);
+    }
+    if c.eval_block_size.is_some_and(|t| t >= c.block_size) {
+        c.eval_block_size = None;
+    }
+    match next.config.validate() {
+        Ok(()) => {
+            input_error.set(None);
+            state.set(next);
+        }
+        Err(e) => input_error.set(Some(format!("{label}: \"{}\": {e}; the page keeps the last valid value", text.trim()))),
+    }
+}
+
+/// A labelled slider with a number box for exact entry; both write the state, through
+/// [`try_edit`]: a value the config cannot take gets a notice and leaves the state unchanged.
 #[allow(clippy::too_many_arguments)] // the control's name, texts, slider, limit and field: one call each
 fn number_control(
     Signals { state, input_error }: Signals,
@@ -117,22 +144,24 @@ fn number_control(
             _ => v.to_string(),
         }
     };
+    let signals = Signals { state, input_error };
+    // The head count when this control was last focused: typing n_embd 768 digit by digit
+    // passes through 7 and 76, whose divisors must not become the head count.
+    let heads = StoredValue::new(state.with_untracked(|s| s.config.n_head));
+    let remember_heads = move |_| heads.set_value(state.with_untracked(|s| s.config.n_head));
     let on_slide = move |ev: leptos::ev::Event| {
         let Ok(pos) = event_target_value(&ev).parse::<u32>() else { return };
         let v = match slider {
             Slider::Pow2 { .. } => 1u32 << pos.min(30),
             _ => pos,
         };
-        input_error.set(None);
-        state.update(|s| set(s, v));
+        let now = state.with_untracked(|s| s.config.n_head);
+        try_edit(signals, label, &v.to_string(), now, |s| set(s, v));
     };
     let on_type = move |ev: leptos::ev::Event| {
         let text = event_target_value(&ev);
         match model::parse_whole(&text, max) {
-            Ok(v) => {
-                input_error.set(None);
-                state.update(|s| set(s, v));
-            }
+            Ok(v) => try_edit(signals, label, &text, heads.get_value(), |s| set(s, v)),
             Err(why) => input_error.set(Some(format!("{label}: \"{}\" {why}; the page keeps the last valid value", text.trim()))),
         }
     };
@@ -158,6 +187,7 @@ fn number_control(
                 min="1"
                 step="1"
                 prop:value=move || state.with(get).to_string()
+                on:focus=remember_heads
                 on:input=on_type
             />
             <small id=help_id>{help}</small>
@@ -276,6 +306,7 @@ fn verdict_view(c: &Computed) -> impl IntoView {
     let avail_estimate = model::estimate_detail(&c.plan, &["usable_bytes"]);
     let notes: Vec<(String, String)> =
         c.plan.notes.iter().filter(|n| n.source == device::Source::Estimate).map(|n| (n.figure.clone(), n.detail.clone())).collect();
+    let no_estimates = notes.is_empty();
     view! {
         <section class=class aria-live="polite">
             <p class="verdict-title">{v.title}</p>
@@ -290,10 +321,10 @@ fn verdict_view(c: &Computed) -> impl IntoView {
             <p class="verdict-where">{v.where_peak}</p>
             <p class="params">
                 "number of parameters: " <strong class="param-count">{c.plan.params.printed_millions()}</strong>
-                " · tokens per iteration: " <strong class="tokens">{c.plan.tokens_per_iter.to_string()}</strong>
+                " · tokens per iteration: " <strong class="tokens">{vramfit_core::params::thousands(c.plan.tokens_per_iter)}</strong>
                 " · " {model::describe(&c.plan.config)}
             </p>
-            <details class="notes">
+            <details class="notes" class:hidden=no_estimates>
                 <summary>"Which figures are estimates"</summary>
                 <ul>
                     {notes
@@ -365,6 +396,9 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
                 on:click=move |_| {
                     let cfg = config.clone();
                     state.update(|s| s.config = cfg);
+                    // The list (and this button) is rebuilt for the new config: keep keyboard
+                    // focus at the list's heading rather than losing it to the page.
+                    focus_by_id("fixes-heading");
                 }
             >
                 "Apply"
@@ -452,7 +486,8 @@ fn dtype_key(c: &Config) -> &'static str {
 /// The page.
 #[component]
 pub fn App() -> impl IntoView {
-    let initial = share::read_link(&location_search());
+    // The whole address, so that settings put after `#` get core's notice instead of vanishing.
+    let initial = share::read_link(&location_href());
     let state = RwSignal::new(initial.state);
     let link_notices = RwSignal::new(initial.notices);
     let input_error = RwSignal::new(None::<String>);
@@ -464,6 +499,12 @@ pub fn App() -> impl IntoView {
 
     // The live link.
     Effect::new(move |_| replace_query(&state.with(share::query_of)));
+    // A number box's complaint is about the value it held: any change of state (a checkbox, a
+    // preset, a fix) leaves it behind.
+    Effect::new(move |_| {
+        state.track();
+        input_error.set(None);
+    });
 
     // The charts: one effect draws all three, then marks the time.
     let chart_breakdown = NodeRef::<html::Div>::new();
@@ -540,7 +581,7 @@ pub fn App() -> impl IntoView {
                     .then(|| {
                         view! {
                             <div class="notice" role="status">
-                                <strong>"Some of the link was ignored (defaults used instead):"</strong>
+                                <strong>"Some of the link was ignored:"</strong>
                                 <ul>{link_notices.get().into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
                                 <button type="button" on:click=move |_| link_notices.set(Vec::new())>
                                     "Dismiss"
@@ -707,9 +748,9 @@ pub fn App() -> impl IntoView {
                                     let t = event_target_value(&ev);
                                     match t.trim().parse::<f64>() {
                                         Ok(p) if p.is_finite() => {
-                                            input_error.set(None);
+                                            let heads = state.with_untracked(|s| s.config.n_head);
                                             // + 0.0 turns "-0" into 0: `--dropout -0` reads as a flag.
-                                            state.update(|s| s.config.dropout = p + 0.0);
+                                            try_edit(signals, "dropout", &t, heads, |s| s.config.dropout = p + 0.0);
                                         }
                                         _ => input_error.set(Some(format!("dropout: \"{}\" is not a number", t.trim()))),
                                     }
@@ -752,6 +793,30 @@ pub fn App() -> impl IntoView {
                                     }
                                 />
                                 "eval batch = batch_size (train.py)"
+                            </label>
+                        </div>
+                        {number_control(
+            signals,
+                            "eval_block_size",
+                            "eval block size",
+                            "Context estimate_loss uses (train.py: block_size; a fix may shorten it, which needs a train.py change).",
+                            Slider::Pow2 { min: 4, max: 14 },
+                            u32::MAX,
+                            |s| s.config.eval_block(),
+                            |s, v| s.config.eval_block_size = Some(v),
+                        )}
+                        <div class="checks">
+                            <label class="check">
+                                <input
+                                    type="checkbox"
+                                    name="eval_block_same"
+                                    prop:checked=move || state.with(|s| s.config.eval_block_size.is_none())
+                                    on:change=move |ev| {
+                                        let same = event_target_checked(&ev);
+                                        state.update(|s| s.config.eval_block_size = if same { None } else { Some(s.config.block_size) });
+                                    }
+                                />
+                                "eval block = block_size (train.py)"
                             </label>
                         </div>
                         {select_control(
@@ -825,27 +890,28 @@ pub fn App() -> impl IntoView {
                     }}
                     <section class="chart-block" class:hidden=move || computed.with(|r| r.is_err())>
                         <h2>"Where the memory goes"</h2>
+                        <p class="phone-hint">"On a narrow screen each chart scrolls sideways (swipe, or focus it and use the arrow keys)."</p>
                         <p class="chart-caption">
                             "Each window's peak as nvidia-smi would show it, stacked by what the bytes are for; the red line is what the card offers. "
                             {chart_estimate}
                         </p>
-                        <div class="chart" id="chart-breakdown" role="img" aria-label="Peak memory by category for each window, with the card's capacity" node_ref=chart_breakdown></div>
+                        <div class="chart" id="chart-breakdown" tabindex="0" role="img" aria-label="Peak memory by category for each window, with the card's capacity" node_ref=chart_breakdown></div>
                         {move || computed.with(|r| r.as_ref().ok().map(legend_view))}
                         <h2>"Peak against batch size"</h2>
                         <p class="chart-caption">
                             "Training and eval need for each micro-batch size, the capacity, where you are, and the largest batch that fits. Simulated block by block, as the verdict is, at the current batch and at the largest that fits; in between, the fast model scaled to them (an estimate). "
                             {chart_estimate}
                         </p>
-                        <div class="chart" id="chart-batch" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
+                        <div class="chart" id="chart-batch" tabindex="0" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
                         <h2>"Memory over one iteration"</h2>
                         <p class="chart-caption">
-                            "Live tensor memory (what tensors ask for, before the allocator rounds it) through one steady training iteration and one eval batch. The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
+                            "Live tensor memory (what tensors ask for, before the allocator rounds it) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and one eval batch. The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
                             {chart_estimate}
                         </p>
-                        <div class="chart" id="chart-timeline" role="img" aria-label="Live memory over one training iteration and one eval batch" node_ref=chart_timeline></div>
+                        <div class="chart" id="chart-timeline" tabindex="0" role="img" aria-label="Live memory over one training iteration and one eval batch" node_ref=chart_timeline></div>
                     </section>
                     <section class="fixes-block">
-                        <h2>"Fixes"</h2>
+                        <h2 id="fixes-heading" tabindex="-1">"Fixes"</h2>
                         {move || {
                             let key = state.with(link::encode);
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));

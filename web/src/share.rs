@@ -73,6 +73,13 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
         return Err("paste the text of a nanoGPT config file (config/train_*.py) first".into());
     }
     let file = nanogpt::parse_config_file(text, &Config::default()).map_err(|e| e.to_string())?;
+    if file.config == Config::default() && file.extra.is_empty() {
+        // Prose, a link or the wrong file: importing it would swap the config for train.py's
+        // defaults without a word.
+        return Err("no nanoGPT setting found in the pasted text (a config file assigns them, e.g. n_layer = 6); the config \
+                    is unchanged"
+            .into());
+    }
     Ok((LinkState { config: file.config, ..current.clone() }, file.notices))
 }
 
@@ -194,5 +201,13 @@ mod tests {
         assert!(import_config("  \n", &LinkState::default()).is_err());
         let e = import_config("n_layer = '<script>alert(1)</script>'\n", &LinkState::default()).unwrap_err();
         assert!(e.contains("n_layer"), "{e}");
+        // Text with no setting at all (prose, a page link) is refused, not read as the defaults.
+        for text in ["hello world, this is not a config\n", "http://127.0.0.1:8080/?v=1&L=4\n"] {
+            let e = import_config(text, &odd_state()).unwrap_err();
+            assert!(e.contains("no nanoGPT setting found"), "{e}");
+        }
+        // eval_only is said to change what runs.
+        let (_, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
+        assert!(notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");
     }
 }
