@@ -332,7 +332,7 @@ fn verdict_view(c: &Computed) -> impl IntoView {
                         .map(|(figure, detail)| {
                             view! {
                                 <li>
-                                    <span class="estimate">"estimate"</span> " " <code>{figure}</code> ": " {detail}
+                                    <span class="estimate">"estimate"</span> " " <strong>{model::figure_label(&figure).to_string()}</strong> ": " {detail}
                                 </li>
                             }
                         })
@@ -560,7 +560,16 @@ pub fn App() -> impl IntoView {
         .ok()
     });
 
-    let copy_status = RwSignal::new(String::new());
+    // Which copy button was pressed last, and what came of it: said next to that button.
+    let copy_status = RwSignal::new((String::new(), String::new()));
+    let copy = move |which: &'static str, text: String, what: &'static str| {
+        copy_text(text, move |ok| {
+            let message =
+                if ok { format!("{what} copied.") } else { format!("Copying failed: select the {} and copy it.", what.to_lowercase()) };
+            copy_status.set((which.to_string(), message));
+        })
+    };
+    let status_of = move |which: &'static str| move || copy_status.with(|(w, m)| if w == which { m.clone() } else { String::new() });
     let import_text = RwSignal::new(String::new());
     let import_result = RwSignal::new(None::<Result<Vec<String>, String>>);
 
@@ -963,12 +972,12 @@ pub fn App() -> impl IntoView {
                                 id="copy-link"
                                 on:click=move |_| {
                                     let url = state.with(|s| share::share_url(&location_href(), s));
-                                    copy_text(url, move |ok| copy_status.set(if ok { "Link copied.".into() } else { "Copying failed: select the link below and copy it.".into() }));
+                                    copy("link", url, "Link");
                                 }
                             >
                                 "Copy link"
                             </button>
-                            <span class="copy-status" role="status">{move || copy_status.get()}</span>
+                            <span class="copy-status" id="copy-link-status" role="status">{status_of("link")}</span>
                         </div>
                         <input
                             type="text"
@@ -988,21 +997,32 @@ pub fn App() -> impl IntoView {
                         <button
                             type="button"
                             on:click=move |_| {
-                                copy_text(state.with(share::train_command_link), move |ok| copy_status.set(if ok { "Command copied.".into() } else { "Copying failed: select the command and copy it.".into() }))
+                                copy("command-link", state.with(share::train_command_link), "Command");
                             }
                         >
-                            "Copy command"
+                            "Copy the --link command"
                         </button>
+                        <span class="copy-status" role="status">{status_of("command-link")}</span>
+                        <button
+                            type="button"
+                            on:click=move |_| {
+                                copy("command-flags", state.with(share::train_command_flags), "Command");
+                            }
+                        >
+                            "Copy the flags command"
+                        </button>
+                        <span class="copy-status" role="status">{status_of("command-flags")}</span>
                         <h3>"nanoGPT config file"</h3>
                         <textarea readonly id="export-config" rows="12" aria-label="nanoGPT config file for this run" prop:value=move || state.with(share::export_config)></textarea>
                         <button
                             type="button"
                             on:click=move |_| {
-                                copy_text(state.with(share::export_config), move |ok| copy_status.set(if ok { "Config copied.".into() } else { "Copying failed: select the text and copy it.".into() }))
+                                copy("config", state.with(share::export_config), "Config");
                             }
                         >
                             "Copy config"
                         </button>
+                        <span class="copy-status" role="status">{status_of("config")}</span>
                         <h3>"Import a nanoGPT config"</h3>
                         <label for="import-config">"Paste a config/train_*.py file (read over train.py's defaults; the card stays):"</label>
                         <textarea id="import-config" rows="8" prop:value=move || import_text.get() on:input=move |ev| import_text.set(event_target_value(&ev))></textarea>

@@ -423,6 +423,18 @@ pub fn verdict(plan: &Plan) -> Verdict {
     Verdict { fits: card.fits, title, margin, detail, where_peak }
 }
 
+/// A plan figure (`Note::figure`, a key of `vramfit plan --json`) in words, for the page.
+pub fn figure_label(figure: &str) -> &str {
+    match figure {
+        "peak_allocated_bytes" => "memory the tensors take",
+        "peak_reserved_bytes" => "memory PyTorch reserves",
+        "nvidia_smi_bytes" => "the process in nvidia-smi",
+        "usable_bytes" => "what the card offers",
+        "workspace" => "cuBLAS workspace",
+        other => other,
+    }
+}
+
 /// Whether a plan figure (a `Note::figure`) is an estimate, with why (notes joined).
 pub fn estimate_detail(plan: &Plan, figures: &[&str]) -> Option<String> {
     let details: Vec<&str> = plan
@@ -641,6 +653,19 @@ mod tests {
             verdict(&default.plan).margin
         );
         assert!(!verdict(&small.plan).margin.contains("close call"));
+    }
+
+    #[test]
+    fn every_noted_figure_has_words() {
+        // Every figure core notes, on cards with and without measured terms, compiled or not.
+        for gpu in ["rtx-4070", "h100-80gb", "t4"] {
+            for compile in [false, true] {
+                let c = compute(&LinkState { gpu: gpu.into(), ..state(Config { compile, ..Config::default() }) }).unwrap();
+                for n in &c.plan.notes {
+                    assert_ne!(figure_label(&n.figure), n.figure, "{gpu}: {} has no words", n.figure);
+                }
+            }
+        }
     }
 
     #[test]
