@@ -172,7 +172,7 @@ test('"Copy link" puts the page address with its state on the clipboard', async 
   await waitForCharts(page);
   await page.locator('#copy-link').click();
   await page.waitForFunction(() => document.querySelector('#copy-link-status').textContent !== '');
-  assert.equal(await page.locator('#copy-link-status').textContent(), 'Link copied.');
+  assert.equal(await page.locator('#copy-link-status').textContent(), 'Copied the link.');
   const [copied, href] = await page.evaluate(async () => [await navigator.clipboard.readText(), location.href]);
   assert.equal(copied, href);
   assert.ok(copied.includes('&L=6&H=6&C=384&') && copied.includes('&B=7&'), copied);

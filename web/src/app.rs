@@ -562,10 +562,11 @@ pub fn App() -> impl IntoView {
 
     // Which copy button was pressed last, and what came of it: said next to that button.
     let copy_status = RwSignal::new((String::new(), String::new()));
+    // (`what` is the thing's name in a sentence: `to_lowercase` would cost the wasm about 10 KB
+    // of Unicode tables.)
     let copy = move |which: &'static str, text: String, what: &'static str| {
         copy_text(text, move |ok| {
-            let message =
-                if ok { format!("{what} copied.") } else { format!("Copying failed: select the {} and copy it.", what.to_lowercase()) };
+            let message = if ok { format!("Copied the {what}.") } else { format!("Copying failed: select the {what} and copy it.") };
             copy_status.set((which.to_string(), message));
         })
     };
@@ -972,7 +973,7 @@ pub fn App() -> impl IntoView {
                                 id="copy-link"
                                 on:click=move |_| {
                                     let url = state.with(|s| share::share_url(&location_href(), s));
-                                    copy("link", url, "Link");
+                                    copy("link", url, "link");
                                 }
                             >
                                 "Copy link"
@@ -997,7 +998,7 @@ pub fn App() -> impl IntoView {
                         <button
                             type="button"
                             on:click=move |_| {
-                                copy("command-link", state.with(share::train_command_link), "Command");
+                                copy("command-link", state.with(share::train_command_link), "command");
                             }
                         >
                             "Copy the --link command"
@@ -1006,7 +1007,7 @@ pub fn App() -> impl IntoView {
                         <button
                             type="button"
                             on:click=move |_| {
-                                copy("command-flags", state.with(share::train_command_flags), "Command");
+                                copy("command-flags", state.with(share::train_command_flags), "command");
                             }
                         >
                             "Copy the flags command"
@@ -1017,7 +1018,7 @@ pub fn App() -> impl IntoView {
                         <button
                             type="button"
                             on:click=move |_| {
-                                copy("config", state.with(share::export_config), "Config");
+                                copy("config", state.with(share::export_config), "config file");
                             }
                         >
                             "Copy config"
