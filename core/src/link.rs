@@ -553,6 +553,11 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
                 // Only reachable when the base itself is invalid.
                 notices.push(format!("ignored the whole configuration: {err}; using nanoGPT's defaults"));
                 state.config = Config::default();
+                for (field, _, _) in FIELDS {
+                    if !matches!(field, Field::Gpu | Field::OtherUsage) {
+                        given[field.index()] = false;
+                    }
+                }
             }
         }
     }

@@ -76,6 +76,11 @@ pub struct ConfigFile {
     /// harmless for `plan`, but `train` must not run on a default in their place.
     #[serde(default)]
     pub unreadable: Vec<String>,
+    /// Whether the file assigns any setting vramfit knows (modelled or not), whatever its value:
+    /// false for prose, a link or an empty file, which a reader should refuse rather than take
+    /// as train.py's defaults.
+    #[serde(default)]
+    pub recognised: bool,
 }
 
 impl ConfigFile {
@@ -423,6 +428,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             reason: "set in an indented block, which vramfit does not run: move it to the top level".into(),
         });
     }
+    let recognised = !set_on.is_empty() || !extra.is_empty() || !unreadable.is_empty();
     apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
     if extra.iter().any(|(k, v)| k == "eval_only" && matches!(v, Value::Bool(true))) {
         notices.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
@@ -445,7 +451,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             None => ConfigFileError::InvalidBase(err),
         });
     }
-    Ok(ConfigFile { config: cfg, extra, notices, unreadable })
+    Ok(ConfigFile { config: cfg, extra, notices, unreadable, recognised })
 }
 
 /// Longest piece of a line quoted in a message.

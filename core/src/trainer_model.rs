@@ -97,8 +97,12 @@ const GEMM_KERNEL_COLS: u64 = 6;
 
 impl CpuCaches {
     /// gemm's (kc, nc) for an f32 product of depth `k` and `n` columns with an `mr`-row
-    /// microkernel, as `kernel_params` computes them: a k-block from L1 (at least 512, k split
-    /// into equal blocks), and a column panel that fits (assoc - 1) / assoc of L3.
+    /// microkernel, as `kernel_params` computes them: a k-block from L1 (at least 512 unless
+    /// `k` is smaller; `k` is then split into equal blocks no longer than it), and a column
+    /// panel that fits (assoc - 1) / assoc of L3. Two paths of gemm's outside `kernel_params`
+    /// are not modelled: with an L3 it reads as 0 (as on macOS) and one thread, panels of
+    /// 768 columns; and products of at most 64 x 64, whose k-block is `k.min(512)` unsplit.
+    /// Neither reaches the loss head's product on the machines measured.
     pub fn gemm_blocks(&self, k: u64, n: u64, mr: u64) -> (u64, u64) {
         const SIZE: u64 = 4;
         let (k, n) = (k.max(1), n.max(1));

@@ -26,7 +26,8 @@ pub enum Command {
     #[command(after_help = "Settings are read from nanoGPT's defaults, then --config, then --link, then the flags \
         (each overriding the one before). nanoGPT's snake_case spellings work too: --n_layer=12. A train.py command line plans \
         as it is (vramfit plan config/train_x.py --batch_size=8 --max_iters=2000 ...): its config file may come first without \
-        --config, and settings that do not change memory (--max_iters, --learning_rate, --device, ...) are noted and not used.")]
+        --config, --dataset and --init_from act as the file's, and settings that do not change memory (--max_iters, \
+        --learning_rate, --device, ...) are noted and not used.")]
     Plan(Box<PlanArgs>),
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
     #[command(allow_negative_numbers = true, args_override_self = true)]
@@ -243,9 +244,10 @@ pub struct PlanArgs {
 }
 
 /// Settings of nanoGPT's train.py (and `vramfit train`) that a pasted command line may carry
-/// and `plan` does not read: the schedule, logging, where data and checkpoints go, the device.
-/// None changes the memory of the step `plan` models; `eval_only`, `init_from` and a device
-/// other than CUDA change what runs, and `plan` says so.
+/// and clap does not: the schedule, logging, where data and checkpoints go, the device, the
+/// data set. Most do not change the memory of the step `plan` models and are noted as not
+/// used; `eval_only` and a device other than CUDA change what runs, and `plan` says so; the
+/// [`FILE_LEVEL`] ones are read as the config file's.
 const TRAINING_ONLY: [&str; 22] = [
     "out_dir",
     "eval_interval",
@@ -270,6 +272,11 @@ const TRAINING_ONLY: [&str; 22] = [
     "device",
     "seed",
 ];
+
+/// The [`TRAINING_ONLY`] settings that decide the model as a config file's do: `dataset` (its
+/// meta.pkl's vocab_size) and `init_from` (a GPT-2 checkpoint's shape). train.py's
+/// configurator applies command-line settings after the file, so they override its values.
+pub const FILE_LEVEL: [&str; 2] = ["dataset", "init_from"];
 
 /// Takes the [`TRAINING_ONLY`] settings out of `plan`'s arguments (`--max_iters=2000`, or
 /// `--max-iters 2000` as `vramfit train` spells it), so that a train.py or `vramfit train`
@@ -351,6 +358,11 @@ pub struct RunArgs {
     /// The same as --config FILE, given as train.py takes it (python train.py config/train_x.py).
     #[arg(value_name = "CONFIG_FILE", conflicts_with = "config")]
     pub config_file: Option<PathBuf>,
+    /// train.py settings from a pasted command line that act as the config file's would (they
+    /// set the model's vocabulary or shape): `dataset` and `init_from`, as (name, value), read
+    /// over the config file (see [`FILE_LEVEL`]).
+    #[arg(skip)]
+    pub file_settings: Vec<(String, String)>,
     /// A vramfit page link (full URL or just its query) to apply over the config file.
     #[arg(long, value_name = "URL")]
     pub link: Option<String>,
@@ -489,7 +501,9 @@ pub fn parse() -> Parsed {
             match &mut cli.command {
                 Command::Plan(plan) => {
                     plan.run.take_positional_config();
-                    plan.training_only = training_only;
+                    let (file_level, rest) = training_only.into_iter().partition(|(name, _)| FILE_LEVEL.contains(&name.as_str()));
+                    plan.run.file_settings = file_level;
+                    plan.training_only = rest;
                 }
                 Command::Train(train) => train.run.take_positional_config(),
                 Command::Sample(_) => {}

@@ -39,6 +39,18 @@ impl Inputs {
     }
 }
 
+/// A command-line value as a Python string literal, as train.py's configurator takes a value
+/// it cannot evaluate (`--dataset=shakespeare_char`); one already quoted stays as it is.
+fn python_string(value: &str) -> String {
+    let v = value.trim();
+    let quoted = v.len() >= 2 && ((v.starts_with('\'') && v.ends_with('\'')) || (v.starts_with('"') && v.ends_with('"')));
+    if quoted {
+        v.to_string()
+    } else {
+        format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
+}
+
 /// Combines the sources in order of precedence; the error is one line for the user.
 pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut state = LinkState::default();
@@ -46,6 +58,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut notices = Vec::new();
     let mut unreadable = Vec::new();
     let mut link_sets = Vec::new();
+    // `--dataset=X` / `--init_from=Y` from a pasted train.py command line, as config lines.
+    let command_line: String = run.file_settings.iter().map(|(name, value)| format!("{name} = {}\n", python_string(value))).collect();
 
     if let Some(path) = &run.config {
         let shown = path.display();
@@ -55,16 +69,30 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             let hint = if link_like { " (a page link goes after --link)" } else { "" };
             format!("cannot read config file {shown}: {e}{hint}")
         })?;
-        let text = String::from_utf8(bytes).map_err(|e| format!("cannot read config file {shown}: not UTF-8 text ({e})"))?;
+        let mut text = String::from_utf8(bytes).map_err(|e| format!("cannot read config file {shown}: not UTF-8 text ({e})"))?;
+        if !command_line.is_empty() {
+            // After the file's own lines, as train.py's configurator applies them.
+            text.push('\n');
+            text.push_str(&command_line);
+        }
         let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
-        if file.config == state.config && file.extra.is_empty() && file.unreadable.is_empty() {
+        if !file.recognised {
             // An empty file, or the wrong one: say so rather than plan the defaults silently.
-            notices.push(format!("{shown}: changes none of the settings vramfit reads (empty, or all at their defaults)"));
+            notices.push(format!("{shown}: sets none of the settings vramfit reads (empty, or not a nanoGPT config file)"));
+        } else if file.config == state.config && file.extra.is_empty() {
+            notices.push(format!("{shown}: changes none of the settings vramfit reads (all at their defaults)"));
         }
         state.config = file.config;
         extra = file.extra;
         unreadable = file.unreadable.into_iter().map(|name| format!("{shown}: cannot read the value of {name}")).collect();
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
+    }
+    if run.config.is_none() && !command_line.is_empty() {
+        let given = nanogpt::parse_config_file(&command_line, &state.config).map_err(|e| format!("command line: {e}"))?;
+        state.config = given.config;
+        extra = given.extra;
+        unreadable = given.unreadable.into_iter().map(|name| format!("command line: cannot read the value of {name}")).collect();
+        notices.extend(given.notices.into_iter().map(|n| format!("command line: {n}")));
     }
     if let Some(url) = &run.link {
         let decoded = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;

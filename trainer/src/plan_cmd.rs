@@ -47,7 +47,8 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
 }
 
 /// What `plan` says of the train.py settings it took out of the command line and does not use:
-/// one line for those that do not change memory, one each for those that change what runs.
+/// one line for those that do not change memory, one each for those that change what runs
+/// (`dataset` and `init_from` are not among them: they are read as the config file's).
 fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<String> {
     let mut unused = Vec::new();
     let mut notes = Vec::new();
@@ -58,10 +59,13 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
             "device" if runtime == Runtime::Pytorch && !value.starts_with("cuda") => {
                 notes.push(format!("{flag}: plan predicts a CUDA GPU's memory (for the trainer on this CPU, --runtime trainer)"))
             }
+            "device" if runtime == Runtime::Trainer && value.starts_with("cuda") => notes.push(format!(
+                "{flag}: --runtime trainer plans the trainer's CPU run; on CUDA it keeps more temporaries (train's pre-flight \
+                 there is an estimate)"
+            )),
             "eval_only" if value == "true" || value == "1" => {
-                notes.push(format!("{flag}: no training step runs; of this plan, the eval figures apply"))
+                notes.push(format!("{flag}: train.py evaluates once and exits, so of this plan only the eval at start applies"))
             }
-            "init_from" if value != "scratch" => notes.push(format!("{flag} is not modelled: plan models a run from scratch")),
             _ => unused.push(flag),
         }
     }

@@ -371,7 +371,7 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         for (_, w, _) in windows {
             let bytes = w.breakdown.get(category);
             let share = if w.peak_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_bytes as f64 };
-            // The gemm buffers are the measuring machine's L2 size (see the notes).
+            // The gemm buffers are sized from this CPU's caches, measured on one CPU only (see the notes).
             let mib = format!("{}{:.1}", tilde(category == Category::Workspace && bytes > 0), bytes as f64 / MIB);
             write!(out, "{mib:>MIB_WIDTH$} {share:>5.1}%")?;
         }

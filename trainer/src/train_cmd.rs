@@ -335,7 +335,9 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         // Training on a default in place of a setting the file meant to change loses the run.
         return Err(input(format!("{what} (train needs every training setting it is given)")));
     }
-    crate::print_input_notes(&resolved.notices);
+    // What a file's eval_only means for train.py's plan; `train` says its own (it trains).
+    let notices: Vec<String> = resolved.notices.iter().filter(|n| !n.contains("eval_only = True: train.py")).cloned().collect();
+    crate::print_input_notes(&notices);
     let link_gives = |name: &str| resolved.link_sets.contains(&name);
     let explicit_vocab = run.vocab_size.is_some() || link_gives("vocab_size");
     let mut cfg = resolved.config;

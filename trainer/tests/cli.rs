@@ -505,11 +505,15 @@ fn a_config_file_that_changes_nothing_is_noted() {
         let file = temp_file(name, text);
         let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
         assert!(out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("changes none of the settings"), "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("sets none of the settings"), "{name}");
     }
+    // A file of the defaults' own values is a config, which changes nothing.
+    let file = temp_file("twelve.py", "n_layer = 12\n");
+    let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("changes none of the settings"));
     let file = temp_file("four.py", "n_layer = 4\n");
     let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("changes none"));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(" none of the settings"));
 }
 
 /// `fixes` in JSON: a list when computed (empty when the run fits), null under --no-fixes, so
@@ -573,6 +577,11 @@ fn a_pasted_nanogpt_command_line_plans_as_it_is() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), plan_json_text(&explicit));
     let c = &plan_json(&explicit)["config"];
     assert_eq!((c["n_layer"].as_u64(), c["block_size"].as_u64(), c["vocab_size"].as_u64()), (Some(4), Some(64), Some(65)));
+
+    // --dataset and --init_from decide the model as the file's would, and override the file's.
+    assert_eq!(plan_json(&["--dataset=shakespeare_char"])["config"]["vocab_size"], 65);
+    assert_eq!(plan_json(&[file, "--dataset=openwebtext"])["config"]["vocab_size"], 50304);
+    assert_eq!(plan_json(&["--init_from=gpt2-medium"])["config"]["n_layer"], 24);
 
     // A config file both ways is one error line; a misspelt setting is still an error.
     assert_one_error_line(&["plan", file, "--config", file]);

@@ -67,7 +67,7 @@ fn trainer_text_report_and_a_run_that_does_not_fit() {
     assert!(text.contains("Runtime: vramfit's trainer"), "{text}");
     assert!(text.contains("training step") && text.contains("Saved activations"), "{text}");
     assert!(text.contains("Does not fit"), "{text}");
-    // The gemm buffers (the measuring machine's L2 size) are an estimate in every window; on one
+    // The gemm buffers (sized from this CPU's caches) are an estimate in every window; on one
     // thread eval at start is not (it is an upper bound only with a pool).
     let row = |start: &str| text.lines().find(|l| l.trim_start().starts_with(start)).unwrap_or_default().to_string();
     assert_eq!(row("gemm buffers").matches('~').count(), 4, "{text}");

@@ -92,19 +92,14 @@ struct Signals {
 }
 
 /// Applies an edit to the state if the config stays valid; otherwise shows why (`label: "text"
-/// <why>`) and keeps the last valid state, as the README promises. Two settings follow the
-/// edit rather than block it: n_head moves to the divisor of n_embd nearest `heads` (the head
-/// count before the edit began), and an eval context longer than the new block_size follows it.
-fn try_edit(Signals { state, input_error }: Signals, label: &str, text: &str, heads: u32, edit: impl FnOnce(&mut LinkState)) {
-    let mut next = state.get_untracked();
+/// <why>`) and keeps the last valid state, as the README promises. `started` is the config when
+/// the edit began (the box was focused), which the settings that follow an edit follow from
+/// ([`model::follow_edit`]).
+fn try_edit(Signals { state, input_error }: Signals, label: &str, text: &str, started: &Config, edit: impl FnOnce(&mut LinkState)) {
+    let before = state.get_untracked();
+    let mut next = before.clone();
     edit(&mut next);
-    let c = &mut next.config;
-    if c.n_embd > 0 && c.n_head > 0 && !c.n_embd.is_multiple_of(c.n_head) {
-        c.n_head = model::nearest_divisor(c.n_embd, heads);
-    }
-    if c.eval_block_size.is_some_and(|t| t >= c.block_size) {
-        c.eval_block_size = None;
-    }
+    model::follow_edit(started, &before.config, &mut next.config);
     match next.config.validate() {
         Ok(()) => {
             input_error.set(None);
@@ -145,23 +140,24 @@ fn number_control(
         }
     };
     let signals = Signals { state, input_error };
-    // The head count when this control was last focused: typing n_embd 768 digit by digit
-    // passes through 7 and 76, whose divisors must not become the head count.
-    let heads = StoredValue::new(state.with_untracked(|s| s.config.n_head));
-    let remember_heads = move |_| heads.set_value(state.with_untracked(|s| s.config.n_head));
+    // The config when this box was last focused: typing n_embd 768 digit by digit passes
+    // through 7 and 76, and block_size 2048 through 2, which the head count and the eval
+    // context must not follow.
+    let started = StoredValue::new(state.with_untracked(|s| s.config.clone()));
+    let remember_start = move |_| started.set_value(state.with_untracked(|s| s.config.clone()));
     let on_slide = move |ev: leptos::ev::Event| {
         let Ok(pos) = event_target_value(&ev).parse::<u32>() else { return };
         let v = match slider {
             Slider::Pow2 { .. } => 1u32 << pos.min(30),
             _ => pos,
         };
-        let now = state.with_untracked(|s| s.config.n_head);
-        try_edit(signals, label, &v.to_string(), now, |s| set(s, v));
+        let now = state.with_untracked(|s| s.config.clone());
+        try_edit(signals, label, &v.to_string(), &now, |s| set(s, v));
     };
     let on_type = move |ev: leptos::ev::Event| {
         let text = event_target_value(&ev);
         match model::parse_whole(&text, max) {
-            Ok(v) => try_edit(signals, label, &text, heads.get_value(), |s| set(s, v)),
+            Ok(v) => started.with_value(|start| try_edit(signals, label, &text, start, |s| set(s, v))),
             Err(why) => input_error.set(Some(format!("{label}: \"{}\" {why}; the page keeps the last valid value", text.trim()))),
         }
     };
@@ -187,7 +183,7 @@ fn number_control(
                 min="1"
                 step="1"
                 prop:value=move || state.with(get).to_string()
-                on:focus=remember_heads
+                on:focus=remember_start
                 on:input=on_type
             />
             <small id=help_id>{help}</small>
@@ -758,9 +754,9 @@ pub fn App() -> impl IntoView {
                                     let t = event_target_value(&ev);
                                     match t.trim().parse::<f64>() {
                                         Ok(p) if p.is_finite() => {
-                                            let heads = state.with_untracked(|s| s.config.n_head);
+                                            let now = state.with_untracked(|s| s.config.clone());
                                             // + 0.0 turns "-0" into 0: `--dropout -0` reads as a flag.
-                                            try_edit(signals, "dropout", &t, heads, |s| s.config.dropout = p + 0.0);
+                                            try_edit(signals, "dropout", &t, &now, |s| s.config.dropout = p + 0.0);
                                         }
                                         _ => input_error.set(Some(format!("dropout: \"{}\" is not a number", t.trim()))),
                                     }

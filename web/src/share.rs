@@ -6,7 +6,8 @@ use vramfit_core::link::{self, Decoded, LinkState};
 use vramfit_core::nanogpt;
 use vramfit_core::Config;
 
-/// The state a page address carries (`location.search`), with what was ignored.
+/// The state a page address carries (the whole `location.href`, so that settings after `#` are
+/// noticed), with what was ignored.
 pub fn read_link(search: &str) -> Decoded {
     link::decode(search)
 }
@@ -73,7 +74,7 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
         return Err("paste the text of a nanoGPT config file (config/train_*.py) first".into());
     }
     let file = nanogpt::parse_config_file(text, &Config::default()).map_err(|e| e.to_string())?;
-    if file.config == Config::default() && file.extra.is_empty() {
+    if !file.recognised {
         // Prose, a link or the wrong file: importing it would swap the config for train.py's
         // defaults without a word.
         return Err("no nanoGPT setting found in the pasted text (a config file assigns them, e.g. n_layer = 6); the config \
@@ -206,6 +207,9 @@ mod tests {
             let e = import_config(text, &odd_state()).unwrap_err();
             assert!(e.contains("no nanoGPT setting found"), "{e}");
         }
+        // A file that sets GPT-2 124M's own values is a config all the same.
+        let (s, _) = import_config("n_layer = 12\nn_head = 12\nn_embd = 768\n", &odd_state()).unwrap();
+        assert_eq!(s.config, Config::default());
         // eval_only is said to change what runs.
         let (_, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
         assert!(notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");

@@ -83,6 +83,16 @@ impl Mounted {
         dispatch(&input, "input");
         settle().await;
     }
+    /// Types `value` one character at a time after focusing the box, as a user does.
+    async fn type_keys(&self, name: &str, value: &str) {
+        let input: HtmlInputElement = self.el(&format!("input[name={name}]")).dyn_into().unwrap();
+        dispatch(&input, "focus");
+        for end in 1..=value.len() {
+            input.set_value(&value[..end]);
+            dispatch(&input, "input");
+            settle().await;
+        }
+    }
     async fn choose(&self, name: &str, value: &str) {
         let select: HtmlSelectElement = self.el(&format!("select[name={name}]")).dyn_into().unwrap();
         select.set_value(value);
@@ -215,6 +225,12 @@ async fn number_boxes_keep_the_config_valid() {
     assert_eq!(page.exact("needed"), expected(config()).plan.cards[0].needed_bytes.to_string());
     page.type_into("n_embd", "768").await;
     assert_eq!((config().n_embd, config().n_head), (768, 12));
+    // Typed key by key, the in-between widths (1, 10, 102) do not decide the head count.
+    page.type_keys("n_embd", "1024").await;
+    assert_eq!((config().n_embd, config().n_head), (1024, vramfit_web::model::nearest_divisor(1024, 12)));
+    // From there, 768 keeps the 8 heads it began with (8 divides 768), not 4 (of 76).
+    page.type_keys("n_embd", "768").await;
+    assert_eq!((config().n_embd, config().n_head), (768, 8));
     // Values the config cannot take are refused with core's reason; the last valid one stays,
     // in the page and in the link.
     for bad in ["0", "100000", "12x"] {
@@ -233,8 +249,15 @@ async fn number_boxes_keep_the_config_valid() {
     // The eval context a fix may shorten has its own control, and follows a shorter block.
     page.type_into("eval_block_size", "512").await;
     assert_eq!(config().eval_block_size, Some(512));
-    page.type_into("block_size", "256").await;
+    // Typing block 2048 passes through 2 and 20: the eval context comes back at the end.
+    page.type_keys("block_size", "2048").await;
+    assert_eq!((config().block_size, config().eval_block_size), (2048, Some(512)));
+    page.type_keys("block_size", "256").await;
     assert_eq!((config().block_size, config().eval_block_size), (256, None));
+    // An eval context longer than the block is refused with core's reason.
+    page.type_into("eval_block_size", "4096").await;
+    assert!(page.text(".input-error").contains("eval"));
+    assert_eq!(config().eval_block_size, None);
     assert!(!page.has(".config-error"));
 }
 
