@@ -104,8 +104,11 @@ pub enum ConfigFileError {
     InvalidBase(ConfigError),
 }
 
-/// train.py (and sample.py) settings vramfit recognises without modelling them.
-const KNOWN_EXTRAS: [&str; 29] = [
+/// nanoGPT's train.py settings that vramfit recognises and does not model: the schedule,
+/// logging, where data and checkpoints go, the device and the data set (`dataset` and
+/// `init_from` are read for the vocabulary and shape they imply, not modelled as such).
+/// `vramfit plan` takes these off a pasted train.py command line too.
+pub const TRAIN_PY_UNMODELLED: [&str; 23] = [
     "out_dir",
     "eval_interval",
     "log_interval",
@@ -129,13 +132,16 @@ const KNOWN_EXTRAS: [&str; 29] = [
     "backend",
     "device",
     "seed",
-    "start",
-    "num_samples",
-    "max_new_tokens",
-    "temperature",
-    "top_k",
-    "meta_vocab_size",
 ];
+
+/// sample.py's settings, and `meta_vocab_size` (a name train.py derives from meta.pkl), which
+/// config files also carry.
+const SAMPLE_PY_AND_DERIVED: [&str; 6] = ["start", "num_samples", "max_new_tokens", "temperature", "top_k", "meta_vocab_size"];
+
+/// Whether `name` is a nanoGPT setting vramfit recognises without modelling it.
+fn is_known_extra(name: &str) -> bool {
+    TRAIN_PY_UNMODELLED.contains(&name) || SAMPLE_PY_AND_DERIVED.contains(&name)
+}
 
 /// GPT-2 checkpoints `init_from` can name: (name, n_layer, n_head, n_embd), as nanoGPT's
 /// `GPT.from_pretrained` builds them (vocab_size 50257, block_size 1024, bias True).
@@ -371,7 +377,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 conditional.retain(|(k, _)| *k != shaping);
                 conditional.push((shaping, line));
             }
-            if let Some(name) = name.filter(|n| KNOWN_EXTRAS.contains(n)) {
+            if let Some(name) = name.filter(|n| is_known_extra(n)) {
                 if !unreadable.iter().any(|n| n == name) {
                     unreadable.push(name.to_string());
                 }
@@ -400,7 +406,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         }
         match value {
             Ok(value) => {
-                if KNOWN_EXTRAS.contains(&name) {
+                if is_known_extra(name) {
                     unreadable.retain(|n| n != name);
                     conditional.retain(|(k, _)| *k != name);
                     match extra.iter_mut().find(|(k, _)| k == name) {
@@ -414,7 +420,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             }
             Err(e) => {
                 notices.push(format!("line {line}: ignored {name}: cannot read `{}`: {e}", excerpt(expr.trim())));
-                if KNOWN_EXTRAS.contains(&name) && !unreadable.iter().any(|n| n == name) {
+                if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
                     unreadable.push(name.to_string());
                 }
             }

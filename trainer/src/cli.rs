@@ -7,6 +7,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use vramfit_core::nanogpt::TRAIN_PY_UNMODELLED;
 use vramfit_core::{Attention, Dtype, Gpu, Optimizer};
 
 /// Predicts a nanoGPT training run's GPU memory, trains it and samples from it.
@@ -243,42 +244,22 @@ pub struct PlanArgs {
     pub training_only: Vec<(String, String)>,
 }
 
-/// Settings of nanoGPT's train.py (and `vramfit train`) that a pasted command line may carry
-/// and clap does not: the schedule, logging, where data and checkpoints go, the device, the
-/// data set. Most do not change the memory of the step `plan` models and are noted as not
-/// used; `eval_only` and a device other than CUDA change what runs, and `plan` says so; the
-/// [`FILE_LEVEL`] ones are read as the config file's.
-const TRAINING_ONLY: [&str; 22] = [
-    "out_dir",
-    "eval_interval",
-    "log_interval",
-    "eval_only",
-    "always_save_checkpoint",
-    "init_from",
-    "wandb_log",
-    "wandb_project",
-    "wandb_run_name",
-    "dataset",
-    "learning_rate",
-    "max_iters",
-    "weight_decay",
-    "beta1",
-    "beta2",
-    "decay_lr",
-    "warmup_iters",
-    "lr_decay_iters",
-    "min_lr",
-    "backend",
-    "device",
-    "seed",
-];
+/// Whether `name` is a setting of nanoGPT's train.py (and `vramfit train`) that a pasted
+/// command line may carry and clap does not: core's [`TRAIN_PY_UNMODELLED`] (the schedule,
+/// logging, where data and checkpoints go, the device, the data set) except `grad_clip`, which
+/// is a plan flag (the trainer runtime's clipping). Most do not change the memory of the step
+/// `plan` models and are noted as not used; `eval_only` and a device other than CUDA change
+/// what runs, and `plan` says so; the [`FILE_LEVEL`] ones are read as the config file's.
+fn is_training_only(name: &str) -> bool {
+    name != "grad_clip" && TRAIN_PY_UNMODELLED.contains(&name)
+}
 
-/// The [`TRAINING_ONLY`] settings that decide the model as a config file's do: `dataset` (its
+/// The training-only settings ([`is_training_only`]) that decide the model as a config file's do: `dataset` (its
 /// meta.pkl's vocab_size) and `init_from` (a GPT-2 checkpoint's shape). train.py's
 /// configurator applies command-line settings after the file, so they override its values.
 pub const FILE_LEVEL: [&str; 2] = ["dataset", "init_from"];
 
-/// Takes the [`TRAINING_ONLY`] settings out of `plan`'s arguments (`--max_iters=2000`, or
+/// Takes the training-only settings ([`is_training_only`]) out of `plan`'s arguments (`--max_iters=2000`, or
 /// `--max-iters 2000` as `vramfit train` spells it), so that a train.py or `vramfit train`
 /// command line plans as it is; returns them as (snake_case name, value). Other commands'
 /// arguments are left alone, and so is anything after `--`.
@@ -300,7 +281,7 @@ fn take_training_only(args: &mut Vec<OsString>) -> Vec<(String, String)> {
             Some((name, value)) => (name.replace('-', "_"), Some(value.to_string())),
             None => (flag.replace('-', "_"), None),
         };
-        if !TRAINING_ONLY.contains(&name.as_str()) {
+        if !is_training_only(&name) {
             i += 1;
             continue;
         }
@@ -703,7 +684,7 @@ mod tests {
     fn every_training_only_setting_is_one_plan_does_not_have() {
         let cmd = Cli::command();
         let plan = cmd.find_subcommand("plan").expect("plan subcommand");
-        for name in TRAINING_ONLY {
+        for name in TRAIN_PY_UNMODELLED.into_iter().filter(|n| is_training_only(n)) {
             let kebab = name.replace('_', "-");
             let clash = plan.get_arguments().any(|a| {
                 a.get_long() == Some(name)
