@@ -99,10 +99,9 @@ impl CpuCaches {
     /// gemm's (kc, nc) for an f32 product of depth `k` and `n` columns with an `mr`-row
     /// microkernel, as `kernel_params` computes them: a k-block from L1 (at least 512 unless
     /// `k` is smaller; `k` is then split into equal blocks no longer than it), and a column
-    /// panel that fits (assoc - 1) / assoc of L3. Two paths of gemm's outside `kernel_params`
-    /// are not modelled: with an L3 it reads as 0 (as on macOS) and one thread, panels of
-    /// 768 columns; and products of at most 64 x 64, whose k-block is `k.min(512)` unsplit.
-    /// Neither reaches the loss head's product on the machines measured.
+    /// panel that fits (assoc - 1) / assoc of L3. Without an L3 (`kernel_params` then gives no
+    /// panel), the whole width, as gemm takes it with several threads; [`Self::product_blocks`]
+    /// adds gemm's other paths.
     pub fn gemm_blocks(&self, k: u64, n: u64, mr: u64) -> (u64, u64) {
         const SIZE: u64 = 4;
         let (k, n) = (k.max(1), n.max(1));
@@ -128,6 +127,25 @@ impl CpuCaches {
         }
         let n_iter = n.div_ceil(panel_max);
         (kc, n.div_ceil(n_iter * GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS)
+    }
+
+    /// gemm's (kc, nc) for an f32 product of `m` rows, depth `k` and `n` columns, as gemm-common
+    /// 0.19's `gemm_basic_generic` picks them before packing: [`Self::gemm_blocks`], except
+    ///
+    /// * at most 64 x 64 (a small vocabulary and width): it skips `kernel_params`, one k-block of
+    ///   `k.min(512)` (not split evenly) by the whole width;
+    /// * without an L3 (as gemm reads macOS's caches) on one thread (candle then asks for no
+    ///   parallelism): panels of 128 microkernel widths, 768 columns, whatever `n` is.
+    pub fn product_blocks(&self, m: u64, k: u64, n: u64, mr: u64, one_thread: bool) -> (u64, u64) {
+        let (k, n) = (k.max(1), n.max(1));
+        if m <= 64 && n <= 64 {
+            return (k.min(512), n.div_ceil(GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS);
+        }
+        let (kc, nc) = self.gemm_blocks(k, n, mr);
+        if self.l3_bytes == 0 && one_thread {
+            return (kc, 128 * GEMM_KERNEL_COLS);
+        }
+        (kc, nc)
     }
 }
 
@@ -354,6 +372,8 @@ struct Dims {
     /// gemm's microkernel rows and the caches, which block its products.
     gemm_rows: u64,
     caches: CpuCaches,
+    /// Candle runs gemm without parallelism (see [`CpuCaches::product_blocks`]).
+    one_thread: bool,
     /// See [`TrainerOptions::unfused_ops`].
     unfused: bool,
     /// See [`TrainerOptions::mixed_precision`].
@@ -833,7 +853,8 @@ fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id
             if d.packs_dlogits {
                 // gemm's packed copy of the transposed dlogits for this product (see
                 // `packs_dlogits`): one k-block of rows by one column panel of the vocabulary.
-                let (kc, nc) = d.caches.gemm_blocks(rows, d.v, d.gemm_rows);
+                // candle hands gemm the product as n_embd rows by vocabulary columns.
+                let (kc, nc) = d.caches.product_blocks(d.c, rows, d.v, d.gemm_rows, d.one_thread);
                 let packed = m.alloc(Category::Workspace, kc * nc);
                 m.free(packed);
             }
@@ -1122,6 +1143,7 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         packs_dlogits: packs_dlogits(cfg.n_embd, opts),
         gemm_rows: if opts.gemm_kernel_rows == 0 { 16 } else { u64::from(opts.gemm_kernel_rows) },
         caches: opts.cpu_caches,
+        one_thread: opts.cpu_threads <= 1,
         unfused: opts.unfused_ops,
         mixed: opts.mixed(),
         cb: if opts.mixed() { 2 } else { F32 },
@@ -1253,6 +1275,18 @@ mod auto_fit_tests {
         let desktop = CpuCaches { l3_bytes: 32 << 20, l3_associativity: 16, ..measuring };
         let (kc, nc) = desktop.gemm_blocks(2048, 50304, 64);
         assert!(kc == 512 && nc < 50304 && kc * nc * 4 <= 15 * (32 << 20) / 16, "{kc} x {nc}");
+        // gemm's own paths (gemm-common 0.19, gemm_basic_generic): a product of at most 64 x 64
+        // takes one k-block of up to 512 rows, unsplit (1000 rows: 512, not 500), by the whole
+        // width rounded up to microkernels of 6 columns (64 columns: 11 of them, 66); one more
+        // column and it is kernel_params' product again.
+        assert_eq!(measuring.product_blocks(64, 1000, 64, 64, true), (512, 66));
+        assert_eq!(measuring.product_blocks(64, 1000, 65, 64, true), measuring.gemm_blocks(1000, 65, 64));
+        // Without an L3 the panel is the whole width with threads, 128 microkernels without.
+        let no_l3 = CpuCaches { l3_bytes: 0, ..measuring };
+        assert_eq!(no_l3.product_blocks(256, 2048, 50304, 64, false), (512, 50304));
+        assert_eq!(no_l3.product_blocks(256, 2048, 50304, 64, true), (512, 768));
+        // Otherwise the threads change nothing.
+        assert_eq!(measuring.product_blocks(256, 2048, 50304, 64, true), measuring.gemm_blocks(2048, 50304, 64));
         // What this changes in a run's peak is held to measurement by the GPT-2-vocabulary rows of
         // tests/reference/data/trainer-cpu.json (core/tests/trainer_reference.rs).
     }

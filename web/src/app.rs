@@ -448,14 +448,21 @@ fn card_controls(signals: Signals) -> impl IntoView {
                 max="4096"
                 step="0.25"
                 prop:value=move || format!("{}", (custom_gib() * 100.0).round() / 100.0)
-                on:change=move |ev| {
+                // Follows each keystroke, as the other number boxes do; a partial or bad entry
+                // gets a notice and leaves the card as it was.
+                on:input=move |ev| {
                     let text = event_target_value(&ev);
                     match text.trim().parse::<f64>().ok().and_then(|g| Gpu::find(&format!("custom-{g}"))) {
                         Some(g) => {
                             input_error.set(None);
-                            state.update(|s| s.gpu = g.id);
+                            if state.with_untracked(|s| s.gpu != g.id) {
+                                state.update(|s| s.gpu = g.id);
+                            }
                         }
-                        None => input_error.set(Some(format!("custom capacity: \"{}\" is not a size between 0.25 and 4096 GiB", text.trim()))),
+                        None => input_error.set(Some(format!(
+                            "custom capacity: \"{}\" is not a size between 0.25 and 4096 GiB; the page keeps the last valid value",
+                            text.trim()
+                        ))),
                     }
                 }
             />

@@ -15,9 +15,18 @@ use vramfit_core::{Attention, Config, Dtype, Gpu};
 pub const MIB: u64 = 1 << 20;
 pub const GIB: f64 = (1u64 << 30) as f64;
 
-/// Bytes as GiB with two decimals, the way the page prints every memory figure ("7.42").
+/// Bytes as GiB with two decimals, the way the page prints every memory figure ("7.42"), with
+/// thousands grouped as the parameter count is ("1,536.00": a 1.5B model at batch 512 is short
+/// by terabytes, and a run of digits is hard to read).
 pub fn format_gib(bytes: u64) -> String {
-    format!("{:.2}", bytes as f64 / GIB)
+    let plain = format!("{:.2}", bytes as f64 / GIB);
+    match plain.split_once('.') {
+        Some((whole, cents)) if whole.len() > 3 => match whole.parse::<u64>() {
+            Ok(w) => format!("{}.{cents}", vramfit_core::params::thousands(w)),
+            Err(_) => plain,
+        },
+        _ => plain,
+    }
 }
 
 /// A signed byte count as GiB with an explicit sign ("+0.51", "-1.20").
@@ -511,6 +520,11 @@ mod tests {
         assert_eq!(format_gib(3 << 29), "1.50");
         assert_eq!(format_signed_gib(-(1 << 30)), "-1.00");
         assert_eq!(format_signed_gib(1 << 29), "+0.50");
+        // Thousands grouped past 999 GiB, in signed figures too.
+        assert_eq!(format_gib(999 << 30), "999.00");
+        assert_eq!(format_gib((1536 << 30) + (1 << 29)), "1,536.50");
+        assert_eq!(format_gib(1_234_567 << 30), "1,234,567.00");
+        assert_eq!(format_signed_gib(-(2048 << 30)), "-2,048.00");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use vramfit_core::link::LinkState;
-use vramfit_core::Config;
+use vramfit_core::{Config, Gpu};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 use web_sys::{Event, EventInit, HtmlElement, HtmlInputElement, HtmlSelectElement};
@@ -259,6 +259,25 @@ async fn number_boxes_keep_the_config_valid() {
     assert!(page.text(".input-error").contains("eval"));
     assert_eq!(config().eval_block_size, None);
     assert!(!page.has(".config-error"));
+}
+
+#[wasm_bindgen_test]
+async fn a_custom_card_follows_its_box_as_it_is_typed() {
+    let page = mount_with("").await;
+    let gpu = || vramfit_core::link::decode(&query()).state.gpu;
+    page.choose("gpu", "custom").await;
+    assert!(gpu().starts_with("custom-"), "{}", gpu());
+    // Every keystroke plans for the size typed so far, as the other number boxes do.
+    page.type_keys("custom_gib", "10.5").await;
+    assert_eq!(gpu(), "custom-10.5");
+    let card = Gpu::find("custom-10.5").unwrap();
+    assert!(page.text(".verdict").contains(&card.name), "{}", page.text(".verdict"));
+    let want = vramfit_web::model::compute(&LinkState { gpu: card.id.clone(), ..LinkState::default() }).unwrap();
+    assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
+    // A size it cannot take is refused with a notice; the card stays as it was.
+    page.type_into("custom_gib", "0.1").await;
+    assert!(page.text(".input-error").contains("custom capacity"));
+    assert_eq!(gpu(), "custom-10.5");
 }
 
 #[wasm_bindgen_test]
