@@ -81,6 +81,11 @@ pub struct ConfigFile {
     /// as train.py's defaults.
     #[serde(default)]
     pub recognised: bool,
+    /// The first top-level line that is neither an assignment nor an import, as (line, excerpt):
+    /// with nothing recognised, the mark of a file that is not a config file at all (train.py
+    /// would fail to exec it), where an empty one is only a config that sets nothing.
+    #[serde(default)]
+    pub first_statement: Option<(usize, String)>,
 }
 
 impl ConfigFile {
@@ -351,6 +356,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     // and where; and whether the lines being read are in one.
     let mut conditional: Vec<(&'static str, usize)> = Vec::new();
     let mut in_conditional_block = false;
+    let mut first_statement: Option<(usize, String)> = None;
 
     // Editors on Windows may start the file with a byte-order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -388,6 +394,9 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         let Some((name, expr)) = split_assignment(code) else {
             let first_word = code.split_whitespace().next().unwrap_or("");
             let why = if matches!(first_word, "import" | "from") { "imports are not needed" } else { "not a simple assignment" };
+            if why == "not a simple assignment" && first_statement.is_none() {
+                first_statement = Some((line, excerpt(code.trim())));
+            }
             notices.push(skip(why));
             continue;
         };
@@ -457,7 +466,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             None => ConfigFileError::InvalidBase(err),
         });
     }
-    Ok(ConfigFile { config: cfg, extra, notices, unreadable, recognised })
+    Ok(ConfigFile { config: cfg, extra, notices, unreadable, recognised, first_statement })
 }
 
 /// Longest piece of a line quoted in a message.
@@ -1080,6 +1089,15 @@ weight_decay = 1e-1
         assert!(f.notices[2].starts_with("line 4: ignored foo"));
         assert_eq!(f.get("out_dir"), Some(&Value::Str("out".into())));
         assert_eq!(f.get("wandb_run_name"), None);
+        // The first line that is not an assignment (imports do not count) is kept: with nothing
+        // recognised it marks a file that is not a config file at all.
+        assert_eq!(f.first_statement, Some((5, "if x:".to_string())));
+        assert!(f.recognised);
+        let prose = parse("# a note\nimport os\nJust some words.\nfoo = 3\n").unwrap();
+        assert!(!prose.recognised);
+        assert_eq!(prose.first_statement, Some((3, "Just some words.".to_string())));
+        let other = parse("import os\nfoo = 3\n").unwrap();
+        assert!(!other.recognised && other.first_statement.is_none());
     }
 
     #[test]

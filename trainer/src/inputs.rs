@@ -76,9 +76,17 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             text.push_str(&command_line);
         }
         let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
+        if let (false, Some((line, text))) = (file.recognised, &file.first_statement) {
+            // Prose, a log, a data file: not a config file that sets nothing but the wrong file.
+            return Err(format!(
+                "config file {shown}: not a nanoGPT config file (it sets none of the settings vramfit reads, and line {line}, \
+                 `{text}`, is not a Python assignment)"
+            ));
+        }
         if !file.recognised {
-            // An empty file, or the wrong one: say so rather than plan the defaults silently.
-            notices.push(format!("{shown}: sets none of the settings vramfit reads (empty, or not a nanoGPT config file)"));
+            // An empty file, or one of comments and other names: say so rather than plan the
+            // defaults silently.
+            notices.push(format!("{shown}: sets none of the settings vramfit reads (empty, or only names vramfit does not know)"));
         } else if file.config == state.config && file.extra.is_empty() {
             notices.push(format!("{shown}: changes none of the settings vramfit reads (all at their defaults)"));
         }

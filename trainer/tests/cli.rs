@@ -498,14 +498,23 @@ fn flags_of_the_other_runtime_are_noted() {
     assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
 }
 
-/// A config file that changes nothing (empty, or not a nanoGPT config) is noted, not silently planned.
+/// A config file that changes nothing (empty, or other names only) is noted, not silently
+/// planned; a file that is not a config file at all is an error, for plan and train alike.
 #[test]
 fn a_config_file_that_changes_nothing_is_noted() {
-    for (name, text) in [("empty.py", ""), ("prose.py", "just some words\n")] {
+    for (name, text) in [("empty.py", ""), ("comments.py", "# nothing yet\n"), ("other.py", "import os\nfoo = 3\n")] {
         let file = temp_file(name, text);
         let out = vramfit(&["plan", "--no-fixes", "--config", file.to_str().unwrap()]);
-        assert!(out.status.success());
+        assert!(out.status.success(), "{name}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("sets none of the settings"), "{name}");
+    }
+    let prose = temp_file("prose.py", "# notes\njust some words\nmore words\n");
+    for cmd in ["plan", "train"] {
+        let out = vramfit(&[cmd, prose.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{cmd}: {stderr}");
+        assert!(stderr.contains("not a nanoGPT config file") && stderr.contains("line 2, `just some words`"), "{cmd}: {stderr}");
     }
     // A file of the defaults' own values is a config, which changes nothing.
     let file = temp_file("twelve.py", "n_layer = 12\n");

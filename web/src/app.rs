@@ -295,7 +295,10 @@ fn exact_figures(c: &Computed) -> impl IntoView {
     }
 }
 
-fn verdict_view(c: &Computed) -> impl IntoView {
+/// The verdict, rebuilt on every change. Screen readers hear it through the stable live region
+/// the page keeps beside it (a region created with its content is not announced), and the
+/// estimate notes stay open or closed across rebuilds through `notes_open`.
+fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
     let v = model::verdict(&c.plan);
     let class = if v.fits { "verdict fits" } else { "verdict no-fit" };
     let need_estimate = model::estimate_detail(&c.plan, model::NEED_FIGURES);
@@ -304,7 +307,7 @@ fn verdict_view(c: &Computed) -> impl IntoView {
         c.plan.notes.iter().filter(|n| n.source == device::Source::Estimate).map(|n| (n.figure.clone(), n.detail.clone())).collect();
     let no_estimates = notes.is_empty();
     view! {
-        <section class=class aria-live="polite">
+        <section class=class>
             <p class="verdict-title">{v.title}</p>
             <p class="verdict-margin">{v.margin} " " {estimate_marker(need_estimate.clone())}</p>
             <p class="verdict-detail">
@@ -320,7 +323,17 @@ fn verdict_view(c: &Computed) -> impl IntoView {
                 " · tokens per iteration: " <strong class="tokens">{vramfit_core::params::thousands(c.plan.tokens_per_iter)}</strong>
                 " · " {model::describe(&c.plan.config)}
             </p>
-            <details class="notes" class:hidden=no_estimates>
+            <details
+                class="notes"
+                class:hidden=no_estimates
+                prop:open=move || notes_open.get()
+                on:toggle=move |ev| {
+                    let open = event_target::<web_sys::Element>(&ev).has_attribute("open");
+                    if open != notes_open.get_untracked() {
+                        notes_open.set(open);
+                    }
+                }
+            >
                 <summary>"Which figures are estimates"</summary>
                 <ul>
                     {notes
@@ -496,6 +509,7 @@ pub fn App() -> impl IntoView {
     let input_error = RwSignal::new(None::<String>);
     let signals = Signals { state, input_error };
     let computed = Memo::new(move |_| state.with(model::compute));
+    let notes_open = RwSignal::new(false);
     // Every chart's figures rest on the same terms as the need: marked where one is an estimate.
     let chart_estimate =
         move || computed.with(|r| r.as_ref().ok().map(|c| estimate_marker(model::estimate_detail(&c.plan, model::NEED_FIGURES))));
@@ -886,10 +900,13 @@ pub fn App() -> impl IntoView {
                             .with(|r| r.as_ref().ok().and_then(|c| state.with(|s| model::capacity_warning(s, c))))
                             .map(|w| view! { <p class="error capacity-warning" role="alert">{w}</p> })
                     }}
+                    <p class="visually-hidden" id="verdict-announce" aria-live="polite">
+                        {move || computed.with(|r| r.as_ref().ok().map(|c| model::verdict(&c.plan).announcement()))}
+                    </p>
                     {move || {
                         computed
                             .with(|r| match r {
-                                Ok(c) => verdict_view(c).into_any(),
+                                Ok(c) => verdict_view(c, notes_open).into_any(),
                                 Err(e) => {
                                     view! {
                                         <section class="verdict invalid" role="alert">

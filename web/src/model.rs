@@ -414,6 +414,14 @@ pub struct Verdict {
     pub where_peak: String,
 }
 
+impl Verdict {
+    /// What a screen reader hears when the verdict changes: the title and the margin, not the
+    /// whole section.
+    pub fn announcement(&self) -> String {
+        format!("{}: {}", self.title, self.margin)
+    }
+}
+
 pub fn verdict(plan: &Plan) -> Verdict {
     let card = &plan.cards[0];
     let title = if card.bf16_unsupported {

@@ -125,6 +125,16 @@ async fn slider_moves_the_verdict_the_charts_and_the_link() {
     let margin = page.text(".verdict-margin");
     assert!(margin.starts_with(&vramfit_web::format_gib(want.plan.cards[0].headroom_bytes.unsigned_abs())), "{margin}");
     let before = [page.chart("chart-breakdown"), page.chart("chart-batch"), page.chart("chart-timeline")];
+    // Screen readers hear the verdict through one live region that outlives every redraw; the
+    // estimate notes a user opened stay open.
+    let announcer = page.el("#verdict-announce");
+    assert_eq!(announcer.get_attribute("aria-live").as_deref(), Some("polite"));
+    assert_eq!(page.text("#verdict-announce"), vramfit_web::model::verdict(&want.plan).announcement());
+    assert!(!page.has("section[aria-live]"), "the rebuilt verdict must not be a live region of its own");
+    let notes: HtmlElement = page.el("details.notes summary").dyn_into().unwrap();
+    notes.click();
+    settle().await;
+    assert!(page.el("details.notes").has_attribute("open"));
 
     // The slider (not the box) for n_layer: 24 layers.
     let slider: HtmlInputElement = page.el("input[name=n_layer-slider]").dyn_into().unwrap();
@@ -136,6 +146,9 @@ async fn slider_moves_the_verdict_the_charts_and_the_link() {
     assert_eq!(page.text(".param-count"), want.plan.params.printed_millions());
     let title = page.text(".verdict-title");
     assert_eq!(title, if want.plan.cards[0].fits { "Fits" } else { "Does not fit" });
+    assert!(announcer.is_same_node(Some(&page.el("#verdict-announce"))), "the live region was replaced");
+    assert_eq!(page.text("#verdict-announce"), vramfit_web::model::verdict(&want.plan).announcement());
+    assert!(page.el("details.notes").has_attribute("open"), "the notes closed on a redraw");
     let after = [page.chart("chart-breakdown"), page.chart("chart-batch"), page.chart("chart-timeline")];
     for (b, a) in before.iter().zip(&after) {
         assert_ne!(b, a, "a chart was not redrawn");
