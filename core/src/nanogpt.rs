@@ -393,11 +393,11 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         }
         let Some((name, expr)) = split_assignment(code) else {
             let first_word = code.split_whitespace().next().unwrap_or("");
-            let why = if matches!(first_word, "import" | "from") { "imports are not needed" } else { "not a simple assignment" };
-            if why == "not a simple assignment" && first_statement.is_none() {
+            let import = matches!(first_word, "import" | "from");
+            if !import && first_statement.is_none() {
                 first_statement = Some((line, excerpt(code.trim())));
             }
-            notices.push(skip(why));
+            notices.push(skip(if import { "imports are not needed" } else { "not a simple assignment" }));
             continue;
         };
         let lookup = |n: &str| env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).or_else(|| config_value(&cfg, n));
