@@ -1525,8 +1525,5 @@ mod plan_tests {
     #[test]
     fn the_workspace_is_named_for_gemm() {
         assert_eq!(category_label(Category::Workspace), "gemm buffers");
-        for category in Category::ALL.into_iter().filter(|&c| c != Category::Workspace) {
-            assert_eq!(category_label(category), category.label());
-        }
     }
 }

@@ -28,6 +28,19 @@ function cliPlan(query) {
   return JSON.parse(out);
 }
 
+/**
+ * The text of the first `selector` once it matches `re` (the page redraws after an input event,
+ * not during it), or as it stands after 5 s, for the caller's assertion to report.
+ */
+async function textWhenMatching(page, selector, re) {
+  await page
+    .waitForFunction(([s, src]) => new RegExp(src).test(document.querySelector(s)?.textContent ?? ''), [selector, re.source], {
+      timeout: 5000,
+    })
+    .catch(() => {});
+  return page.locator(selector).first().textContent();
+}
+
 /** The exact figures the page exposes on #exact, and its fixes once they are computed. */
 async function pageFigures(page) {
   await page.waitForSelector('[data-state=ready]', { state: 'attached', timeout: 20000 });
@@ -201,12 +214,14 @@ test('out-of-range input gets a notice, never a silent change or a flag the CLI 
       el.dispatchEvent(new Event('input', { bubbles: true }));
     }, [name, v]);
   await type('other_usage_mib', '99999999');
-  assert.match(await page.locator('.input-error').textContent(), /"99999999" is too large \(at most 4194304\)/);
+  const tooLarge = /"99999999" is too large \(at most 4194304\)/;
+  assert.match(await textWhenMatching(page, '.input-error', tooLarge), tooLarge);
   assert.ok((await page.evaluate(() => location.search)).endsWith('&other=4194304'));
   await type('batch_size', '-1');
-  assert.match(await page.locator('.input-error').textContent(), /batch_size: "-1" cannot be negative/);
+  const negative = /batch_size: "-1" cannot be negative/;
+  assert.match(await textWhenMatching(page, '.input-error', negative), negative);
   await type('other_usage_mib', '0');
-  assert.equal(await page.locator('.capacity-warning').count(), 0);
+  await page.waitForSelector('.capacity-warning', { state: 'detached', timeout: 5000 });
   // On a phone the verdict is a screen below the controls: a one-line copy stays on top.
   assert.equal(await page.locator('.verdict-bar').isVisible(), false);
   await page.setViewportSize({ width: 390, height: 844 });

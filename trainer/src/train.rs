@@ -197,6 +197,11 @@ struct LoopState {
     scaler: Option<LossScaler>,
 }
 
+/// Test hook, in debug builds only (what `cargo test` runs): `VRAMFIT_TEST_ITERATION_PAUSE_MS=N`
+/// sleeps N ms after each iteration, so that a test's Ctrl-C lands mid-run however loaded the
+/// machine is; a release binary ignores the variable.
+const PAUSE_HOOK: &str = "VRAMFIT_TEST_ITERATION_PAUSE_MS";
+
 /// Runs the loop from `resume`'s state (or from the start) to `max_iters` or Ctrl-C.
 pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progress) -> Result<Summary, String> {
     let Run { cfg, settings, data, device, model, optimizer, interrupt } = run;
@@ -223,6 +228,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
     let tokens_per_iter = (b * t * ga) as f64;
     let mut last_eval = None;
     let (mut train_secs, mut train_iters) = (0f64, 0u64);
+    let pause = if cfg!(debug_assertions) { std::env::var(PAUSE_HOOK).ok().and_then(|ms| ms.parse().ok()) } else { None };
 
     loop {
         if interrupt.load(Ordering::SeqCst) {
@@ -349,6 +355,9 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         });
         state.iter_num += 1;
         state.evaluated = false;
+        if let Some(ms) = pause {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
     }
     crate::lossplot::write_for(&settings.out_dir);
     Ok(Summary {

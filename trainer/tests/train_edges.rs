@@ -71,7 +71,12 @@ fn the_checkpoints_log_stays_with_it() {
     let first_ckpt = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
     // Two fresh runs that fail at their first evaluation, before any save.
     for _ in 0..2 {
-        let out = run(&["train", "--out-dir", d, "--max-iters", "10", "--eval-interval", "2", "--learning-rate", "1e30"]);
+        let out = vramfit()
+            .args(["train", "--out-dir", d])
+            .args(TINY)
+            .args(["--max-iters", "10", "--eval-interval", "2", "--learning-rate", "1e30"])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
         assert_eq!(std::fs::read(dir.join("log.previous.jsonl")).unwrap(), first_log);
         assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), first_ckpt);

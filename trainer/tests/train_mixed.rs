@@ -59,30 +59,38 @@ fn run_mixed(compute: DType, name: &str) -> (train::Summary, vramfit::checkpoint
     (summary, ckpt, losses)
 }
 
+// One test per dtype, so that the two runs share the cores.
 #[test]
-fn f16_with_loss_scaling_and_bf16_train() {
-    for (compute, name) in [(DType::F16, "mixed-f16"), (DType::BF16, "mixed-bf16")] {
-        let (summary, ckpt, losses) = run_mixed(compute, name);
-        assert_eq!(summary.iter_num, 40);
-        assert_eq!(losses.len(), 40);
-        let (first, last) = (losses[..5].iter().sum::<f64>() / 5.0, losses[35..].iter().sum::<f64>() / 5.0);
-        assert!(last < first - 0.3, "{compute:?}: loss {first:.3} -> {last:.3}");
-        let (_, val) = summary.last_eval.unwrap();
-        assert!(val.is_finite() && (val as f64) < first, "{compute:?}: val loss {val}");
-        // Master weights and AdamW state stay f32; only f16 keeps a loss scale, and the checkpoint has it.
-        assert!(ckpt.params.iter().chain(&ckpt.exp_avg).all(|t| t.dtype() == DType::F32));
-        match compute {
-            DType::F16 => {
-                let scaler = ckpt.meta.loss_scaler.expect("f16 saves its loss scale");
-                assert!(scaler.scale <= LossScaler::INIT_SCALE && scaler.scale >= 1.0, "{scaler:?}");
-                // Every iteration that overflowed skipped its step, so steps + skips = iterations.
-                let skipped = (LossScaler::INIT_SCALE / scaler.scale).log2().round() as u64;
-                assert_eq!(ckpt.meta.optimizer_steps + skipped, 40, "{scaler:?}");
-            }
-            _ => {
-                assert_eq!(ckpt.meta.loss_scaler, None);
-                assert_eq!(ckpt.meta.optimizer_steps, 40);
-            }
+fn f16_with_loss_scaling_trains() {
+    trains_in(DType::F16, "mixed-f16");
+}
+
+#[test]
+fn bf16_trains() {
+    trains_in(DType::BF16, "mixed-bf16");
+}
+
+fn trains_in(compute: DType, name: &str) {
+    let (summary, ckpt, losses) = run_mixed(compute, name);
+    assert_eq!(summary.iter_num, 40);
+    assert_eq!(losses.len(), 40);
+    let (first, last) = (losses[..5].iter().sum::<f64>() / 5.0, losses[35..].iter().sum::<f64>() / 5.0);
+    assert!(last < first - 0.3, "{compute:?}: loss {first:.3} -> {last:.3}");
+    let (_, val) = summary.last_eval.unwrap();
+    assert!(val.is_finite() && (val as f64) < first, "{compute:?}: val loss {val}");
+    // Master weights and AdamW state stay f32; only f16 keeps a loss scale, and the checkpoint has it.
+    assert!(ckpt.params.iter().chain(&ckpt.exp_avg).all(|t| t.dtype() == DType::F32));
+    match compute {
+        DType::F16 => {
+            let scaler = ckpt.meta.loss_scaler.expect("f16 saves its loss scale");
+            assert!(scaler.scale <= LossScaler::INIT_SCALE && scaler.scale >= 1.0, "{scaler:?}");
+            // Every iteration that overflowed skipped its step, so steps + skips = iterations.
+            let skipped = (LossScaler::INIT_SCALE / scaler.scale).log2().round() as u64;
+            assert_eq!(ckpt.meta.optimizer_steps + skipped, 40, "{scaler:?}");
+        }
+        _ => {
+            assert_eq!(ckpt.meta.loss_scaler, None);
+            assert_eq!(ckpt.meta.optimizer_steps, 40);
         }
     }
 }

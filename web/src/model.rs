@@ -635,16 +635,29 @@ mod tests {
     }
 
     /// The timeline's room line sits where the verdict's margin says: the live-tensor peak is
-    /// under it by the headroom when the config fits, over it by the shortfall when not.
+    /// under it when the config fits and over it when not. The line is drawn from the plan's
+    /// need, so the checks that can fail are the ones against figures computed apart from it:
+    /// the room lies below what the card offers by at least the CUDA context (the timeline
+    /// counts tensors only), and the timeline's peak, from the tensor-level simulation, is
+    /// within 1% of the exact simulation's allocated peak (they differ by where the block-level
+    /// allocator splits cached blocks: 0.35% for batch 9 eager, 2026-11-24).
     #[test]
     fn the_timeline_room_agrees_with_the_verdict() {
-        for (batch, compile) in [(1, true), (9, false), (12, true), (64, true)] {
+        let gpu = device::default_gpu();
+        let mut seen = [false, false];
+        for (batch, compile) in [(1, true), (9, false), (12, true), (64, true), (64, false)] {
             let c = compute(&state(Config { batch_size: batch, compile, ..Config::default() })).unwrap();
             let card = &c.plan.cards[0];
             let (peak, room) = (c.timeline.peak.1, c.tensor_room());
-            assert_eq!(peak <= room, card.fits, "batch {batch} compile {compile}: peak {peak} room {room}");
-            assert_eq!(room as i128 - peak as i128, card.available_bytes as i128 - card.needed_bytes as i128);
+            let case = format!("batch {batch} compile {compile}: peak {peak} room {room}");
+            assert_eq!(peak <= room, card.fits, "{case}");
+            assert!(card.available_bytes - room >= gpu.context_bytes, "{case}");
+            let p = &c.plan;
+            let allocated = [&p.train, &p.eval, &p.first_iter, &p.eval_at_start].iter().map(|w| w.peak_allocated_bytes).max().unwrap();
+            assert!(peak.abs_diff(allocated) < allocated / 100, "{case}: allocated {allocated}");
+            seen[card.fits as usize] = true;
         }
+        assert_eq!(seen, [true, true], "both sides of the card");
     }
 
     #[test]
