@@ -83,31 +83,84 @@ impl Gpu {
     }
 
     /// Finds a preset by id or name (case-insensitive, spaces and underscores as dashes), or by
-    /// words that name exactly one preset (`4070`, `h100`, `RTX 3090`: a model number is a
-    /// card, not 4070 GiB; `a100` names two cards and is not found), or parses `custom-<GiB>`
-    /// or a number of GiB with a unit (`6gb`, `10GiB`) or without one that names no card (`12`).
+    /// words that name exactly one preset (`4070`, `rtx4070`, `h100`, `RTX 3090`), or parses a
+    /// size: `custom-<GiB>`, a number of GiB with a unit (`6gb`, `10GiB`), or a bare number
+    /// below 100 (`12`). `None` where [`Gpu::lookup`] explains why.
     pub fn find(query: &str) -> Option<Gpu> {
+        Gpu::lookup(query).ok()
+    }
+
+    /// [`Gpu::find`], or one line saying why nothing was found. A bare number of 100 or more is
+    /// a model number, never a size: `--gpu 4060` once planned for a 4,060 GiB card, and said
+    /// it fits. Words naming several presets (`a100`) name them instead of picking one.
+    pub fn lookup(query: &str) -> Result<Gpu, String> {
         let norm = |s: &str| s.trim().to_ascii_lowercase().replace([' ', '_'], "-");
         let q = norm(query);
         let all = presets();
         if let Some(p) = all.iter().find(|g| g.id == q || norm(&g.name) == q) {
-            return Some(p.clone());
+            return Ok(p.clone());
         }
-        let words: Vec<&str> = q.split('-').filter(|w| !w.is_empty()).collect();
+        // A size with its unit (`12gb`) is a size, though words like `12gb` are in card names.
+        let (num, explicit) = match q.strip_prefix("custom-") {
+            Some(n) => (n, true),
+            None => match q.strip_suffix("gib").or_else(|| q.strip_suffix("gb")) {
+                Some(n) if n.trim_end_matches('-').parse::<f64>().is_ok() => (n.trim_end_matches('-'), true),
+                _ => (q.as_str(), false),
+            },
+        };
+        let size = num.parse::<f64>();
+        let words = if explicit { Vec::new() } else { card_words(&q) };
         let named: Vec<&Gpu> = all
             .iter()
             .filter(|g| {
-                let (id, name) = (g.id.clone(), norm(&g.name));
-                let own: Vec<&str> = id.split('-').chain(name.split('-')).collect();
+                let own = format!("{}-{}", g.id, norm(&g.name));
+                // A bare number is a whole model number (`4`: not the T4).
+                let own = if size.is_ok() { own.split('-').map(str::to_string).collect() } else { card_words(&own) };
                 !words.is_empty() && words.iter().all(|w| own.contains(w))
             })
             .collect();
-        if let [one] = named[..] {
-            return Some(one.clone());
+        match named[..] {
+            [one] => return Ok(one.clone()),
+            [_, _, ..] if named.len() < all.len() => {
+                let ids: Vec<&str> = named.iter().map(|g| g.id.as_str()).collect();
+                return Err(format!("\"{}\" names {} cards: {}; give one of them", query.trim(), ids.len(), ids.join(", ")));
+            }
+            _ => {}
         }
-        let num = q.strip_prefix("custom-").unwrap_or(&q).trim_end_matches("gib").trim_end_matches("gb");
-        num.parse::<f64>().ok().filter(|g| g.is_finite() && *g >= 0.25 && *g <= 4096.0).map(Gpu::custom)
+        let range = "a custom size is 0.25 to 4096 GiB";
+        match size {
+            Ok(gib) if !explicit && gib >= 100.0 => Err(format!(
+                "no preset card is named \"{}\" (see --list-gpus); for a custom size of that many GiB write custom-{}",
+                query.trim(),
+                num
+            )),
+            Ok(gib) if gib.is_finite() && (0.25..=4096.0).contains(&gib) => Ok(Gpu::custom(gib)),
+            Ok(_) => Err(format!("\"{}\": {range}", query.trim())),
+            Err(_) => Err(format!(
+                "unknown GPU \"{}\": a preset id (see --list-gpus), a model number naming one card (4070), or a size such as 12gb or custom-12",
+                query.trim()
+            )),
+        }
     }
+}
+
+/// The words of a card's id or name, split at dashes and where letters meet digits, so that
+/// `rtx4070` and `rtx-4070` read the same (and `a100` as `a` `100`, naming both A100s).
+fn card_words(s: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for part in s.split('-').filter(|w| !w.is_empty()) {
+        let mut word = String::new();
+        for c in part.chars() {
+            if let Some(last) = word.chars().last() {
+                if last.is_ascii_digit() != c.is_ascii_digit() && (last.is_ascii_alphabetic() || c.is_ascii_alphabetic()) {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            word.push(c);
+        }
+        words.push(word);
+    }
+    words
 }
 
 fn trim_float(x: f64) -> String {
@@ -187,8 +240,25 @@ mod tests {
         assert!(Gpu::find("nonsense").is_none());
         assert!(Gpu::find("custom-nan").is_none());
         assert!(Gpu::find("-4").is_none());
-        // A number that no card is named by is a size.
+        // A bare number below 100 that no card is named by is a size; a size with a unit is a
+        // size even where card names carry the same word ("12GB").
         assert_eq!(Gpu::find("12").unwrap().memory_bytes, 12 << 30);
+        assert_eq!(Gpu::find("12gb").unwrap().memory_bytes, 12 << 30);
+        assert_eq!(Gpu::find("24 GiB").unwrap().memory_bytes, 24 << 30);
+        assert_eq!(Gpu::find("custom-4096").unwrap().memory_bytes, 4096 << 30);
+        assert!(Gpu::lookup("custom-5000").unwrap_err().contains("0.25 to 4096 GiB"));
+    }
+
+    /// A bare number of 100 or more is a card's model number, never a size: a card vramfit has
+    /// no preset for (`4060`, an 8 GB card) is an error that says how to ask for a size.
+    #[test]
+    fn model_numbers_without_a_preset_are_not_sizes() {
+        for query in ["4060", "3080", "1080", "970"] {
+            let why = Gpu::lookup(query).unwrap_err();
+            assert!(why.contains(&format!("no preset card is named \"{query}\"")) && why.contains(&format!("custom-{query}")), "{why}");
+        }
+        assert_eq!(Gpu::find("custom-141").unwrap().memory_bytes, 141 << 30);
+        assert_eq!(Gpu::find("141gb").unwrap().memory_bytes, 141 << 30);
     }
 
     /// A model number or a card's printed name finds the card (`--gpu 4070` planned for a
@@ -197,13 +267,16 @@ mod tests {
     fn cards_are_found_by_the_words_users_type() {
         for (query, id) in
             [("4070", "rtx-4070"), ("3090", "rtx-3090"), ("h100", "h100-80gb"), ("RTX 4090", "rtx-4090"), ("a100 80gb", "a100-80gb")]
+                .into_iter()
+                .chain([("rtx4070", "rtx-4070"), ("RTX4090", "rtx-4090"), ("a100-40GB", "a100-40gb"), ("V100", "v100-16gb")])
         {
             assert_eq!(Gpu::find(query).map(|g| g.id), Some(id.to_string()), "{query}");
         }
         for g in presets() {
             assert_eq!(Gpu::find(&g.name).map(|f| f.id), Some(g.id.clone()), "{}", g.name);
         }
-        assert!(Gpu::find("a100").is_none(), "two A100s");
-        assert!(Gpu::find("nvidia").is_none(), "every card");
+        assert_eq!(Gpu::lookup("a100").unwrap_err(), "\"a100\" names 2 cards: a100-40gb, a100-80gb; give one of them");
+        assert!(Gpu::lookup("nvidia").unwrap_err().starts_with("unknown GPU \"nvidia\""), "every card");
+        assert!(Gpu::lookup("rtx 5090").unwrap_err().starts_with("unknown GPU"));
     }
 }

@@ -587,8 +587,18 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<Decoded, Stri
         Ok(decoded)
     } else {
         // In an error, "ignored" would be misleading: nothing is used.
-        let problems: Vec<&str> = decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n)).collect();
-        Err(problems.join("; "))
+        let mut problems: Vec<&str> = Vec::new();
+        for problem in decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n)) {
+            if !problems.contains(&problem) {
+                problems.push(problem);
+            }
+        }
+        // One line stays one readable line, however many keys a link repeats.
+        const SHOWN: usize = 3;
+        let more = problems.len().saturating_sub(SHOWN);
+        problems.truncate(SHOWN);
+        let more = if more > 0 { format!("; and {more} more") } else { String::new() };
+        Err(format!("{}{more}", problems.join("; ")))
     }
 }
 
@@ -765,6 +775,11 @@ pub(crate) mod tests {
         assert!(!err.contains('\n'));
         assert!(err.contains("L=x"), "{err}");
         assert!(err.contains("version"), "{err}");
+        // A link repeating keys thousands of times: each problem once, three at most, a count.
+        let spam = format!("v=1{}{}", "&L=4".repeat(5000), "&zz=1&yy=2&xx=3&ww=4");
+        let err = decode_strict(&spam).unwrap_err();
+        assert!(err.len() < 300 && err.ends_with("; and 2 more"), "{} bytes: {}", err.len(), &err[..err.len().min(300)]);
+        assert_eq!(err.matches("n_layer is given again later").count(), 1, "{err}");
     }
 
     #[test]

@@ -161,13 +161,7 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
         return;
     };
     if let Some(&(name, n_layer, n_head, n_embd)) = PRETRAINED.iter().find(|p| p.0 == init_from) {
-        cfg.n_layer = n_layer;
-        cfg.n_head = n_head;
-        cfg.n_embd = n_embd;
-        cfg.vocab_size = 50257;
-        cfg.bias = true;
-        // train.py crops the checkpoint's 1024 positions to a smaller block_size, never grows them.
-        cfg.block_size = cfg.block_size.min(1024);
+        take_pretrained_shape(cfg, name);
         // These no longer come from any line of the file.
         set_on.retain(|(k, _)| !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias"));
         notices.push(format!(
@@ -178,7 +172,29 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
             "init_from = 'resume': train.py takes the model's shape from the checkpoint in out_dir; vramfit uses this file's settings"
                 .into(),
         );
+    } else if init_from != "scratch" {
+        // train.py's `GPT.from_pretrained` asserts the name is one of GPT-2's four.
+        notices.push(format!(
+            "init_from = '{}' is none of train.py's (scratch, resume, gpt2, gpt2-medium, gpt2-large, gpt2-xl): train.py would stop; vramfit plans the model these settings give",
+            excerpt(init_from)
+        ));
     }
+}
+
+/// Gives `cfg` the shape of the GPT-2 checkpoint `init_from` names, as train.py loads it
+/// (vocab_size 50257, bias True, the checkpoint's width and depth, 1024 positions cropped to a
+/// smaller block_size, never grown); false, and `cfg` untouched, for any other name.
+pub fn take_pretrained_shape(cfg: &mut Config, init_from: &str) -> bool {
+    let Some(&(_, n_layer, n_head, n_embd)) = PRETRAINED.iter().find(|p| p.0 == init_from) else {
+        return false;
+    };
+    cfg.n_layer = n_layer;
+    cfg.n_head = n_head;
+    cfg.n_embd = n_embd;
+    cfg.vocab_size = 50257;
+    cfg.bias = true;
+    cfg.block_size = cfg.block_size.min(1024);
+    true
 }
 
 /// train.py takes vocab_size from `data/<dataset>/meta.pkl` when the dataset has one (and the
@@ -357,11 +373,23 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     let mut conditional: Vec<(&'static str, usize)> = Vec::new();
     let mut in_conditional_block = false;
     let mut first_statement: Option<(usize, String)> = None;
+    // The quote of the triple-quoted string the lines being read are in, and its first line.
+    let mut in_triple: Option<(char, usize)> = None;
 
     // Editors on Windows may start the file with a byte-order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (index, raw_line) in text.lines().enumerate() {
         let line = index + 1;
+        // Lines inside a triple-quoted string are text, not code: Python runs none of them
+        // (a block of settings "commented out" in quotes must not be applied).
+        if let Some((quote, start)) = in_triple {
+            if triple_quote_after(raw_line, Some(quote)).is_none() {
+                in_triple = None;
+                notices.push(format!("{}: skipped: inside a triple-quoted string, which Python does not run", line_span(start, line)));
+            }
+            continue;
+        }
+        in_triple = triple_quote_after(raw_line, None).map(|quote| (quote, line + 1));
         let code = strip_comment(raw_line);
         if code.trim().is_empty() {
             continue;
@@ -378,62 +406,76 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             // here. For a setting that changes the answer that is an error, not a silent
             // default (unless a top-level line sets it again later: the last assignment wins).
             // In a function body, a call's continued arguments or a string it is nothing.
-            let name = split_assignment(code.trim_start()).map(|(name, _)| name).filter(|_| in_conditional_block);
-            if let Some(&shaping) = name.and_then(|n| MODELLED.iter().chain(&["init_from"]).find(|&&m| m == n)) {
-                conditional.retain(|(k, _)| *k != shaping);
-                conditional.push((shaping, line));
-            }
-            if let Some(name) = name.filter(|n| is_known_extra(n)) {
-                if !unreadable.iter().any(|n| n == name) {
+            let targets = assignments(code.trim_start()).filter(|_| in_conditional_block).unwrap_or_default();
+            for name in targets.iter().map(|(name, _)| *name) {
+                if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
+                    conditional.retain(|(k, _)| *k != shaping);
+                    conditional.push((shaping, line));
+                }
+                if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
                     unreadable.push(name.to_string());
                 }
             }
             notices.push(skip("indented: vramfit reads top-level assignments only"));
             continue;
         }
-        let Some((name, expr)) = split_assignment(code) else {
+        let Some(targets) = assignments(code) else {
             let first_word = code.split_whitespace().next().unwrap_or("");
             let import = matches!(first_word, "import" | "from");
-            if !import && first_statement.is_none() {
+            // A string on its own (a docstring) is not the mark of a file that is not config.
+            let docstring = code.trim_start().starts_with(['"', '\'']);
+            if !import && !docstring && first_statement.is_none() {
                 first_statement = Some((line, excerpt(code.trim())));
             }
             notices.push(skip(if import { "imports are not needed" } else { "not a simple assignment" }));
             continue;
         };
-        let lookup = |n: &str| env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).or_else(|| config_value(&cfg, n));
-        let value = evaluate(expr, &lookup);
-
-        if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
-            let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
-            let value = value.map_err(|e| bad(format!("cannot read `{}`: {e}", excerpt(expr.trim()))))?;
-            set_modelled(&mut cfg, name, &value).map_err(bad)?;
-            set_on.retain(|(k, _)| *k != modelled);
-            set_on.push((modelled, line));
-            conditional.retain(|(k, _)| *k != modelled);
-            env.push((name.to_string(), value));
-            continue;
-        }
-        match value {
-            Ok(value) => {
-                if is_known_extra(name) {
-                    unreadable.retain(|n| n != name);
-                    conditional.retain(|(k, _)| *k != name);
-                    match extra.iter_mut().find(|(k, _)| k == name) {
-                        Some(slot) => slot.1 = value.clone(),
-                        None => extra.push((name.to_string(), value.clone())),
-                    }
-                } else {
-                    notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
-                }
+        // Python evaluates every value before it assigns any (`a, b = b, a`).
+        let values: Vec<Result<Value, String>> = {
+            let lookup = |n: &str| env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).or_else(|| config_value(&cfg, n));
+            targets.iter().map(|(_, expr)| expr.as_ref().map_err(Clone::clone).and_then(|e| evaluate(e, &lookup))).collect()
+        };
+        for ((name, expr), value) in targets.into_iter().zip(values) {
+            // Why the value cannot be read, quoting its expression where it has one of its own.
+            let unreadable_because = |e: String| match expr {
+                Ok(x) => format!("cannot read `{}`: {e}", excerpt(x.trim())),
+                Err(_) => e,
+            };
+            if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
+                let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
+                let value = value.map_err(|e| bad(unreadable_because(e)))?;
+                set_modelled(&mut cfg, name, &value).map_err(bad)?;
+                set_on.retain(|(k, _)| *k != modelled);
+                set_on.push((modelled, line));
+                conditional.retain(|(k, _)| *k != modelled);
                 env.push((name.to_string(), value));
+                continue;
             }
-            Err(e) => {
-                notices.push(format!("line {line}: ignored {name}: cannot read `{}`: {e}", excerpt(expr.trim())));
-                if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
-                    unreadable.push(name.to_string());
+            match value {
+                Ok(value) => {
+                    if is_known_extra(name) {
+                        unreadable.retain(|n| n != name);
+                        conditional.retain(|(k, _)| *k != name);
+                        match extra.iter_mut().find(|(k, _)| k == name) {
+                            Some(slot) => slot.1 = value.clone(),
+                            None => extra.push((name.to_string(), value.clone())),
+                        }
+                    } else {
+                        notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
+                    }
+                    env.push((name.to_string(), value));
+                }
+                Err(e) => {
+                    notices.push(format!("line {line}: ignored {name}: {}", unreadable_because(e)));
+                    if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
+                        unreadable.push(name.to_string());
+                    }
                 }
             }
         }
+    }
+    if let Some((_, start)) = in_triple {
+        notices.push(format!("{}: skipped: inside a triple-quoted string that is never closed", line_span(start, text.lines().count())));
     }
 
     if let Some(&(name, line)) = conditional.first() {
@@ -504,19 +546,161 @@ fn strip_comment(line: &str) -> &str {
     line
 }
 
-/// `name = expr` → (name, expr); `==`, `+=` and anything not starting with a name → None.
-fn split_assignment(code: &str) -> Option<(&str, &str)> {
-    let name_end = code.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(code.len());
-    let name = &code[..name_end];
-    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+/// "line 4" or "lines 4-9".
+fn line_span(first: usize, last: usize) -> String {
+    if first >= last {
+        format!("line {first}")
+    } else {
+        format!("lines {first}-{last}")
+    }
+}
+
+/// Whether a triple-quoted string is open after `line`, and with which quote: `open` is the
+/// one open before it. Quotes inside ordinary strings and after a `#` do not count.
+fn triple_quote_after(line: &str, open: Option<char>) -> Option<char> {
+    let chars: Vec<char> = line.chars().collect();
+    let triple_at = |i: usize, q: char| chars.get(i) == Some(&q) && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q);
+    let (mut triple, mut single) = (open, None::<char>);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match (triple, single) {
+            (Some(_), _) | (_, Some(_)) if c == '\\' => i += 1,
+            (Some(q), _) if triple_at(i, q) => {
+                triple = None;
+                i += 2;
+            }
+            (Some(_), _) => {}
+            (None, Some(q)) if c == q => single = None,
+            (None, Some(_)) => {}
+            (None, None) if c == '#' => break,
+            (None, None) if (c == '"' || c == '\'') && triple_at(i, c) => {
+                triple = Some(c);
+                i += 2;
+            }
+            (None, None) if c == '"' || c == '\'' => single = Some(c),
+            (None, None) => {}
+        }
+        i += 1;
+    }
+    triple
+}
+
+/// Whether `s` is a Python name.
+fn is_name(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `s` split at its top-level commas (not inside brackets or strings), a trailing comma dropped.
+fn top_level_items(s: &str) -> Vec<&str> {
+    let (mut items, mut depth, mut quote, mut escaped, mut from) = (Vec::new(), 0i32, None::<char>, false, 0);
+    for (i, c) in s.char_indices() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&s[from..i]);
+                    from = i + 1;
+                }
+                _ => {}
+            },
+        }
+    }
+    items.push(&s[from..]);
+    if items.len() > 1 && items.last().is_some_and(|l| l.trim().is_empty()) {
+        items.pop();
+    }
+    items
+}
+
+/// `s` without one pair of brackets around all of it (`(1, 2)` → `1, 2`; `(1) + (2)` stays).
+fn unbracketed(s: &str) -> &str {
+    let t = s.trim();
+    for (open, close) in [('(', ')'), ('[', ']')] {
+        if let Some(inner) = t.strip_prefix(open).and_then(|r| r.strip_suffix(close)) {
+            // The brackets must match each other, not close early: `(1) + (2)`.
+            let mut depth = 0i32;
+            if inner.chars().all(|c| {
+                depth += match c {
+                    '(' | '[' | '{' => 1,
+                    ')' | ']' | '}' => -1,
+                    _ => 0,
+                };
+                depth >= 0
+            }) {
+                return inner;
+            }
+        }
+    }
+    t
+}
+
+/// Where the `=` of an assignment is: the first one outside brackets and strings that is not
+/// part of `==`, `<=`, `+=`, `:=` and the like.
+fn assignment_sign(code: &str) -> Option<usize> {
+    let (mut depth, mut quote, mut escaped, mut prev) = (0i32, None::<char>, false, ' ');
+    let bytes = code.as_bytes();
+    for (i, c) in code.char_indices() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                '=' if depth == 0 => {
+                    let compound = "=!<>+-*/%&|^@:".contains(prev) || bytes.get(i + 1) == Some(&b'=');
+                    return (!compound).then_some(i);
+                }
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    None
+}
+
+/// One target of an assignment: its name, and its expression, or why its value cannot be told.
+type Target<'a> = (&'a str, Result<&'a str, String>);
+
+/// The targets of an assignment line, in order: `name = expr`, `name: annotation = expr`, and
+/// unpacking, `a, b = 1, 2` (brackets on either side allowed); a target whose value cannot be
+/// told (`a, b = f()`) carries the reason. None: not an assignment (`==`, `+=`, `x.y = 1`, a
+/// call, an import).
+fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
+    let eq = assignment_sign(code)?;
+    let (lhs, expr) = (&code[..eq], &code[eq + 1..]);
+    // An annotated assignment: `name: type = value` (the annotation may not contain `=`).
+    let lhs = match lhs.split_once(':') {
+        Some((name, annotation)) if !annotation.trim().is_empty() && is_name(name.trim()) => return Some(vec![(name.trim(), Ok(expr))]),
+        Some(_) => return None,
+        None => lhs,
+    };
+    let names = top_level_items(unbracketed(lhs));
+    if !names.iter().all(|n| is_name(n.trim())) {
         return None;
     }
-    let rest = code[name_end..].trim_start();
-    let expr = rest.strip_prefix('=')?;
-    if expr.starts_with('=') {
-        return None;
+    if names.len() == 1 && !lhs.contains(',') {
+        return Some(vec![(names[0].trim(), Ok(expr))]);
     }
-    Some((name, expr))
+    let mut values = top_level_items(expr);
+    if values.len() == 1 {
+        values = top_level_items(unbracketed(expr));
+    }
+    Some(if values.len() == names.len() {
+        names.iter().zip(values).map(|(n, v)| (n.trim(), Ok(v))).collect()
+    } else {
+        let why = format!("cannot unpack `{}` into {} names", excerpt(expr.trim()), names.len());
+        names.iter().map(|n| (n.trim(), Err(why.clone()))).collect()
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1127,6 +1311,62 @@ weight_decay = 1e-1
             let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
             assert_eq!(f.config.n_layer, Config::default().n_layer, "{text:?}");
             assert!(f.unreadable.is_empty(), "{text:?}");
+        }
+    }
+
+    /// A block of settings "commented out" in a triple-quoted string is text: Python runs none
+    /// of it, so neither does vramfit (once it applied `n_layer = 99` from inside one).
+    #[test]
+    fn lines_inside_triple_quoted_strings_are_not_run() {
+        for quote in ["\"\"\"", "'''"] {
+            let text = format!("n_embd = 384\nold = {quote}\nn_layer = 99\nbatch_size = 1 # {quote}\nn_head = 3\n");
+            let f = parse(&text).unwrap();
+            assert_eq!((f.config.n_layer, f.config.batch_size, f.config.n_head), (12, 12, 3), "{quote}");
+            let skipped = "lines 3-4: skipped: inside a triple-quoted string, which Python does not run";
+            assert!(f.notices.iter().any(|n| n == skipped), "{:#?}", f.notices);
+        }
+        // A docstring at the top: skipped, and not the mark of a file that is not config.
+        let f = parse("\"\"\"GPT-2 small on 12 GB.\nn_layer = 99\n\"\"\"\nn_layer = 6\n").unwrap();
+        assert_eq!((f.config.n_layer, f.first_statement.clone()), (6, None));
+        assert!(f.notices.iter().any(|n| n.starts_with("lines 2-3: skipped: inside a triple-quoted string")), "{:#?}", f.notices);
+        // Opened and closed on one line, or quoted inside another string or a comment: nothing opens.
+        for text in ["s = \"\"\"one line\"\"\"\nn_layer = 4\n", "s = '\"\"\"'\nn_layer = 4\n", "# a \"\"\" in a comment\nn_layer = 4\n"] {
+            assert_eq!(parse(text).unwrap().config.n_layer, 4, "{text:?}");
+        }
+        // Never closed: the rest of the file is in it, and a notice says so.
+        let f = parse("n_layer = 4\nx = '''\nn_layer = 99\nn_head = 1\n").unwrap();
+        assert_eq!(f.config.n_layer, 4);
+        let never = "lines 3-4: skipped: inside a triple-quoted string that is never closed";
+        assert!(f.notices.iter().any(|n| n == never), "{:#?}", f.notices);
+    }
+
+    /// Unpacking and annotated assignments set what Python would set; once they were skipped
+    /// with a notice, and `train` ran on the defaults in their place.
+    #[test]
+    fn tuple_and_annotated_assignments() {
+        let text = "n_layer, n_head = 4, 4\n(n_embd, block_size) = (256, 128)\nlearning_rate, max_iters = 1e-3, 5\nwarmup_iters: int = 7\nbatch_size: int = 3\n";
+        let f = parse(text).unwrap();
+        let c = &f.config;
+        assert_eq!((c.n_layer, c.n_head, c.n_embd, c.block_size, c.batch_size), (4, 4, 256, 128, 3));
+        assert_eq!(f.get("learning_rate"), Some(&Value::Float(1e-3)));
+        assert_eq!((f.get("max_iters"), f.get("warmup_iters")), (Some(&Value::Int(5)), Some(&Value::Int(7))));
+        assert!(f.notices.is_empty(), "{:#?}", f.notices);
+        // Every value is read before any is assigned: a swap swaps.
+        let f = parse("batch_size = 4\neval_iters = 8\nbatch_size, eval_iters = eval_iters, batch_size\n").unwrap();
+        assert_eq!((f.config.batch_size, f.config.eval_iters), (8, 4));
+        // Values that cannot be told: an error for a modelled setting, unreadable for a training one.
+        let err = parse("n_layer, n_head = sizes()\n").unwrap_err();
+        assert_eq!(err.to_string(), "line 1: n_layer: cannot unpack `sizes()` into 2 names");
+        let f = parse("max_iters, lr = schedule\n").unwrap();
+        assert_eq!(f.unreadable, ["max_iters"]);
+        // In a conditional block, unpacking a shaping setting is the same error as assigning it.
+        let err = parse("if big:\n    n_layer, n_head = 24, 16\n").unwrap_err();
+        assert!(err.to_string().starts_with("line 2: n_layer: set in an indented block"), "{err}");
+        // Not assignments: comparisons, augmented assignment, attributes, a bare annotation.
+        for text in ["n_layer == 4\n", "n_layer += 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n"] {
+            let f = parse(text).unwrap();
+            assert_eq!(f.config.n_layer, 12, "{text:?}");
+            assert!(!f.recognised, "{text:?}");
         }
     }
 

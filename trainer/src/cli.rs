@@ -451,9 +451,7 @@ fn parse_optimizer(s: &str) -> Result<Optimizer, String> {
 }
 
 fn parse_gpu(s: &str) -> Result<Gpu, String> {
-    Gpu::find(s).ok_or_else(|| {
-        "unknown GPU: a preset id or a model number naming one card (see --list-gpus), or custom-<GiB> for 0.25 to 4096 GiB".into()
-    })
+    Gpu::lookup(s)
 }
 
 fn parse_other_usage(s: &str) -> Result<u64, String> {

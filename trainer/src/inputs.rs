@@ -114,7 +114,14 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         // The link's id came out of Gpu::find, so it is found again; the default is a fallback.
         vec![Gpu::find(&state.gpu).unwrap_or_else(device::default_gpu)]
     } else {
-        card.gpu.clone()
+        // A card named twice (`--gpu 4070,rtx-4070`) is planned once.
+        let mut gpus: Vec<Gpu> = Vec::new();
+        for gpu in &card.gpu {
+            if !gpus.iter().any(|g| g.id == gpu.id) {
+                gpus.push(gpu.clone());
+            }
+        }
+        gpus
     };
     Ok(Inputs {
         config: state.config,

@@ -11,7 +11,10 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         let presets = device::presets();
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
-    let inputs = inputs::resolve(&args.run, &args.card)?;
+    let mut inputs = inputs::resolve(&args.run, &args.card)?;
+    if args.runtime != Some(Runtime::Trainer) {
+        keep_pretrained_shape(&mut inputs);
+    }
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -43,6 +46,37 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         to_json(&plan)
     } else {
         Ok(report::render(&plan, &inputs, !args.no_fixes))
+    }
+}
+
+/// train.py loads a GPT-2 checkpoint's shape when `init_from` names one, whatever the command
+/// line says after the file (`--n_layer=4` is overridden by `from_pretrained`): the plan is for
+/// that model, and a note names the settings that were given and are not used.
+fn keep_pretrained_shape(inputs: &mut inputs::Inputs) {
+    let Some((_, vramfit_core::nanogpt::Value::Str(init_from))) = inputs.extra.iter().find(|(k, _)| k == "init_from") else {
+        return;
+    };
+    let given = inputs.config.clone();
+    if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, init_from) {
+        return;
+    }
+    let c = &inputs.config;
+    let unused: Vec<String> = [
+        ("n_layer", given.n_layer.to_string(), c.n_layer.to_string()),
+        ("n_head", given.n_head.to_string(), c.n_head.to_string()),
+        ("n_embd", given.n_embd.to_string(), c.n_embd.to_string()),
+        ("vocab_size", given.vocab_size.to_string(), c.vocab_size.to_string()),
+        ("bias", given.bias.to_string(), c.bias.to_string()),
+        ("block_size", given.block_size.to_string(), c.block_size.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, was, is)| was != is)
+    .map(|(name, was, _)| format!("{name} {was}"))
+    .collect();
+    if !unused.is_empty() {
+        inputs
+            .notices
+            .push(format!("init_from = '{init_from}': {} not used; train.py loads GPT-2's shape from the checkpoint", unused.join(", ")));
     }
 }
 

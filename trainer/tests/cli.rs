@@ -237,6 +237,10 @@ fn several_gpus_are_all_checked() {
     let plan = plan_json(&["--gpu", "rtx-4070", "--gpu", "a100-80gb,custom-6"]);
     let ids: Vec<&str> = plan["cards"].as_array().unwrap().iter().map(|c| c["gpu"].as_str().unwrap()).collect();
     assert_eq!(ids, ["rtx-4070", "a100-80gb", "custom-6"]);
+    // A card named twice, in any spelling, is planned once.
+    let plan = plan_json(&["--gpu", "rtx-4070,4070", "--gpu", "rtx4070,custom-6,6gb"]);
+    let ids: Vec<&str> = plan["cards"].as_array().unwrap().iter().map(|c| c["gpu"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["rtx-4070", "custom-6"]);
 }
 
 /// Each card is marked by its own terms: on the measured H100 an eager fp16 plan rests on no
@@ -351,7 +355,11 @@ fn bad_command_line_is_one_error_line() {
         let line = assert_one_error_line(&["plan", flag, value]);
         assert!(line.contains(value) && !line.contains("unexpected argument"), "{line}");
     }
-    assert!(assert_one_error_line(&["plan", "--gpu", "a100"]).contains("--list-gpus"));
+    assert!(assert_one_error_line(&["plan", "--gpu", "a100"]).contains("a100-40gb, a100-80gb"));
+    // A model number vramfit has no preset for is not a size (an 8 GB RTX 4060 was once planned
+    // as a 4,060 GiB card, and fitted).
+    let line = assert_one_error_line(&["plan", "--gpu", "4060"]);
+    assert!(line.contains("--list-gpus") && line.contains("custom-4060"), "{line}");
 }
 
 /// Cards are found by the words users type: `--gpu 4070` is the RTX 4070, not a 4,070 GiB card.
@@ -591,6 +599,12 @@ fn a_pasted_nanogpt_command_line_plans_as_it_is() {
     assert_eq!(plan_json(&["--dataset=shakespeare_char"])["config"]["vocab_size"], 65);
     assert_eq!(plan_json(&[file, "--dataset=openwebtext"])["config"]["vocab_size"], 50304);
     assert_eq!(plan_json(&["--init_from=gpt2-medium"])["config"]["n_layer"], 24);
+    // Shape flags after it do not change what train.py loads (from_pretrained), and a note says so.
+    let out = vramfit(&["plan", "--init_from=gpt2", "--n_layer=4", "--block-size", "256", "--json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((json["config"]["n_layer"].as_u64(), json["config"]["block_size"].as_u64()), (Some(12), Some(256)));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("init_from = 'gpt2': n_layer 4 not used"), "{stderr}");
 
     // A config file both ways is one error line; a misspelt setting is still an error.
     assert_one_error_line(&["plan", file, "--config", file]);
