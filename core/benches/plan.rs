@@ -124,4 +124,15 @@ fn timings() {
         });
         println!("| full plan with fixes (what `vramfit plan` prints) | {name} | {:.2} us | - |", fixes_ns / 1e3);
     }
+    // Pastes far larger than any config file must not freeze the page (one took 22 s when every
+    // lookup passed every earlier assignment): 100,000 lines each reading the line before's
+    // name, and 50,000 distinct names.
+    let chained: String = std::iter::once("y = 1\n".to_string()).chain((0..100_000).map(|i| format!("x{} = y\n", i % 7))).collect();
+    let distinct: String = (0..50_000).map(|i| format!("foo{i} = {i}\n")).collect();
+    for (what, text) in [("100,000 lines reading an earlier name", &chained), ("50,000 distinct names", &distinct)] {
+        let ns = median_ns(3, 1, || {
+            black_box(vramfit_core::nanogpt::parse_config_file(black_box(text), &vramfit_core::Config::default()).unwrap());
+        });
+        println!("| reading a config file of {what} ({} KB) | - | {:.1} ms | - |", text.len() / 1000, ns / 1e6);
+    }
 }

@@ -29,6 +29,13 @@ pub mod plan;
 pub mod sim;
 pub mod trainer_model;
 
+/// Whether a character of user input would change how a message shows rather than show itself:
+/// control characters, and the bidirectional overrides and isolates, with which a link once
+/// turned the rest of its notice line backwards. Messages quoting input escape these.
+pub(crate) fn reshapes_text(ch: char) -> bool {
+    ch.is_control() || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 pub use config::{Attention, Config, ConfigError, Dtype, Optimizer};
 pub use device::Gpu;
 pub use params::ParamCounts;

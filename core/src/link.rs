@@ -261,7 +261,7 @@ fn shown(s: &str) -> String {
             out.push('…');
             break;
         }
-        if ch.is_control() {
+        if crate::reshapes_text(ch) {
             out.extend(ch.escape_default());
         } else {
             out.push(ch);
@@ -587,19 +587,31 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<Decoded, Stri
         Ok(decoded)
     } else {
         // In an error, "ignored" would be misleading: nothing is used.
-        let mut problems: Vec<&str> = Vec::new();
-        for problem in decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n)) {
-            if !problems.contains(&problem) {
-                problems.push(problem);
-            }
-        }
         // One line stays one readable line, however many keys a link repeats.
-        const SHOWN: usize = 3;
-        let more = problems.len().saturating_sub(SHOWN);
-        problems.truncate(SHOWN);
+        let problems: Vec<String> = decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n).to_string()).collect();
+        let (shown, more) = distinct_first(&problems, 3);
         let more = if more > 0 { format!("; and {more} more") } else { String::new() };
-        Err(format!("{}{more}", problems.join("; ")))
+        Err(format!("{}{more}", shown.join("; ")))
     }
+}
+
+/// The first `max` distinct messages of `all`, in order, and how many of the others (repeats
+/// of those aside) were left out: a link repeating a key 20,000 times gets one notice for it,
+/// not 19,999 (and the cost stays linear in the messages).
+pub fn distinct_first(all: &[String], max: usize) -> (Vec<String>, usize) {
+    let mut shown: Vec<String> = Vec::new();
+    let mut left_out = 0;
+    for message in all {
+        if shown.contains(message) {
+            continue;
+        }
+        if shown.len() < max {
+            shown.push(message.clone());
+        } else {
+            left_out += 1;
+        }
+    }
+    (shown, left_out)
 }
 
 #[cfg(test)]
@@ -780,6 +792,16 @@ pub(crate) mod tests {
         let err = decode_strict(&spam).unwrap_err();
         assert!(err.len() < 300 && err.ends_with("; and 2 more"), "{} bytes: {}", err.len(), &err[..err.len().min(300)]);
         assert_eq!(err.matches("n_layer is given again later").count(), 1, "{err}");
+    }
+
+    /// A right-to-left override in a link is shown escaped: raw, it turned the rest of the
+    /// notice line backwards.
+    #[test]
+    fn notices_escape_characters_that_reshape_text() {
+        let notices = decode("?v=1&gpu=%E2%80%AEabc&L=%E2%81%A6x").notices;
+        assert_eq!(notices.len(), 2, "{notices:?}");
+        assert!(notices.iter().all(|n| !n.chars().any(crate::reshapes_text)), "{notices:?}");
+        assert!(notices.iter().any(|n| n.contains("gpu=\\u{202e}abc")), "{notices:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use crate::config::{self, Attention, Config, ConfigError, Dtype, Optimizer};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use thiserror::Error;
 
@@ -365,7 +366,9 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     let mut notices = Vec::new();
     let mut unreadable: Vec<String> = Vec::new();
     // Names the file assigned, for later expressions (Python globals).
-    let mut env: Vec<(String, Value)> = Vec::new();
+    // A map, not a list of every assignment: a pasted file of 100,000 lines once froze the page
+    // for 22 s, each lookup passing every earlier line.
+    let mut env: BTreeMap<String, Value> = BTreeMap::new();
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
     // Settings that shape the model (and init_from) last assigned inside a conditional block,
@@ -432,7 +435,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         };
         // Python evaluates every value before it assigns any (`a, b = b, a`).
         let values: Vec<Result<Value, String>> = {
-            let lookup = |n: &str| env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone()).or_else(|| config_value(&cfg, n));
+            let lookup = |n: &str| env.get(n).cloned().or_else(|| config_value(&cfg, n));
             targets.iter().map(|(_, expr)| expr.as_ref().map_err(Clone::clone).and_then(|e| evaluate(e, &lookup))).collect()
         };
         for ((name, expr), value) in targets.into_iter().zip(values) {
@@ -448,7 +451,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 set_on.retain(|(k, _)| *k != modelled);
                 set_on.push((modelled, line));
                 conditional.retain(|(k, _)| *k != modelled);
-                env.push((name.to_string(), value));
+                env.insert(name.to_string(), value);
                 continue;
             }
             match value {
@@ -463,7 +466,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                     } else {
                         notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
                     }
-                    env.push((name.to_string(), value));
+                    env.insert(name.to_string(), value);
                 }
                 Err(e) => {
                     notices.push(format!("line {line}: ignored {name}: {}", unreadable_because(e)));
@@ -516,7 +519,7 @@ const MAX_EXCERPT_CHARS: usize = 60;
 
 /// A piece of the file as messages quote it: one line, bounded length.
 fn excerpt(s: &str) -> String {
-    let mut out: String = s.chars().take(MAX_EXCERPT_CHARS).map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut out: String = s.chars().take(MAX_EXCERPT_CHARS).map(|c| if crate::reshapes_text(c) { ' ' } else { c }).collect();
     if s.chars().count() > MAX_EXCERPT_CHARS {
         out.push('…');
     }
@@ -767,7 +770,12 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
                 (_, '(') => (Token::Open, 1),
                 (_, ')') => (Token::Close, 1),
                 (_, '.') => return Err("attribute access (`.`) is not supported".into()),
-                _ => return Err(format!("unsupported `{c}`")),
+                _ => {
+                    return Err(format!(
+                        "unsupported `{}`",
+                        if crate::reshapes_text(c) { c.escape_unicode().to_string() } else { c.to_string() }
+                    ))
+                }
             };
             tokens.push(token);
             i += len;
@@ -1368,6 +1376,13 @@ weight_decay = 1e-1
             assert_eq!(f.config.n_layer, 12, "{text:?}");
             assert!(!f.recognised, "{text:?}");
         }
+    }
+
+    #[test]
+    fn quoted_lines_cannot_reshape_the_message() {
+        let f = parse("n_layer = 4\nfoo bar \u{202e}baz\nwandb_run_name = \u{2067}x\n").unwrap();
+        assert_eq!(f.notices.len(), 2, "{:#?}", f.notices);
+        assert!(f.notices.iter().all(|n| !n.chars().any(crate::reshapes_text)), "{:#?}", f.notices);
     }
 
     #[test]

@@ -192,6 +192,21 @@ test('"Copy link" puts the page address with its state on the clipboard', async 
   await ctx.close();
 });
 
+test('copying where the browser offers no clipboard (http on a LAN address) says it failed', async () => {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  // Outside a secure context `navigator.clipboard` is undefined; localhost is secure, so take it away.
+  await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'clipboard', { get: () => undefined }));
+  await page.goto(server.url + '?v=1&L=6&H=6&C=384&B=7');
+  await waitForCharts(page);
+  await page.locator('#copy-link').click();
+  await page.waitForFunction(() => document.querySelector('#copy-link-status').textContent !== '');
+  assert.equal(await page.locator('#copy-link-status').textContent(), 'Copying failed: select the link and copy it.');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('out-of-range input gets a notice, never a silent change or a flag the CLI rejects', async () => {
   const page = await browser.newPage();
   const errors = [];

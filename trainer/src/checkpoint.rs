@@ -189,6 +189,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
         return Err(bad(format!("format version {} (this vramfit reads {FORMAT_VERSION})", meta.format)));
     }
     meta.config.validate().map_err(|e| bad(format!("config: {e}")))?;
+    check_loop_state(&meta).map_err(bad)?;
     let tensor = |name: &str| -> Result<Tensor, String> {
         let view = st.tensor(name).map_err(|_| bad(format!("tensor {name} is missing")))?;
         if view.dtype() != StDtype::F32 {
@@ -207,6 +208,31 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
         (Vec::new(), Vec::new())
     };
     Ok(Checkpoint { meta, params, exp_avg, exp_avg_sq })
+}
+
+/// What a run that wrote `meta` cannot have left: the loop's state is restored as it is, so an
+/// impossible value would otherwise surface as an overflow or a silently wrong run. (Its training
+/// settings are checked by `train` after flags, which may put them right.)
+fn check_loop_state(meta: &CheckpointMeta) -> Result<(), String> {
+    if meta.optimizer_steps > meta.iter_num {
+        return Err(format!(
+            "optimizer_steps ({}) exceeds iter_num ({}): a run takes at most one optimizer step per iteration",
+            meta.optimizer_steps, meta.iter_num
+        ));
+    }
+    if let Some(s) = &meta.loss_scaler {
+        if !(s.scale.is_finite() && s.scale > 0.0) {
+            return Err(format!("the loss scale is {}, not a finite number > 0", s.scale));
+        }
+        if s.good_steps >= crate::optim::LossScaler::GROWTH_INTERVAL {
+            return Err(format!(
+                "the loss scaler counts {} good steps, more than the {} after which it resets",
+                s.good_steps,
+                crate::optim::LossScaler::GROWTH_INTERVAL - 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether the stored parameters are what the stored config needs (checked before a model of
@@ -298,5 +324,32 @@ mod tests {
         save(&path, &ckpt).unwrap();
         let err = load(&path, &Device::Cpu).err().unwrap();
         assert!(err.contains("tensor optimizer.exp_avg.w is missing"), "{err}");
+    }
+
+    /// Loop state no run can leave is refused by name, not restored: more optimizer steps than
+    /// iterations (u64::MAX overflowed AdamW's count), a loss scale of 0 or a good-step count
+    /// past the interval.
+    #[test]
+    fn impossible_loop_state_is_refused() {
+        let path = dir("loop-state").join(FILE_NAME);
+        type Doctor = fn(&mut CheckpointMeta);
+        let doctored: [(Doctor, &str); 4] = [
+            (|m| m.optimizer_steps = u64::MAX, "optimizer_steps (18446744073709551615) exceeds iter_num (7)"),
+            (|m| m.optimizer_steps = 8, "optimizer_steps (8) exceeds iter_num (7)"),
+            (|m| m.loss_scaler = Some(crate::optim::LossScaler { scale: 0.0, good_steps: 0 }), "loss scale is 0"),
+            (|m| m.loss_scaler = Some(crate::optim::LossScaler { scale: 1.0, good_steps: u32::MAX }), "4294967295 good steps"),
+        ];
+        for (doctor, expected) in doctored {
+            let mut ckpt = sample_checkpoint(FORMAT_VERSION, 3);
+            doctor(&mut ckpt.meta);
+            save(&path, &ckpt).unwrap();
+            let err = load(&path, &Device::Cpu).err().unwrap();
+            assert!(err.contains(expected) && err.contains(&path.display().to_string()), "{err}");
+        }
+        // As many steps as iterations is what a run without skipped steps leaves.
+        let mut ckpt = sample_checkpoint(FORMAT_VERSION, 7);
+        ckpt.meta.optimizer_steps = 7;
+        save(&path, &ckpt).unwrap();
+        assert!(load(&path, &Device::Cpu).is_ok());
     }
 }

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 use vramfit_core::nanogpt::TRAIN_PY_UNMODELLED;
 use vramfit_core::{Attention, Dtype, Gpu, Optimizer};
 
+/// The most CPU threads `--threads` takes (and `train` takes from CANDLE_NUM_THREADS / RAYON_NUM_THREADS).
+pub const MAX_THREADS: u32 = 1024;
+
 /// Predicts a nanoGPT training run's GPU memory, trains it and samples from it.
 #[derive(Debug, Parser)]
 #[command(name = "vramfit", version, color = clap::ColorChoice::Never)]
@@ -67,17 +70,17 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceArg>,
     /// CPU threads (sets CANDLE_NUM_THREADS and RAYON_NUM_THREADS for this run).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
     /// If the pre-flight predicts the run will not fit, train a smaller micro-batch that fits, with
     /// more gradient accumulation to keep the tokens per iteration (the note says if they change).
     #[arg(long = "auto-fit", alias = "auto_fit")]
     pub auto_fit: bool,
     /// Memory the pre-flight may plan for, in MiB [default: what the machine has available].
-    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_positive)]
     pub max_memory_mib: Option<u64>,
     /// Optimizer steps to take [default: 600; with --config: 600000].
-    #[arg(long = "max-iters", alias = "max_iters", value_name = "N")]
+    #[arg(long = "max-iters", alias = "max_iters", value_name = "N", value_parser = parse_count)]
     pub max_iters: Option<u64>,
     /// Peak learning rate [default: 1e-3; with --config: 6e-4].
     #[arg(long = "learning-rate", alias = "learning_rate", value_name = "LR", value_parser = parse_non_negative)]
@@ -86,10 +89,10 @@ pub struct TrainArgs {
     #[arg(long = "decay-lr", alias = "decay_lr", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub decay_lr: Option<bool>,
     /// Linear warmup iterations [default: 20; with --config: 2000].
-    #[arg(long = "warmup-iters", alias = "warmup_iters", value_name = "N")]
+    #[arg(long = "warmup-iters", alias = "warmup_iters", value_name = "N", value_parser = parse_count)]
     pub warmup_iters: Option<u64>,
     /// Iteration at which the learning rate reaches min-lr [default: 600; with --config: 600000].
-    #[arg(long = "lr-decay-iters", alias = "lr_decay_iters", value_name = "N")]
+    #[arg(long = "lr-decay-iters", alias = "lr_decay_iters", value_name = "N", value_parser = parse_count)]
     pub lr_decay_iters: Option<u64>,
     /// Final learning rate [default: 1e-4; with --config: 6e-5].
     #[arg(long = "min-lr", alias = "min_lr", value_name = "LR", value_parser = parse_non_negative)]
@@ -107,10 +110,10 @@ pub struct TrainArgs {
     #[arg(long = "grad-clip", alias = "grad_clip", value_name = "NORM", value_parser = parse_non_negative)]
     pub grad_clip: Option<f64>,
     /// Iterations between evaluations (and checkpoints) [default: 100; with --config: 2000].
-    #[arg(long = "eval-interval", alias = "eval_interval", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "eval-interval", alias = "eval_interval", value_name = "N", value_parser = parse_positive)]
     pub eval_interval: Option<u64>,
     /// Iterations between progress lines when stderr is not a terminal [default: 50; with --config: 1].
-    #[arg(long = "log-interval", alias = "log_interval", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "log-interval", alias = "log_interval", value_name = "N", value_parser = parse_positive)]
     pub log_interval: Option<u64>,
     /// Save at every evaluation, not only when val loss improves: true or false [default: true].
     #[arg(
@@ -122,13 +125,13 @@ pub struct TrainArgs {
     )]
     pub always_save_checkpoint: Option<bool>,
     /// Seed of the initialisation, the batches and dropout [default: 1337].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
     pub seed: Option<u64>,
     /// Cross-entropy in chunks of rows, never holding all B*T*V logits: true or false [default: false].
     #[arg(long = "chunked-loss", alias = "chunked_loss", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub chunked_loss: Option<bool>,
     /// Rows (sequences x positions) per eval forward [default: the whole eval batch].
-    #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = parse_positive)]
     pub eval_chunk_rows: Option<u64>,
 }
 
@@ -156,7 +159,7 @@ pub struct SampleArgs {
     #[arg(long = "top-k", alias = "top_k", value_name = "K", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub top_k: u32,
     /// Seed of the sampling.
-    #[arg(long, value_name = "N", default_value_t = 1337)]
+    #[arg(long, value_name = "N", default_value_t = 1337, value_parser = parse_count)]
     pub seed: u64,
     /// cpu or cuda [default: cpu].
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
@@ -187,6 +190,24 @@ fn parse_non_negative(s: &str) -> Result<f64, String> {
         Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
         _ => Err("expected a finite number >= 0".into()),
     }
+}
+
+/// A whole number of at least `min`. clap's own u64 parser answers "-1" or "1e3" with only
+/// "invalid digit found in string".
+fn parse_whole(s: &str, min: u64) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= min => Ok(n),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(format!("expected a whole number <= {}", u64::MAX)),
+        _ => Err(format!("expected a whole number >= {min}")),
+    }
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    parse_whole(s, 0)
+}
+
+fn parse_positive(s: &str) -> Result<u64, String> {
+    parse_whole(s, 1)
 }
 
 fn parse_beta(s: &str) -> Result<f64, String> {
@@ -227,16 +248,16 @@ pub struct PlanArgs {
     #[arg(long = "chunked-loss", alias = "chunked_loss", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub chunked_loss: Option<bool>,
     /// trainer runtime: rows per eval forward [default: the whole eval batch].
-    #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = parse_positive)]
     pub eval_chunk_rows: Option<u64>,
     /// trainer runtime: gradient clipping on: true or false, or train's norm (0 is off) [default: true, as train's grad_clip 1.0].
     #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL|NORM", value_parser = parse_clip_on, action = clap::ArgAction::Set)]
     pub grad_clip: Option<bool>,
     /// trainer runtime: CPU threads of the matmuls [default: RAYON_NUM_THREADS, else all cores].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
     /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory].
-    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_positive)]
     pub max_memory_mib: Option<u64>,
     /// train.py settings from a pasted command line that plan does not use, as (name, value),
     /// taken out before clap parses the rest (see [`take_training_only`]).
@@ -490,9 +511,17 @@ pub fn parse() -> Parsed {
             Parsed::Run(cli)
         }
         Err(err) if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            // Printing help can only fail if stdout is gone; there is nothing left to tell.
-            let _ = err.print();
-            Parsed::Exit(0)
+            use std::io::Write;
+            match err.print().and_then(|()| std::io::stdout().flush()) {
+                Ok(()) => Parsed::Exit(0),
+                // `vramfit --help | head`: a closed pipe is not an error.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Parsed::Exit(0),
+                // A full disk, say: as `plan` reports its output lost.
+                Err(e) => {
+                    crate::print_error(&format!("cannot write output: {e}"));
+                    Parsed::Exit(1)
+                }
+            }
         }
         Err(err) if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             crate::print_error("no command given: try 'vramfit plan', 'vramfit train' or 'vramfit --help'");
@@ -614,7 +643,12 @@ mod tests {
             ..vramfit_core::Config::default()
         };
         let opts = TrainerOptions::default();
-        let available = trainer_model::peak_bytes(&trainer_model::simulate(&cfg, &opts)) * 3 / 4;
+        // Room for each memory saver alone (a fix is one that makes the run fit), not for the run.
+        let peak = |c: &vramfit_core::Config, o: &TrainerOptions| trainer_model::peak_bytes(&trainer_model::simulate(c, o));
+        let checkpointed = peak(&vramfit_core::Config { activation_checkpointing: true, ..cfg.clone() }, &opts);
+        let chunked = peak(&cfg, &TrainerOptions { chunked_loss: true, ..opts });
+        let available = checkpointed.max(chunked);
+        assert!(available < peak(&cfg, &opts));
         let fitted = trainer_model::auto_fit(&cfg, &opts, available).expect("a smaller micro-batch fits");
         let err = preflight(&cfg, &opts, available, false, Basis::Measured).expect_err("does not fit");
         let (_, fixes) = err.split_once("fixes: ").expect("fixes listed");

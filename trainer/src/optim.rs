@@ -75,11 +75,12 @@ impl AdamW {
                 self.v.push(Tensor::zeros(p.shape(), DType::F32, p.device())?);
             }
         }
-        self.step += 1;
+        // A checkpoint's count is checked against its iteration on load; saturating keeps even a
+        // count at u64::MAX from wrapping to step 0 (bias corrections of 1 − β^0 = 0: division by zero).
+        self.step = self.step.saturating_add(1);
         let AdamWSettings { beta1, beta2, eps, weight_decay } = self.settings;
-        let t = self.step as i32;
-        let step_size = lr / (1.0 - beta1.powi(t));
-        let bias_correction2_sqrt = (1.0 - beta2.powi(t)).sqrt();
+        let step_size = lr / (1.0 - pow_steps(beta1, self.step));
+        let bias_correction2_sqrt = (1.0 - pow_steps(beta2, self.step)).sqrt();
         for (i, ((_, p), g)) in params.iter().zip(grads).enumerate() {
             let decay = if self.decays[i] { 1.0 - lr * weight_decay } else { 1.0 };
             let fused = crate::fused::AdamWStep {
@@ -136,6 +137,15 @@ impl AdamW {
     }
 }
 
+/// `beta^t` for a step count `t`: `powi` (bit for bit what earlier versions computed) while `t`
+/// fits its i32, `powf` beyond, where a cast would truncate the count (even negative).
+fn pow_steps(beta: f64, t: u64) -> f64 {
+    match i32::try_from(t) {
+        Ok(t) => beta.powi(t),
+        Err(_) => beta.powf(t as f64),
+    }
+}
+
 /// Scales `grads` so their global L2 norm is at most `max_norm`, as
 /// `torch.nn.utils.clip_grad_norm_` does (coefficient `max_norm / (norm + 1e-6)`, only applied
 /// when below 1). Returns the norm before clipping.
@@ -183,7 +193,8 @@ impl LossScaler {
     /// optimizer may take the step.
     pub fn update(&mut self, finite: bool) -> bool {
         if finite {
-            self.good_steps += 1;
+            // Saturating: a checkpoint's count past the interval must not overflow (it resets below).
+            self.good_steps = self.good_steps.saturating_add(1);
             if self.good_steps >= Self::GROWTH_INTERVAL {
                 self.scale *= 2.0;
                 self.good_steps = 0;
@@ -221,7 +232,9 @@ impl LrSchedule {
             return self.learning_rate;
         }
         if it < self.warmup_iters {
-            return self.learning_rate * (it + 1) as f64 / (self.warmup_iters + 1) as f64;
+            // In f64: `warmup_iters + 1` overflows u64 at u64::MAX (and wraps to a division by
+            // zero in release builds). Here `it < warmup_iters`, so the ratio stays at most 1.
+            return self.learning_rate * (it as f64 + 1.0) / (self.warmup_iters as f64 + 1.0);
         }
         if it > self.lr_decay_iters {
             return self.min_lr;
@@ -335,6 +348,34 @@ mod tests {
         assert!(opt.restore(&params, 0, vec![], vec![]).is_ok());
     }
 
+    /// Step counts past i32 (a long run, or a checkpoint's count up to u64::MAX) keep their bias
+    /// corrections of about 1: truncated to i32, 2^40 + 1 became step 1 and a step ten times too
+    /// large; u64::MAX + 1 overflowed.
+    #[test]
+    fn adamw_steps_past_i32_and_at_u64_max() {
+        let settings = AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0 };
+        for steps in [(1u64 << 40), u64::MAX - 1, u64::MAX] {
+            let params = vec![("b".to_string(), var(&[1.0], &[1]))];
+            let mut opt = AdamW::new(&params, settings);
+            let zeros = || Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap();
+            opt.restore(&params, steps, vec![zeros()], vec![zeros()]).unwrap();
+            opt.step(&params, &[Tensor::new(&[2.0f32], &Device::Cpu).unwrap()], 1e-2).unwrap();
+            // m = 0.1·g, √v = √0.05·|g|, both bias corrections 1.
+            let want = 1.0 - 1e-2 * 0.2 / (0.05f64.sqrt() * 2.0 + 1e-8);
+            let got = values(params[0].1.as_tensor())[0] as f64;
+            assert!((got - want).abs() < 1e-6, "{steps} steps: {got} vs {want}");
+            assert_eq!(opt.steps_taken(), steps.saturating_add(1));
+        }
+    }
+
+    /// A count of good steps past the growth interval (a doctored checkpoint) does not overflow.
+    #[test]
+    fn loss_scaler_good_steps_saturate() {
+        let mut s = LossScaler { scale: 1024.0, good_steps: u32::MAX };
+        assert!(s.update(true));
+        assert_eq!((s.scale, s.good_steps), (2048.0, 0));
+    }
+
     #[test]
     fn clipping_scales_to_max_norm_and_leaves_small_gradients() {
         let mut grads = vec![Tensor::new(&[3.0f32, 0.0], &Device::Cpu).unwrap(), Tensor::new(&[4.0f32], &Device::Cpu).unwrap()];
@@ -357,6 +398,13 @@ mod tests {
         assert!((s.at(110) - 6e-5).abs() < 1e-12);
         assert_eq!(s.at(111), 6e-5);
         assert!(s.at(30) > s.at(31));
+        // Iteration counts up to u64::MAX: no overflow (warmup_iters + 1), a finite rate.
+        let endless = LrSchedule { warmup_iters: u64::MAX, lr_decay_iters: u64::MAX, ..s };
+        for it in [0, 3, u64::MAX - 1, u64::MAX] {
+            let lr = endless.at(it);
+            assert!(lr.is_finite() && lr > 0.0 && lr <= 6e-4 * (1.0 + 1e-12), "{it}: {lr}");
+        }
+        assert_eq!(endless.at(u64::MAX - 1), 6e-4);
         let flat = LrSchedule { decay_lr: false, ..s };
         assert_eq!(flat.at(0), 6e-4);
         assert_eq!(flat.at(1000), 6e-4);

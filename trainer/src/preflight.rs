@@ -132,22 +132,33 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
             sequences_change(cfg, &fitted)
         ));
     }
+    // The memory savers, with their predicted peaks: a fix only where that fits (one that merely
+    // lowers the peak would fail the same way, a flag later).
+    let mut savers = Vec::new();
     if !cfg.activation_checkpointing {
         let c = Config { activation_checkpointing: true, ..cfg.clone() };
-        let n = trainer_model::peak_bytes(&trainer_model::simulate(&c, opts));
-        if n < need {
-            fixes.push(format!("--activation-checkpointing true ({})", predicted(n, basis)));
-        }
+        savers.push(("--activation-checkpointing true", trainer_model::peak_bytes(&trainer_model::simulate(&c, opts))));
     }
     if !opts.chunked_loss {
         let o = TrainerOptions { chunked_loss: true, ..*opts };
-        let n = trainer_model::peak_bytes(&trainer_model::simulate(cfg, &o));
-        if n < need {
-            fixes.push(format!("--chunked-loss true ({})", predicted(n, basis)));
+        savers.push(("--chunked-loss true", trainer_model::peak_bytes(&trainer_model::simulate(cfg, &o))));
+    }
+    for (flags, n) in &savers {
+        if *n <= available {
+            fixes.push(format!("{flags} ({})", predicted(*n, basis)));
         }
     }
-    let fixes =
-        if fixes.is_empty() { "no single fix fits: use a smaller model".to_string() } else { format!("fixes: {}", fixes.join("; ")) };
+    let fixes = if !fixes.is_empty() {
+        format!("fixes: {}", fixes.join("; "))
+    } else {
+        // Said with the one that comes closest, if any lowers the peak at all.
+        match savers.iter().filter(|(_, n)| *n < need).min_by_key(|(_, n)| *n) {
+            Some((flags, n)) => {
+                format!("no single fix fits (the closest, {flags}, still needs {}): use a smaller model", predicted(*n, basis))
+            }
+            None => "no single fix fits: use a smaller model".to_string(),
+        }
+    };
     Err(format!(
         "this run needs {} (trainer memory model{}) but {} is available; {}; {}",
         predicted(need, basis),
@@ -226,6 +237,24 @@ mod tests {
             gradient_accumulation_steps: 1,
             ..Config::default()
         }
+    }
+
+    /// A memory saver is listed as a fix only if the run then fits; one that lowers the peak but
+    /// not enough is named as not enough, not offered as a fix.
+    #[test]
+    fn fixes_are_only_what_fits() {
+        let opts = TrainerOptions::default();
+        let checkpointed = Config { activation_checkpointing: true, ..cfg() };
+        let need = trainer_model::peak_bytes(&trainer_model::simulate(&cfg(), &opts));
+        let with_ckpt = trainer_model::peak_bytes(&trainer_model::simulate(&checkpointed, &opts));
+        assert!(with_ckpt < need);
+        let listed = preflight(&cfg(), &opts, with_ckpt, false, Basis::Measured).expect_err("does not fit");
+        assert!(listed.contains(&format!("--activation-checkpointing true ({})", mib(with_ckpt))), "{listed}");
+        // Too little for checkpointing (or anything else) to fit.
+        let err = preflight(&cfg(), &opts, with_ckpt.min(need / 8), false, Basis::Measured).expect_err("does not fit");
+        assert!(!err.contains("fixes:"), "{err}");
+        assert!(err.contains("no single fix fits (the closest, "), "{err}");
+        assert!(err.contains("still needs") && err.ends_with("use a smaller model"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::cli::SampleArgs;
 use crate::train_cmd::{make_device, Failure};
 use std::io::Write;
 use vramfit::checkpoint;
+use vramfit::data::Vocabulary;
 use vramfit::model::HostRng;
 
 fn input(message: impl Into<String>) -> Failure {
@@ -58,18 +59,19 @@ pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
     vramfit::train::load_weights(&model, &ckpt).map_err(input)?;
     let vocab = &ckpt.meta.vocab;
 
-    let prompt = args.prompt.clone().unwrap_or_else(|| "\n".into());
-    let mut start = vocab.encode(&prompt).map_err(|e| input(format!("--prompt: {e}")))?;
-    if start.is_empty() {
-        if args.prompt.is_some() {
-            return Err(input("--prompt: the prompt encodes to no tokens"));
+    let start = match &args.prompt {
+        Some(prompt) => {
+            let start = vocab.encode(prompt).map_err(|e| input(format!("--prompt: {e}")))?;
+            if start.is_empty() {
+                return Err(input("--prompt: the prompt encodes to no tokens"));
+            }
+            if let Some(&bad) = start.iter().find(|&&id| id >= ckpt.meta.config.vocab_size) {
+                return Err(input(format!("--prompt: token {bad} is outside the model's vocabulary")));
+            }
+            start
         }
-        // A vocabulary without '\n': start from its first token.
-        start.push(0);
-    }
-    if let Some(&bad) = start.iter().find(|&&id| id >= ckpt.meta.config.vocab_size) {
-        return Err(input(format!("--prompt: token {bad} is outside the model's vocabulary")));
-    }
+        None => default_start(vocab, ckpt.meta.config.vocab_size),
+    };
     let block = model.block_size();
     let mut rng = HostRng::new(args.seed);
     let mut out = std::io::stdout().lock();
@@ -88,17 +90,46 @@ pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
             ids.push(draw(&logits, args.temperature, args.top_k as usize, &mut rng) as u32);
         }
         let text = vocab.decode(&ids);
-        if writeln!(out, "{text}\n---------------").and_then(|()| out.flush()).is_err() {
+        match writeln!(out, "{text}\n---------------").and_then(|()| out.flush()) {
+            Ok(()) => {}
             // A closed pipe (`vramfit sample | head`) ends the output; that is not an error.
-            return Ok(0);
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+            // A full disk, say: the samples were lost, as `plan` reports it.
+            Err(e) => return Err(Failure { code: 1, message: format!("cannot write output: {e}") }),
         }
     }
     Ok(0)
 }
 
+/// Where samples start without `--prompt`: a newline, as sample.py's default, where the model
+/// can take one; otherwise token 0, with a note saying why (no `--prompt` was given, so none is
+/// to blame).
+fn default_start(vocab: &Vocabulary, vocab_size: u32) -> Vec<u32> {
+    let why = match vocab.encode("\n") {
+        Ok(ids) if !ids.is_empty() && ids.iter().all(|&id| id < vocab_size) => return ids,
+        // GPT-2's newline is token 198; a model of fewer tokens (nanoGPT .bin data) lacks it.
+        Ok(ids) if !ids.is_empty() => format!("the newline's token {} is not below the model's vocab_size {vocab_size}", ids[0]),
+        _ => "the checkpoint's vocabulary has no newline".to_string(),
+    };
+    crate::print_note(&format!("{why}: the samples start from token 0, {:?} (--prompt sets the start)", vocab.decode(&[0])));
+    vec![0]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without --prompt: a newline where the model has one; otherwise token 0, not an error
+    /// about a --prompt no one gave.
+    #[test]
+    fn the_default_start_falls_back_to_the_first_token() {
+        assert_eq!(default_start(&Vocabulary::Chars { chars: "\n ab".into() }, 4), [0]);
+        assert_eq!(default_start(&Vocabulary::Chars { chars: "\t\nab".into() }, 4), [1]);
+        assert_eq!(default_start(&Vocabulary::Chars { chars: "abc".into() }, 3), [0]);
+        // GPT-2's newline is token 198: a model with fewer tokens cannot take it.
+        assert_eq!(default_start(&Vocabulary::Gpt2, 50304), [198]);
+        assert_eq!(default_start(&Vocabulary::Gpt2, 100), [0]);
+    }
 
     #[test]
     fn top_k_one_is_argmax_and_draws_follow_the_softmax() {

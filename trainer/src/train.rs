@@ -229,6 +229,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
     let mut last_eval = None;
     let (mut train_secs, mut train_iters) = (0f64, 0u64);
     let pause = if cfg!(debug_assertions) { std::env::var(PAUSE_HOOK).ok().and_then(|ms| ms.parse().ok()) } else { None };
+    let mut plot = LossPlot { out_dir: &settings.out_dir, given_up: false };
 
     loop {
         if interrupt.load(Ordering::SeqCst) {
@@ -248,7 +249,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             }
             save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
             progress.checkpoint(state.iter_num, &ckpt_path, "interrupted");
-            crate::lossplot::write_for(&settings.out_dir);
+            plot.redraw();
             return Ok(Summary {
                 iter_num: state.iter_num,
                 best_val_loss: state.best_val_loss,
@@ -270,8 +271,9 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             // A model whose loss is no longer a number must not replace the last good checkpoint.
             if let Some((split, loss)) = [("train", train_loss), ("val", val_loss)].into_iter().find(|(_, l)| !l.is_finite()) {
                 return Err(format!(
-                    "the estimated {split} loss became {loss} at iteration {}: no checkpoint saved of this model; try a lower --learning-rate",
-                    state.iter_num
+                    "the estimated {split} loss became {loss} at iteration {}: no checkpoint saved of this model; {}",
+                    state.iter_num,
+                    divergence_advice(settings)
                 ));
             }
             let improved = state.best_val_loss.is_none_or(|best| val_loss < best);
@@ -281,7 +283,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                     save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
                     saved_any = true;
                     progress.checkpoint(state.iter_num, &ckpt_path, if improved { "best val loss" } else { "always_save_checkpoint" });
-                    crate::lossplot::write_for(&settings.out_dir);
+                    plot.redraw();
                 }
             }
         }
@@ -301,7 +303,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             let (loss, grads) =
                 model.loss_and_grads_scaled(&x, &y, dropout_seed, loss_scale).map_err(|e| format!("training step failed: {e}"))?;
             if !loss.is_finite() {
-                return Err(format!("the loss became {loss} at iteration {}: try a lower --learning-rate", state.iter_num));
+                return Err(format!("the loss became {loss} at iteration {}: {}", state.iter_num, divergence_advice(settings)));
             }
             loss_sum += loss as f64;
             acc = if acc.is_empty() {
@@ -359,7 +361,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
-    crate::lossplot::write_for(&settings.out_dir);
+    plot.redraw();
     Ok(Summary {
         iter_num: state.iter_num,
         best_val_loss: state.best_val_loss,
@@ -368,6 +370,41 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         checkpoint: saved_any.then_some(ckpt_path),
         tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),
     })
+}
+
+/// `out_dir/loss.svg`, redrawn at each save and at the end.
+struct LossPlot<'a> {
+    out_dir: &'a Path,
+    /// A redraw left no plot (a directory holds its name, ...): its note was said once, and the
+    /// run does not try (and say it) again at every evaluation.
+    given_up: bool,
+}
+
+impl LossPlot<'_> {
+    fn redraw(&mut self) {
+        if self.given_up {
+            return;
+        }
+        crate::lossplot::write_for(self.out_dir);
+        self.given_up = !self.out_dir.join(crate::lossplot::SVG_FILE).is_file();
+    }
+}
+
+/// What to try when the model stopped being finite. Usually a lower learning rate; but a weight
+/// decay above 1 with `learning_rate × weight_decay ≥ 1` scales the 2-D weights by
+/// `1 − learning_rate × weight_decay ≤ 0` at every step, whatever the learning rate does for the
+/// gradients: that is the setting to lower.
+fn divergence_advice(settings: &TrainSettings) -> String {
+    let lr = if settings.lr.decay_lr { settings.lr.learning_rate.max(settings.lr.min_lr) } else { settings.lr.learning_rate };
+    let wd = settings.adamw.weight_decay;
+    if wd > 1.0 && lr * wd >= 1.0 {
+        format!(
+            "try a lower --weight-decay (at learning_rate {lr:e}, weight_decay {wd:e} scales the weights by {:e} each step)",
+            1.0 - lr * wd
+        )
+    } else {
+        "try a lower --learning-rate".to_string()
+    }
 }
 
 /// Whether Ctrl-C saves a checkpoint: always once this run owns the checkpoint on disk (it saved
@@ -391,8 +428,9 @@ fn save(
     // a number must not replace the last good checkpoint.
     if let Some(name) = model.first_non_finite_param().map_err(|e| e.to_string())? {
         return Err(format!(
-            "parameter {name} is no longer finite at iteration {}: no checkpoint saved of this model; try a lower --learning-rate",
-            state.iter_num
+            "parameter {name} is no longer finite at iteration {}: no checkpoint saved of this model; {}",
+            state.iter_num,
+            divergence_advice(settings)
         ));
     }
     let (steps, m, v) = optimizer.state();
@@ -424,7 +462,20 @@ fn save(
 
 #[cfg(test)]
 mod tests {
-    use super::save_on_interrupt;
+    use super::{divergence_advice, save_on_interrupt, TrainSettings};
+
+    /// A weight decay that zeroes or flips the weights at every step is named, not the learning
+    /// rate; an absurd learning rate is still the learning rate.
+    #[test]
+    fn divergence_advice_names_the_setting_at_fault() {
+        let mut s = TrainSettings::default();
+        assert_eq!(divergence_advice(&s), "try a lower --learning-rate");
+        s.adamw.weight_decay = 1e308;
+        assert!(divergence_advice(&s).starts_with("try a lower --weight-decay"), "{}", divergence_advice(&s));
+        s.adamw.weight_decay = 0.1;
+        s.lr.learning_rate = 1e30;
+        assert_eq!(divergence_advice(&s), "try a lower --learning-rate");
+    }
 
     /// A fresh run that has not saved leaves a previous run's checkpoint alone; everything else
     /// (its own checkpoint, a resumed one, an empty directory) is saved on Ctrl-C.

@@ -17,7 +17,7 @@ use crate::cli::{CardArgs, DeviceArg, RunArgs, TrainArgs};
 use crate::inputs;
 use candle_core::Device;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vramfit::checkpoint::{self, Checkpoint};
@@ -49,6 +49,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a
     // busy 2-core machine), so it gets one unless told otherwise.
     let env_set = std::env::var_os("CANDLE_NUM_THREADS").is_some() || std::env::var_os("RAYON_NUM_THREADS").is_some();
+    if args.threads.is_none() {
+        check_thread_env()?;
+    }
     let small_default = args.run.config.is_none() && args.run.link.is_none();
     let threads = args.threads.or((small_default && !env_set).then_some(1));
     if let Some(n) = threads {
@@ -59,6 +62,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // With --resume, the directory read from is the one written to, wherever the checkpoint says
     // the run started.
     let out_dir = if args.resume { Some(args.out_dir.clone().unwrap_or_else(|| PathBuf::from("out"))) } else { args.out_dir.clone() };
+    if let Some(dir) = &out_dir {
+        check_out_dir(dir, args.out_dir.is_some())?;
+    }
     let resume = if args.resume {
         if args.run.config.is_some() || args.run.link.is_some() {
             return Err(input("--resume takes the settings from the checkpoint: drop --config/--link and change settings with flags"));
@@ -78,6 +84,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         Some(ckpt) => {
             let mut cfg = ckpt.meta.config.clone();
             check_shape_flags(&cfg, &args.run)?;
+            check_seed_flag(ckpt.meta.settings.seed, args.seed)?;
             inputs::apply_flags(&mut cfg, &args.run);
             cfg.validate().map_err(|e| input(e.to_string()))?;
             (cfg, ckpt.meta.settings.clone(), true)
@@ -85,10 +92,21 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         None => resolve_fresh(args)?,
     };
     apply_training_flags(&mut settings, args);
+    let checked_out_dir = out_dir.is_some();
     if let Some(dir) = out_dir {
         settings.out_dir = dir;
     }
-    check_settings(&settings)?;
+    // Where the settings no flag gave came from, for what check_settings says about them.
+    let source = match (&resume, &args.run.config) {
+        (Some(_), _) => Some(format!("checkpoint {}", settings.out_dir.join(checkpoint::FILE_NAME).display())),
+        (None, Some(file)) => Some(format!("config file {}", file.display())),
+        (None, None) => None,
+    };
+    check_settings(&settings, args, source.as_deref())?;
+    if !checked_out_dir {
+        // The default, or a config file's out_dir.
+        check_out_dir(&settings.out_dir, false)?;
+    }
     if let Some(ckpt) = &resume {
         check_resume_has_work(ckpt.meta.iter_num, ckpt.meta.evaluated, settings.max_iters)?;
     }
@@ -106,10 +124,19 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         (None, Some(ckpt)) => {
             let stored = match &ckpt.meta.data {
                 DataSource::Text { tokenizer, .. } => Some(*tokenizer),
-                _ => None,
+                // The built-in corpus is character-level: `--tokenizer char` is what it was.
+                DataSource::Builtin { .. } => Some(Tokenizer::Char),
+                // Token ids: --tokenizer does not apply, as refused below.
+                DataSource::Bin { .. } => None,
             };
-            if args.tokenizer.is_some() && args.tokenizer != stored {
-                return Err(input("--tokenizer differs from the checkpoint's data; pass --data to resume on other data"));
+            if let (Some(flag), Some(stored)) = (args.tokenizer, stored) {
+                if flag != stored {
+                    return Err(input(format!(
+                        "--tokenizer {} differs from the checkpoint's data, {}; pass --data to resume on other data",
+                        tokenizer_name(flag),
+                        ckpt.meta.data.describe()
+                    )));
+                }
             }
             ckpt.meta.data.clone()
         }
@@ -167,6 +194,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // --auto-fit may have raised gradient accumulation past what a config allows.
     cfg.validate().map_err(|e| input(format!("--auto-fit: {e}")))?;
     std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
+    // Held until this function returns, whichever way: before anything is written to out_dir.
+    let _lock = RunLock::take(&settings.out_dir, if args.out_dir.is_some() { "--out-dir" } else { "out_dir" })?;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     say(predicted_line(checked.predicted_peak, available, basis));
     // With room to spare, trade resident memory for speed: glibc keeps freed tensor memory for
@@ -353,7 +382,7 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         }
         cfg.validate().map_err(|e| input(e.to_string()))?;
     }
-    apply_config_extras(&mut settings, &resolved.extra)?;
+    apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref())?;
     Ok((cfg, settings, explicit_vocab))
 }
 
@@ -377,27 +406,29 @@ fn check_shape_flags(cfg: &Config, run: &RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// train.py settings a nanoGPT config file set (`learning_rate = 1e-3`, ...).
-fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)]) -> Result<(), Failure> {
-    fn number(key: &str, v: &Value) -> Result<f64, Failure> {
+/// train.py settings a nanoGPT config file (`file`) set (`learning_rate = 1e-3`, ...).
+fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: Option<&Path>) -> Result<(), Failure> {
+    // Errors name the file, as core's do for the model settings ("config file x.py: ...").
+    let file = file.map_or_else(|| "config file".to_string(), |f| format!("config file {}", f.display()));
+    let number = |key: &str, v: &Value| -> Result<f64, Failure> {
         match v {
             Value::Int(n) if *n >= 0 => Ok(*n as f64),
             Value::Float(x) if x.is_finite() && *x >= 0.0 => Ok(*x),
-            other => Err(input(format!("config file: {key} must be a number >= 0 (got {other})"))),
+            other => Err(input(format!("{file}: {key} must be a number >= 0 (got {other})"))),
         }
-    }
-    fn count(key: &str, v: &Value) -> Result<u64, Failure> {
+    };
+    let count = |key: &str, v: &Value| -> Result<u64, Failure> {
         match v {
             Value::Int(n) if *n >= 0 => Ok(*n as u64),
-            other => Err(input(format!("config file: {key} must be a whole number >= 0 (got {other})"))),
+            other => Err(input(format!("{file}: {key} must be a whole number >= 0 (got {other})"))),
         }
-    }
-    fn boolean(key: &str, v: &Value) -> Result<bool, Failure> {
+    };
+    let boolean = |key: &str, v: &Value| -> Result<bool, Failure> {
         match v {
             Value::Bool(b) => Ok(*b),
-            other => Err(input(format!("config file: {key} must be True or False (got {other})"))),
+            other => Err(input(format!("{file}: {key} must be True or False (got {other})"))),
         }
-    }
+    };
     for (key, v) in extra {
         match key.as_str() {
             "max_iters" => s.max_iters = count(key, v)?,
@@ -416,7 +447,7 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)]) -> Resu
             "seed" => s.seed = count(key, v)?,
             "out_dir" => match v {
                 Value::Str(dir) => s.out_dir = PathBuf::from(dir),
-                other => return Err(input(format!("config file: out_dir must be a string (got {other})"))),
+                other => return Err(input(format!("{file}: out_dir must be a string (got {other})"))),
             },
             // Settings that would change what runs: say they are not followed. (wandb_* and
             // backend only concern logging and multi-GPU; they are dropped quietly.)
@@ -459,31 +490,196 @@ fn apply_training_flags(s: &mut TrainSettings, a: &TrainArgs) {
 }
 
 /// What the flag parsers cannot see: values from config files and checkpoints, and combinations.
-fn check_settings(s: &TrainSettings) -> Result<(), Failure> {
+/// `source` names where the settings no flag gave came from ("config file x.py", "checkpoint
+/// out/ckpt.safetensors"), so that an error about one of them says where to put it right.
+fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Result<(), Failure> {
+    // The defaults are all valid: a bad value no flag gave is the source's.
+    let refuse = |flag_given: bool, message: String| match source {
+        Some(source) if !flag_given => input(format!("{source}: {message}")),
+        _ => input(message),
+    };
     // The flag parsers and the config file reader see to these; a checkpoint's metadata may not.
-    for (name, value) in
-        [("learning_rate", s.lr.learning_rate), ("min_lr", s.lr.min_lr), ("weight_decay", s.adamw.weight_decay), ("grad_clip", s.grad_clip)]
-    {
+    for (name, value, flag) in [
+        ("learning_rate", s.lr.learning_rate, a.learning_rate),
+        ("min_lr", s.lr.min_lr, a.min_lr),
+        ("weight_decay", s.adamw.weight_decay, a.weight_decay),
+        ("grad_clip", s.grad_clip, a.grad_clip),
+    ] {
         if !(value.is_finite() && value >= 0.0) {
-            return Err(input(format!("{name} must be a finite number >= 0 (got {value})")));
+            return Err(refuse(flag.is_some(), format!("{name} must be a finite number >= 0 (got {value})")));
         }
     }
     if !(s.adamw.eps.is_finite() && s.adamw.eps > 0.0) {
-        return Err(input(format!("AdamW's eps must be a finite number > 0 (got {})", s.adamw.eps)));
+        return Err(refuse(false, format!("AdamW's eps must be a finite number > 0 (got {})", s.adamw.eps)));
     }
     if s.out_dir.as_os_str().is_empty() {
-        return Err(input("out_dir is empty: name a directory"));
+        return Err(refuse(a.out_dir.is_some(), "out_dir is empty: name a directory".into()));
     }
-    if !(0.0..1.0).contains(&s.adamw.beta1) || !(0.0..1.0).contains(&s.adamw.beta2) {
-        return Err(input(format!("beta1 and beta2 must be in [0, 1) (got {} and {})", s.adamw.beta1, s.adamw.beta2)));
+    for (name, value, flag) in [("beta1", s.adamw.beta1, a.beta1), ("beta2", s.adamw.beta2, a.beta2)] {
+        if !(0.0..1.0).contains(&value) {
+            return Err(refuse(flag.is_some(), format!("{name} must be in [0, 1) (got {value})")));
+        }
     }
-    if s.eval_interval == 0 || s.log_interval == 0 {
-        return Err(input("eval_interval and log_interval must be at least 1"));
+    for (name, value, flag) in [("eval_interval", s.eval_interval, a.eval_interval), ("log_interval", s.log_interval, a.log_interval)] {
+        if value == 0 {
+            return Err(refuse(flag.is_some(), format!("{name} must be at least 1")));
+        }
     }
     if s.lr.decay_lr && s.lr.lr_decay_iters < s.lr.warmup_iters {
-        return Err(input(format!("lr_decay_iters ({}) must be at least warmup_iters ({})", s.lr.lr_decay_iters, s.lr.warmup_iters)));
+        return Err(refuse(
+            a.lr_decay_iters.is_some() && a.warmup_iters.is_some(),
+            format!("lr_decay_iters ({}) must be at least warmup_iters ({})", s.lr.lr_decay_iters, s.lr.warmup_iters),
+        ));
     }
     Ok(())
+}
+
+/// With `--resume`, a `--seed` other than the checkpoint's is refused: the run continues the
+/// checkpoint's random state (its batches and dropout), so the seed would only be recorded in the
+/// new checkpoint, falsely.
+fn check_seed_flag(saved: u64, flag: Option<u64>) -> Result<(), Failure> {
+    match flag {
+        Some(seed) if seed != saved => Err(input(format!(
+            "--resume: the checkpoint's run has seed = {saved}, not {seed} (a resumed run continues its random state): drop --seed"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// candle sizes its thread pools by these, and the pre-flight counts a set of gemm buffers per
+/// thread: a count past what `--threads` accepts is a typo, not a machine, and the pre-flight
+/// would answer it with "use a smaller model".
+fn check_thread_env() -> Result<(), Failure> {
+    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        // Parsed as candle parses it; a value it cannot parse it ignores.
+        let Some(n) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) else { continue };
+        if n > u64::from(crate::cli::MAX_THREADS) {
+            return Err(input(format!(
+                "{var}={n} is too many threads (at most {}): set it lower, or pass --threads",
+                crate::cli::MAX_THREADS
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `out_dir` must be a directory, or not exist yet (it is created), and what the run writes there
+/// must be able to go there: checked before any work, not found out at the first save.
+fn check_out_dir(dir: &Path, flag_given: bool) -> Result<(), Failure> {
+    let name = if flag_given { "--out-dir" } else { "out_dir" };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_file() => return Err(input(format!("{name} {} is a file, not a directory", dir.display()))),
+        Ok(m) if !m.is_dir() => return Err(input(format!("{name} {} is not a directory", dir.display()))),
+        Ok(_) => {}
+        // Created later; if that fails, the error says why.
+        Err(_) => return Ok(()),
+    }
+    for file in [checkpoint::FILE_NAME, vramfit::progress::LOG_FILE] {
+        let path = dir.join(file);
+        if path.is_dir() {
+            return Err(input(format!(
+                "{} is a directory, where this run writes its {}: move it away or pick another {name}",
+                path.display(),
+                if file == checkpoint::FILE_NAME { "checkpoint" } else { "log" }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The lock file a running `vramfit train` holds in its out_dir; removed when the run ends.
+const LOCK_FILE: &str = ".vramfit-train.lock";
+
+/// An exclusive advisory lock on out_dir for the run's duration: two runs writing one directory
+/// would leave one's checkpoint beside the other's log. The OS releases the lock when the
+/// process ends, however it ends, so a killed run's file does not block the next run; a run
+/// that ends normally also removes the file.
+struct RunLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl RunLock {
+    /// `Ok(None)` where the file system cannot lock (a note says so). `name` is how the user
+    /// named out_dir.
+    fn take(out_dir: &Path, name: &str) -> Result<Option<RunLock>, Failure> {
+        use std::fs::TryLockError;
+        use std::io::Read;
+        let path = out_dir.join(LOCK_FILE);
+        // A run that ends removes its file: one opened just before that is locked, then found
+        // gone (or replaced), and opened again.
+        for _ in 0..8 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| input(format!("cannot create {}: {e}", path.display())))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = (&file).read_to_string(&mut holder);
+                    let pid = holder.trim().parse::<u32>().map(|pid| format!(" (pid {pid})")).unwrap_or_default();
+                    return Err(input(format!(
+                        "{name} {} is in use by another vramfit train{pid}: wait for it to end, or pick another {name}",
+                        out_dir.display()
+                    )));
+                }
+                // Some network file systems: the run need not fail for want of a lock.
+                Err(TryLockError::Error(e)) => {
+                    let _ = std::fs::remove_file(&path);
+                    crate::print_note(&format!(
+                        "cannot lock {}: {e}; another vramfit train on {} at the same time would not be stopped",
+                        path.display(),
+                        out_dir.display()
+                    ));
+                    return Ok(None);
+                }
+            }
+            if !Self::is_at(&file, &path) {
+                continue;
+            }
+            // Who holds it, for the message of a run refused meanwhile.
+            let mut writer = &file;
+            let _ = writer.set_len(0).and_then(|()| write!(writer, "{}", std::process::id()));
+            return Ok(Some(RunLock { file, path }));
+        }
+        Err(input(format!("cannot lock {}: it keeps being removed", path.display())))
+    }
+
+    /// Whether `file` is still the file at `path` (not removed, nor replaced, since it was opened).
+    #[cfg(unix)]
+    fn is_at(file: &std::fs::File, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), std::fs::metadata(path)) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        }
+    }
+
+    /// Elsewhere an open file cannot be removed (Windows), or nothing can be told.
+    #[cfg(not(unix))]
+    fn is_at(_file: &std::fs::File, _path: &Path) -> bool {
+        true
+    }
+}
+
+impl Drop for RunLock {
+    /// Removes the file while still holding the lock, then releases it: a run that opened the
+    /// file meanwhile finds it gone once it gets the lock, and starts over (see `take`).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
+fn tokenizer_name(t: Tokenizer) -> &'static str {
+    match t {
+        Tokenizer::Char => "char",
+        Tokenizer::Gpt2 => "gpt2",
+    }
 }
 
 /// A resumed run must have iterations left (or, at `max_iters`, the final evaluation a Ctrl-C

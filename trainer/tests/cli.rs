@@ -331,6 +331,18 @@ fn help_and_version_exit_zero() {
     }
 }
 
+/// Help that cannot be written is an error, as `plan`'s output is (it exited 0).
+#[cfg(target_os = "linux")]
+#[test]
+fn help_that_cannot_be_written_is_an_error() {
+    for args in [&["--help"][..], &["train", "--help"], &["--version"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_vramfit")).args(args).stdout(full).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "error: cannot write output: No space left on device (os error 28)\n", "{args:?}");
+    }
+}
+
 #[test]
 fn bad_command_line_is_one_error_line() {
     for args in [

@@ -27,14 +27,14 @@ fn nan_loss_at_an_evaluation_keeps_the_previous_checkpoint() {
     assert_eq!(std::fs::read(dir.join("ckpt.safetensors")).unwrap(), before, "the checkpoint was replaced");
 }
 
-/// loss.svg cannot be written (a directory holds its name): training still succeeds, says so,
-/// and leaves no temporary file behind.
+/// loss.svg cannot be written (a directory holds its name): training still succeeds, says so
+/// once (not at every save), and leaves no temporary file (nor its lock file) behind.
 #[test]
 fn unwritable_loss_plot_leaves_no_temporary_file() {
     let dir = scratch("svg-blocked");
     std::fs::create_dir_all(dir.join("loss.svg")).unwrap();
-    let out = train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
-    assert!(text(&out.stderr).contains("note: cannot draw"), "{}", text(&out.stderr));
+    let out = train_ok(&dir, &["--max-iters", "4", "--eval-interval", "1"]);
+    assert_eq!(text(&out.stderr).matches("note: cannot draw").count(), 1, "{}", text(&out.stderr));
     let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, ["ckpt.safetensors", "log.jsonl", "loss.svg"]);
@@ -138,4 +138,112 @@ fn pytorch_only_settings_are_named() {
     assert!(stdout.contains("not applied: optimizer = sgd (it trains AdamW), compile = true"), "{stdout}");
     let plain = train_ok(&scratch("pytorch-only-plain"), &["--max-iters", "1"]);
     assert!(!text(&plain.stdout).contains("not applied"), "{}", text(&plain.stdout));
+}
+
+/// Output that cannot be written is an error (exit 1, one line), as for `plan`; only a closed
+/// pipe (`| head`) ends the output quietly.
+#[cfg(target_os = "linux")]
+#[test]
+fn sample_output_that_cannot_be_written_is_an_error() {
+    let dir = scratch("sample-dev-full");
+    train_ok(&dir, &["--max-iters", "1"]);
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = vramfit()
+        .args(["sample", "--out-dir", dir.to_str().unwrap(), "--num-samples", "1", "--max-new-tokens", "5"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "error: cannot write output: No space left on device (os error 28)\n");
+    // A closed pipe: exit 0, nothing said.
+    let mut child = vramfit()
+        .args(["sample", "--out-dir", dir.to_str().unwrap(), "--num-samples", "10000", "--max-new-tokens", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
+/// Without --prompt, samples start from a newline; a vocabulary without one (a text with no
+/// line break, or GPT-2 ids in a model too small for id 198) starts from its first token, with a
+/// note, instead of an error blaming a --prompt that was not given.
+#[test]
+fn samples_without_a_newline_start_from_the_first_token() {
+    let dir = scratch("no-newline");
+    let data = dir.join("one_line.txt");
+    std::fs::write(&data, "abcabd cab dbca ".repeat(40)).unwrap();
+    let chars = dir.join("chars");
+    train_ok(&chars, &["--max-iters", "1", "--data", data.to_str().unwrap()]);
+    // nanoGPT .bin data (GPT-2 ids) in a model of 100 tokens.
+    let bins = dir.join("bins");
+    std::fs::create_dir_all(&bins).unwrap();
+    let ids: Vec<u8> = (0..400u16).map(|i| i % 90).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(bins.join("train.bin"), &ids).unwrap();
+    std::fs::write(bins.join("val.bin"), &ids[..200]).unwrap();
+    let gpt2 = dir.join("gpt2");
+    train_ok(&gpt2, &["--max-iters", "1", "--data", bins.to_str().unwrap(), "--vocab-size", "100"]);
+    for (out_dir, why, first) in [
+        (&chars, "the checkpoint's vocabulary has no newline", "\" \""),
+        (&gpt2, "the newline's token 198 is not below the model's vocab_size 100", "\"!\""),
+    ] {
+        let out = run(&["sample", "--out-dir", out_dir.to_str().unwrap(), "--num-samples", "1", "--max-new-tokens", "5"]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains(&format!("note: {why}: the samples start from token 0, {first}")), "{stderr}");
+        assert!(!stderr.contains("--prompt:"), "{stderr}");
+        assert!(!out.stdout.is_empty());
+    }
+    // A --prompt the vocabulary lacks is still the prompt's error.
+    let line = one_error_line(&run(&["sample", "--out-dir", chars.to_str().unwrap(), "--prompt", "\n"]));
+    assert!(line.contains("--prompt: the character '\\n' is not in the checkpoint's vocabulary"), "{line}");
+}
+
+/// Two runs on one out_dir at once: the second is refused (one line naming the first's pid,
+/// exit 2) before it writes anything, and the first finishes undisturbed. A lock left by a killed
+/// run (the OS released it) does not block the next run; `sample` reads while a run trains.
+#[test]
+fn one_run_at_a_time_per_out_dir() {
+    let dir = scratch("locked");
+    let d = dir.to_str().unwrap();
+    let lock = dir.join(".vramfit-train.lock");
+    let start_slow = |extra: &[&str]| {
+        let mut cmd = vramfit();
+        cmd.args(["train", "--out-dir", d]).args(TINY).args(extra).env("VRAMFIT_TEST_ITERATION_PAUSE_MS", "50");
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let wait_for_iters = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_to_string(dir.join("log.jsonl")).unwrap_or_default().matches("\"kind\":\"iter\"").count() < n {
+            assert!(Instant::now() < deadline, "no iterations logged");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let first = start_slow(&["--max-iters", "40", "--eval-interval", "2"]);
+    wait_for_iters(3);
+    let line = one_error_line(&run(&["train", "--out-dir", d, "--max-iters", "2"]));
+    assert!(line.contains(&format!("--out-dir {d} is in use by another vramfit train (pid {})", first.id())), "{line}");
+    let resumed = one_error_line(&run(&["train", "--out-dir", d, "--resume", "--max-iters", "50"]));
+    assert!(resumed.contains("is in use by another vramfit train"), "{resumed}");
+    let sample = run(&["sample", "--out-dir", d, "--num-samples", "1", "--max-new-tokens", "5"]);
+    assert!(sample.status.success(), "{}", text(&sample.stderr));
+    let out = first.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (meta, _) = checkpoint_tensors(&dir);
+    assert_eq!((meta.iter_num, meta.settings.max_iters), (40, 40), "the checkpoint is not the first run's");
+    assert_eq!(log_records(&dir, "iter").len(), 40, "another run wrote to the log");
+    assert!(!lock.exists(), "the lock file outlived its run");
+
+    // SIGKILL: no chance to remove the file, but its lock went with the process.
+    let mut killed = start_slow(&["--resume", "--max-iters", "1000"]);
+    wait_for_iters(43);
+    assert!(lock.exists());
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert!(lock.exists());
+    train_ok(&dir, &["--resume", "--max-iters", "60", "--eval-interval", "2"]);
+    assert!(!lock.exists());
 }

@@ -55,7 +55,15 @@ fn copy_text(text: String, done: impl FnOnce(bool) + 'static) {
         done(false);
         return;
     };
-    let promise = window.navigator().clipboard().write_text(&text);
+    // Browsers leave `navigator.clipboard` undefined outside secure contexts (a page served on
+    // a LAN address over http): calling it would throw, and no "copying failed" would show.
+    let navigator = window.navigator();
+    let has_clipboard = wasm_bindgen_futures::js_sys::Reflect::get(&navigator, &"clipboard".into()).is_ok_and(|c| !c.is_undefined());
+    if !has_clipboard {
+        done(false);
+        return;
+    }
+    let promise = navigator.clipboard().write_text(&text);
     leptos::task::spawn_local(async move {
         done(wasm_bindgen_futures::JsFuture::from(promise).await.is_ok());
     });
@@ -76,6 +84,9 @@ enum Slider {
     },
     /// n_embd: multiples of the head count up to 4096.
     Width,
+    /// The eval context: powers of two up to block_size (a longer one is refused, so the
+    /// track stops where the valid values do).
+    EvalBlock,
 }
 
 /// Rounds `v` to the nearest power of two's exponent.
@@ -131,11 +142,15 @@ fn number_control(
             let h = state.with(|s| s.config.n_head).max(1);
             (h, h * (4096 / h).max(1), h)
         }
+        Slider::EvalBlock => {
+            let top = 31 - state.with(|s| s.config.block_size).max(1).leading_zeros();
+            (top.min(4), top, 1)
+        }
     };
     let slider_value = move || {
         let v = state.with(get);
         match slider {
-            Slider::Pow2 { .. } => log2_round(v).to_string(),
+            Slider::Pow2 { .. } | Slider::EvalBlock => log2_round(v).to_string(),
             _ => v.to_string(),
         }
     };
@@ -148,7 +163,7 @@ fn number_control(
     let on_slide = move |ev: leptos::ev::Event| {
         let Ok(pos) = event_target_value(&ev).parse::<u32>() else { return };
         let v = match slider {
-            Slider::Pow2 { .. } => 1u32 << pos.min(30),
+            Slider::Pow2 { .. } | Slider::EvalBlock => 1u32 << pos.min(30),
             _ => pos,
         };
         let now = state.with_untracked(|s| s.config.clone());
@@ -827,7 +842,7 @@ pub fn App() -> impl IntoView {
                             "eval_block_size",
                             "eval block size",
                             "Context estimate_loss uses (train.py: block_size; a fix may shorten it, which needs a train.py change).",
-                            Slider::Pow2 { min: 4, max: 14 },
+                            Slider::EvalBlock,
                             u32::MAX,
                             |s| s.config.eval_block(),
                             |s, v| s.config.eval_block_size = Some(v),
@@ -963,7 +978,7 @@ pub fn App() -> impl IntoView {
                                             } else if fits {
                                                 "It fits: nothing to fix."
                                             } else {
-                                                "No fix found that lowers the need."
+                                                "No fix found that makes it fit this card."
                                             };
                                             view! {
                                                 <p class="fixes-none" data-state="ready">
@@ -1014,7 +1029,18 @@ pub fn App() -> impl IntoView {
                             " to train on the GPU; its pre-flight checks the card it runs on)."
                         </p>
                         <pre class="command" id="train-command-link">{move || state.with(share::train_command_link)}</pre>
-                        <pre class="command" id="train-command-flags">{move || state.with(share::train_command_flags)}</pre>
+                        // Each flag with its value in one unbreakable piece: a phone wrapped the
+                        // command inside flags ("--expandable-" / "segments").
+                        <pre class="command" id="train-command-flags">
+                            {move || {
+                                let command = state.with(share::train_command_flags);
+                                share::flag_pieces(&command)
+                                    .into_iter()
+                                    .enumerate()
+                                    .map(|(i, piece)| view! { {(i > 0).then_some(" ")}<span class="nowrap">{piece}</span> })
+                                    .collect_view()
+                            }}
+                        </pre>
                         <button
                             type="button"
                             on:click=move |_| {

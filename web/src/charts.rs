@@ -10,7 +10,7 @@
 //! Colours: ink and grid lines use two sentinel colours that `static/style.css` re-colours for
 //! the dark scheme (CSS rules override SVG presentation attributes).
 
-use crate::model::{BatchSeries, Timeline, GIB};
+use crate::model::{format_gib, BatchSeries, Timeline, GIB};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use vramfit_core::plan::{Plan, WindowReport};
@@ -215,8 +215,7 @@ pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str)
             }
             chart.draw_series(rects).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, base as f64 / GIB));
-            root.draw(&Text::new(format!("{:.2}", base as f64 / GIB), (px, top - 3), font(12.0).pos(Pos::new(HPos::Center, VPos::Bottom))))
-                .map_err(err)?;
+            root.draw(&Text::new(format_gib(base), (px, top - 3), font(12.0).pos(Pos::new(HPos::Center, VPos::Bottom)))).map_err(err)?;
             let (_, bottom) = chart.backend_coord(&(x, 0.0));
             root.draw(&Text::new(name.to_string(), (px, bottom + 6), font(13.0).pos(Pos::new(HPos::Center, VPos::Top)))).map_err(err)?;
         }
@@ -276,7 +275,7 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         }
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.2))), EVAL.stroke_width(2))).map_err(err)?;
-        capacity_line(&root, &mut chart, x0, x1, available as f64 / GIB, &format!("available {:.2} GiB", available as f64 / GIB))?;
+        capacity_line(&root, &mut chart, x0, x1, available as f64 / GIB, &format!("available {} GiB", format_gib(available)))?;
         let (cb, cn) = series.current;
         chart.draw_series(std::iter::once(Circle::new((cb as f64, clamp(cn)), 5, INK.filled()))).map_err(err)?;
         let (px, py) = chart.backend_coord(&(cb as f64, clamp(cn)));
@@ -335,14 +334,14 @@ pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
             0.0,
             n,
             gib(room),
-            &format!("room for tensors {:.2} GiB: available less context and allocator reserve", gib(room)),
+            &format!("room for tensors {} GiB: available less context and allocator reserve", format_gib(room)),
         )?;
         let (pi, pb, phase, _) = &t.peak;
         chart.draw_series(std::iter::once(Circle::new((*pi as f64, gib(*pb)), 5, INK.filled()))).map_err(err)?;
         let (px, py) = chart.backend_coord(&(*pi as f64, gib(*pb)));
         let (anchor, dx) = if (*pi as f64) > n * 0.6 { (HPos::Right, -8) } else { (HPos::Left, 8) };
         root.draw(&Text::new(
-            format!("peak {:.2} GiB ({})", gib(*pb), phase.label()),
+            format!("peak {} GiB ({})", format_gib(*pb), phase.label()),
             (px + dx, py + 2),
             font(12.0).pos(Pos::new(anchor, VPos::Top)),
         ))

@@ -9,7 +9,22 @@ use vramfit_core::Config;
 /// The state a page address carries (the whole `location.href`, so that settings after `#` are
 /// noticed), with what was ignored.
 pub fn read_link(search: &str) -> Decoded {
-    link::decode(search)
+    let mut decoded = link::decode(search);
+    decoded.notices = at_most(&decoded.notices);
+    decoded
+}
+
+/// Notices the page lists at once: one for every field a link has (21) and some unknown keys;
+/// more is a wall nobody reads.
+const MAX_NOTICES: usize = 32;
+
+/// The first distinct notices, and a last line counting the rest.
+fn at_most(notices: &[String]) -> Vec<String> {
+    let (mut shown, left_out) = link::distinct_first(notices, MAX_NOTICES);
+    if left_out > 0 {
+        shown.push(format!("… and {left_out} more"));
+    }
+    shown
 }
 
 /// The query (with `?`) for a state: what `history.replaceState` writes.
@@ -62,6 +77,22 @@ pub fn train_command_flags(state: &LinkState) -> String {
     parts.join(" ")
 }
 
+/// A command line in the pieces a line may break between: the program and each flag with its
+/// value. Joined by single spaces they are the command again.
+pub fn flag_pieces(command: &str) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    for word in command.split(' ') {
+        match pieces.last_mut() {
+            Some(last) if !word.starts_with("--") => {
+                last.push(' ');
+                last.push_str(word);
+            }
+            _ => pieces.push(word.to_string()),
+        }
+    }
+    pieces
+}
+
 /// The config as a nanoGPT config file (core's writer).
 pub fn export_config(state: &LinkState) -> String {
     nanogpt::to_config_file(&state.config)
@@ -81,7 +112,7 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
                     is unchanged"
             .into());
     }
-    Ok((LinkState { config: file.config, ..current.clone() }, file.notices))
+    Ok((LinkState { config: file.config, ..current.clone() }, at_most(&file.notices)))
 }
 
 #[cfg(test)]
@@ -213,5 +244,32 @@ mod tests {
         // eval_only is said to change what runs.
         let (_, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
         assert!(notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");
+        // A huge paste: a few dozen notices and a count, not one per line.
+        let text: String = std::iter::once("n_layer = 4\n".to_string()).chain((0..5000).map(|i| format!("foo{i} = 1\n"))).collect();
+        let (s, notices) = import_config(&text, &LinkState::default()).unwrap();
+        assert_eq!(s.config.n_layer, 4);
+        assert_eq!(notices.len(), MAX_NOTICES + 1, "{notices:?}");
+        assert_eq!(notices[MAX_NOTICES], format!("… and {} more", 5000 - MAX_NOTICES));
+    }
+
+    #[test]
+    fn commands_break_between_flags_only() {
+        let command = train_command_flags(&odd_state());
+        let pieces = flag_pieces(&command);
+        assert_eq!(pieces.join(" "), command);
+        assert_eq!(pieces[0], "vramfit train");
+        assert!(pieces[1..].iter().all(|p| p.starts_with("--") && p.matches(' ').count() == 1), "{pieces:?}");
+        assert!(pieces.contains(&"--expandable-segments false".to_string()) || pieces.contains(&"--expandable-segments true".to_string()));
+    }
+
+    /// A link repeating keys lists each problem once, and a few dozen at most before a count.
+    #[test]
+    fn link_notices_are_distinct_and_few() {
+        let repeated = format!("?v=1{}", "&L=6".repeat(20_000));
+        assert_eq!(read_link(&repeated).notices.len(), 1);
+        let unknown: String = (0..100).map(|i| format!("&zz{i}=1")).collect();
+        let notices = read_link(&format!("?v=1{unknown}")).notices;
+        assert_eq!(notices.len(), MAX_NOTICES + 1, "{notices:?}");
+        assert_eq!(notices[MAX_NOTICES], format!("… and {} more", 100 - MAX_NOTICES));
     }
 }

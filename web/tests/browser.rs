@@ -272,6 +272,11 @@ async fn number_boxes_keep_the_config_valid() {
     assert!(page.text(".input-error").contains("eval"));
     assert_eq!(config().eval_block_size, None);
     assert!(!page.has(".config-error"));
+    // Its slider ends at the block (2^8 = 256 here), so no stretch of the track is refused.
+    let slider: HtmlInputElement = page.el("input[name=eval_block_size-slider]").dyn_into().unwrap();
+    assert_eq!((slider.min(), slider.max()), ("4".to_string(), "8".to_string()));
+    page.type_keys("block_size", "1024").await;
+    assert_eq!(slider.max(), "10");
 }
 
 #[wasm_bindgen_test]
