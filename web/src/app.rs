@@ -19,7 +19,7 @@ use leptos::prelude::*;
 use std::time::Duration;
 use vramfit_core::link::{self, LinkState};
 use vramfit_core::plan::Fix;
-use vramfit_core::{device, Attention, Config, Dtype, Gpu, Optimizer};
+use vramfit_core::{config, device, Attention, Config, Dtype, Gpu, Optimizer};
 
 fn location_href() -> String {
     web_sys::window().and_then(|w| w.location().href().ok()).unwrap_or_default()
@@ -684,7 +684,7 @@ pub fn App() -> impl IntoView {
                             "batch_size",
                             "Sequences per forward/backward (micro-batch).",
                             Slider::Linear { min: 1, max: 128, step: 1 },
-                            u32::MAX,
+                            config::MAX_BATCH,
                             |s| s.config.batch_size,
                             |s, v| s.config.batch_size = v,
                         )}
@@ -694,7 +694,7 @@ pub fn App() -> impl IntoView {
                             "block_size",
                             "Context length in tokens (slider: powers of two).",
                             Slider::Pow2 { min: 4, max: 14 },
-                            u32::MAX,
+                            config::MAX_BLOCK,
                             |s| s.config.block_size,
                             |s, v| s.config.block_size = v,
                         )}
@@ -704,7 +704,7 @@ pub fn App() -> impl IntoView {
                             "n_embd",
                             "Model width (slider: steps of n_head).",
                             Slider::Width,
-                            u32::MAX,
+                            config::MAX_EMBD,
                             |s| s.config.n_embd,
                             |s, v| s.config.n_embd = v,
                         )}
@@ -714,7 +714,7 @@ pub fn App() -> impl IntoView {
                             "n_layer",
                             "Transformer blocks.",
                             Slider::Linear { min: 1, max: 96, step: 1 },
-                            u32::MAX,
+                            config::MAX_LAYERS,
                             |s| s.config.n_layer,
                             |s, v| s.config.n_layer = v,
                         )}
@@ -755,7 +755,7 @@ pub fn App() -> impl IntoView {
                             "vocab_size",
                             "50304 for GPT-2's tokenizer (padded), 65 for shakespeare-char.",
                             Slider::Linear { min: 64, max: 131072, step: 64 },
-                            u32::MAX,
+                            config::MAX_VOCAB,
                             |s| s.config.vocab_size,
                             |s, v| s.config.vocab_size = v,
                         )}
@@ -809,7 +809,7 @@ pub fn App() -> impl IntoView {
                             "gradient_accumulation_steps",
                             "Micro-steps per optimizer step: more tokens per iteration, same memory.",
                             Slider::Linear { min: 1, max: 128, step: 1 },
-                            u32::MAX,
+                            config::MAX_ACCUM,
                             |s| s.config.gradient_accumulation_steps,
                             |s, v| s.config.gradient_accumulation_steps = v,
                         )}
@@ -819,7 +819,7 @@ pub fn App() -> impl IntoView {
                             "eval batch size",
                             "Sequences per estimate_loss forward (train.py uses batch_size; vramfit train can differ).",
                             Slider::Linear { min: 1, max: 128, step: 1 },
-                            u32::MAX,
+                            config::MAX_BATCH,
                             |s| s.config.eval_batch(),
                             |s, v| s.config.eval_batch_size = Some(v),
                         )}
@@ -843,7 +843,7 @@ pub fn App() -> impl IntoView {
                             "eval block size",
                             "Context estimate_loss uses (train.py: block_size; a fix may shorten it, which needs a train.py change).",
                             Slider::EvalBlock,
-                            u32::MAX,
+                            config::MAX_BLOCK,
                             |s| s.config.eval_block(),
                             |s, v| s.config.eval_block_size = Some(v),
                         )}

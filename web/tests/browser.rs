@@ -251,6 +251,9 @@ async fn number_boxes_keep_the_config_valid() {
         assert!(page.text(".input-error").contains("batch_size"), "{bad}");
         assert_eq!(config().batch_size, 12, "{bad}");
     }
+    // Too large is measured against what vramfit models for that setting, not u32's range.
+    page.type_into("n_layer", "1e30").await;
+    assert!(page.text(".input-error").contains("n_layer: \"1e30\" is too large (at most 1024)"), "{}", page.text(".input-error"));
     page.type_into("dropout", "1.5").await;
     assert!(page.text(".input-error").contains("dropout"));
     assert_eq!(config().dropout, 0.0);
