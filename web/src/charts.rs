@@ -126,6 +126,10 @@ pub fn nice_step(max: f64, target: f64) -> f64 {
 
 /// A tick value without trailing zeros ("0.5", "2", "12.5").
 fn tick_label(v: f64) -> String {
+    if v >= 1000.0 && v.fract() == 0.0 {
+        // Grouped as the page's text groups GiB figures ("800,000").
+        return vramfit_core::params::thousands(v as u64);
+    }
     let s = format!("{v:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -231,7 +235,9 @@ pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str)
 pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
     let max_b = series.points.last().map(|p| p.0).unwrap_or(1).max(series.current.0) as f64;
     let tallest = series.points.iter().map(|p| p.1.max(p.2)).max().unwrap_or(0).max(series.current.1);
-    let ymax = y_top(tallest, available);
+    // More room on top than the other charts: the curves' two-row legend sits there, and a
+    // flat curve near the top ran through it.
+    let ymax = y_top(tallest, available) * 1.08;
     let (x0, x1) = (0.0, max_b + 0.5);
     let mut out = String::new();
     {
@@ -356,6 +362,7 @@ mod tests {
     use super::*;
     use crate::model::{compute, GIB};
     use vramfit_core::link::LinkState;
+    use vramfit_core::Config;
 
     /// Every `<tag .../>` or `<tag ...>` of a kind, with its attributes.
     fn elements<'a>(svg: &'a str, tag: &str) -> Vec<&'a str> {
@@ -461,6 +468,25 @@ mod tests {
         // The "fits" marker is a vertical line.
         let fit = polylines_in(&svg, FITS);
         assert!(fit.len() == 1 && fit[0][0].0 == fit[0][1].0);
+    }
+
+    /// The curves stay below the legend's two rows (top left), however flat and high they run:
+    /// a huge model on a card far too small drew its eval curve through the legend.
+    #[test]
+    fn batch_curves_stay_clear_of_the_legend() {
+        let huge = Config { n_layer: 96, n_embd: 12288, n_head: 96, block_size: 2048, batch_size: 1, ..Config::default() };
+        for state in [LinkState::default(), LinkState { config: huge, ..LinkState::default() }] {
+            let c = compute(&state).unwrap();
+            let svg = batch_svg(&c.series, c.available()).unwrap();
+            // The second row's centre, half its text, and a 10 px gap.
+            let legend_bottom = (MARGIN_TOP + 8 + 16 + 6 + 10) as f64;
+            for colour in [TRAIN, EVAL] {
+                let curve: Vec<(f64, f64)> = polylines_in(&svg, colour).into_iter().filter(|l| l.len() > 2).flatten().collect();
+                assert!(curve.iter().all(|(_, y)| *y > legend_bottom), "{:?}", curve.iter().map(|p| p.1).fold(f64::MAX, f64::min));
+            }
+        }
+        assert_eq!(tick_label(800_000.0), "800,000");
+        assert_eq!(tick_label(2.5), "2.5");
     }
 
     #[test]
