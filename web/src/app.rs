@@ -437,6 +437,11 @@ fn card_controls(signals: Signals) -> impl IntoView {
     let presets = device::presets();
     let is_custom = move || state.with(|s| s.gpu.starts_with("custom-"));
     let custom_gib = move || state.with(|s| model::gpu_of(s).memory_bytes as f64 / model::GIB);
+    // What was typed in the custom box, shown while it still names the card in the state: the
+    // card's id rounds to 0.01 GiB, and writing that back rewrote "12.345" to "12.35" mid-typing.
+    // Not a signal: the box is redrawn when the card changes, never because of a keystroke alone
+    // (a number box reads "" while "12." is typed, and writing that back would erase it).
+    let custom_typed = StoredValue::new(String::new());
     view! {
         <div class="field select">
             <label for="in-gpu">"GPU"</label>
@@ -475,11 +480,20 @@ fn card_controls(signals: Signals) -> impl IntoView {
                 min="0.25"
                 max="4096"
                 step="0.25"
-                prop:value=move || format!("{}", (custom_gib() * 100.0).round() / 100.0)
+                prop:value=move || {
+                    let typed = custom_typed.get_value();
+                    let same_card = typed.trim().parse::<f64>().ok().and_then(|g| Gpu::find(&format!("custom-{g}")));
+                    if same_card.is_some_and(|g| state.with(|s| s.gpu == g.id)) {
+                        typed
+                    } else {
+                        format!("{}", (custom_gib() * 100.0).round() / 100.0)
+                    }
+                }
                 // Follows each keystroke, as the other number boxes do; a partial or bad entry
                 // gets a notice and leaves the card as it was.
                 on:input=move |ev| {
                     let text = event_target_value(&ev);
+                    custom_typed.set_value(text.clone());
                     match text.trim().parse::<f64>().ok().and_then(|g| Gpu::find(&format!("custom-{g}"))) {
                         Some(g) => {
                             input_error.set(None);
@@ -611,7 +625,7 @@ pub fn App() -> impl IntoView {
     view! {
         <main class="vramfit">
             <header>
-                <h1>"vramfit"</h1>
+                <h1 id="page-title" tabindex="-1">"vramfit"</h1>
                 <p class="lede">
                     "Will this nanoGPT training run fit on your GPU? Every figure comes from a simulation of PyTorch's memory during "
                     <code>"train.py"</code> "'s loop, computed in your browser."
@@ -625,7 +639,15 @@ pub fn App() -> impl IntoView {
                             <div class="notice" role="status">
                                 <strong>"Some of the link was ignored:"</strong>
                                 <ul>{link_notices.get().into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
-                                <button type="button" on:click=move |_| link_notices.set(Vec::new())>
+                                <button
+                                    type="button"
+                                    on:click=move |_| {
+                                        link_notices.set(Vec::new());
+                                        // The button goes with the notice: keep keyboard focus
+                                        // at the top of the page rather than losing it.
+                                        focus_by_id("page-title");
+                                    }
+                                >
                                     "Dismiss"
                                 </button>
                             </div>

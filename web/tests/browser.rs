@@ -299,6 +299,11 @@ async fn a_custom_card_follows_its_box_as_it_is_typed() {
     page.type_into("custom_gib", "0.1").await;
     assert!(page.text(".input-error").contains("custom capacity"));
     assert_eq!(gpu(), "custom-10.5");
+    // More decimals than the card keeps: what was typed stays in the box (it was rewritten to
+    // the rounded size mid-typing), and the card is the rounded size.
+    page.type_keys("custom_gib", "12.345").await;
+    let input: HtmlInputElement = page.el("input[name=custom_gib]").dyn_into().unwrap();
+    assert_eq!((input.value(), gpu()), ("12.345".to_string(), "custom-12.35".to_string()));
 }
 
 #[wasm_bindgen_test]
