@@ -101,12 +101,13 @@ impl Gpu {
             return Ok(p.clone());
         }
         // A size with its unit (`12gb`) is a size, though words like `12gb` are in card names.
-        let (num, explicit) = match q.strip_prefix("custom-") {
-            Some(n) => (n, true),
-            None => match q.strip_suffix("gib").or_else(|| q.strip_suffix("gb")) {
-                Some(n) if n.trim_end_matches('-').parse::<f64>().is_ok() => (n.trim_end_matches('-'), true),
-                _ => (q.as_str(), false),
-            },
+        let (custom, rest) = match q.strip_prefix("custom-") {
+            Some(n) => (true, n),
+            None => (false, q.as_str()),
+        };
+        let (num, explicit) = match rest.strip_suffix("gib").or_else(|| rest.strip_suffix("gb")) {
+            Some(n) if n.trim_end_matches('-').parse::<f64>().is_ok() => (n.trim_end_matches('-'), true),
+            _ => (rest, custom),
         };
         let size = num.parse::<f64>();
         let words = if explicit { Vec::new() } else { card_words(&q) };
@@ -129,7 +130,7 @@ impl Gpu {
         }
         let range = "a custom size is 0.25 to 4096 GiB";
         match size {
-            Ok(gib) if !explicit && gib >= 100.0 => Err(format!(
+            Ok(gib) if !explicit && gib.is_finite() && gib >= 100.0 => Err(format!(
                 "no preset card is named \"{}\" (see --list-gpus); for a custom size of that many GiB write custom-{}",
                 query.trim(),
                 num
@@ -246,6 +247,8 @@ mod tests {
         assert_eq!(Gpu::find("12gb").unwrap().memory_bytes, 12 << 30);
         assert_eq!(Gpu::find("24 GiB").unwrap().memory_bytes, 24 << 30);
         assert_eq!(Gpu::find("custom-4096").unwrap().memory_bytes, 4096 << 30);
+        assert_eq!(Gpu::find("custom-10GiB").unwrap().memory_bytes, 10 << 30);
+        assert!(Gpu::lookup("inf").unwrap_err().contains("0.25 to 4096 GiB"));
         assert!(Gpu::lookup("custom-5000").unwrap_err().contains("0.25 to 4096 GiB"));
     }
 

@@ -33,7 +33,8 @@ pub mod trainer_model;
 /// control characters, and the bidirectional overrides and isolates, with which a link once
 /// turned the rest of its notice line backwards. Messages quoting input escape these.
 pub(crate) fn reshapes_text(ch: char) -> bool {
-    ch.is_control() || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    // Also the line and paragraph separators, which would split a one-line message.
+    ch.is_control() || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 pub use config::{Attention, Config, ConfigError, Dtype, Optimizer};

@@ -595,9 +595,9 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<Decoded, Stri
     }
 }
 
-/// The first `max` distinct messages of `all`, in order, and how many of the others (repeats
-/// of those aside) were left out: a link repeating a key 20,000 times gets one notice for it,
-/// not 19,999 (and the cost stays linear in the messages).
+/// The first `max` distinct messages of `all`, in order, and how many messages were left out
+/// (repeats of the shown ones aside; repeats among the others each count): a link repeating a
+/// key 20,000 times gets one notice for it, not 19,999, and the cost stays linear.
 pub fn distinct_first(all: &[String], max: usize) -> (Vec<String>, usize) {
     let mut shown: Vec<String> = Vec::new();
     let mut left_out = 0;

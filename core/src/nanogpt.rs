@@ -108,6 +108,9 @@ pub enum ConfigFileError {
     /// The combined config is invalid and no line of the file is to blame (the base was invalid).
     #[error("{0}")]
     InvalidBase(ConfigError),
+    /// Python would refuse the file before running any of it.
+    #[error("line {line}: {reason}")]
+    Syntax { line: usize, reason: String },
 }
 
 /// nanoGPT's train.py settings that vramfit recognises and does not model: the schedule,
@@ -386,9 +389,11 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         // Lines inside a triple-quoted string are text, not code: Python runs none of them
         // (a block of settings "commented out" in quotes must not be applied).
         if let Some((quote, start)) = in_triple {
-            if triple_quote_after(raw_line, Some(quote)).is_none() {
-                in_triple = None;
+            let after = triple_quote_after(raw_line, Some(quote));
+            if after != Some(quote) {
                 notices.push(format!("{}: skipped: inside a triple-quoted string, which Python does not run", line_span(start, line)));
+                // Closed, and perhaps a string of the other quote opened after it.
+                in_triple = after.map(|q| (q, line + 1));
             }
             continue;
         }
@@ -478,7 +483,11 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         }
     }
     if let Some((_, start)) = in_triple {
-        notices.push(format!("{}: skipped: inside a triple-quoted string that is never closed", line_span(start, text.lines().count())));
+        // Python stops at this with a SyntaxError: train.py would run none of the file.
+        return Err(ConfigFileError::Syntax {
+            line: start - 1,
+            reason: "a triple-quoted string opens here and is never closed (Python would refuse the file)".into(),
+        });
     }
 
     if let Some(&(name, line)) = conditional.first() {
@@ -489,11 +498,16 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         });
     }
     let recognised = !set_on.is_empty() || !extra.is_empty() || !unreadable.is_empty();
-    apply_init_from(&mut cfg, &extra, &mut notices, &mut set_on);
+    // What changes the model or the run as a whole comes before the notes on single lines:
+    // readers show the first few of a long list.
+    let mut file_notes = Vec::new();
+    apply_init_from(&mut cfg, &extra, &mut file_notes, &mut set_on);
     if extra.iter().any(|(k, v)| k == "eval_only" && matches!(v, Value::Bool(true))) {
-        notices.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
+        file_notes.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
     }
-    apply_dataset_vocab(&mut cfg, &extra, &mut notices, &set_on);
+    apply_dataset_vocab(&mut cfg, &extra, &mut file_notes, &set_on);
+    file_notes.append(&mut notices);
+    let notices = file_notes;
 
     if let Err(err) = cfg.validate() {
         let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
@@ -591,7 +605,12 @@ fn triple_quote_after(line: &str, open: Option<char>) -> Option<char> {
 
 /// Whether `s` is a Python name.
 fn is_name(s: &str) -> bool {
-    s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    // Keywords that can start a line with a `:` before an `=` (`else: n_layer = 24`).
+    const KEYWORDS: [&str; 13] =
+        ["if", "elif", "else", "for", "while", "with", "try", "except", "finally", "def", "class", "lambda", "match"];
+    s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !KEYWORDS.contains(&s)
 }
 
 /// `s` split at its top-level commas (not inside brackets or strings), a trailing comma dropped.
@@ -1263,7 +1282,8 @@ weight_decay = 1e-1
         assert!(c.bias);
         assert_eq!((c.batch_size, c.gradient_accumulation_steps, c.eval_iters), (1, 32, 40));
         assert_eq!(f.notices.len(), 3, "{:#?}", f.notices);
-        assert!(f.notices[2].starts_with("init_from = 'gpt2-xl'"));
+        // What changes the model comes first, before the skipped lines.
+        assert!(f.notices[0].starts_with("init_from = 'gpt2-xl'"), "{:#?}", f.notices);
 
         let f = parse("block_size = 256\nn_layer = 2\ninit_from = 'gpt2'").unwrap();
         assert_eq!((f.config.n_layer, f.config.block_size), (12, 256));
@@ -1341,11 +1361,14 @@ weight_decay = 1e-1
         for text in ["s = \"\"\"one line\"\"\"\nn_layer = 4\n", "s = '\"\"\"'\nn_layer = 4\n", "# a \"\"\" in a comment\nn_layer = 4\n"] {
             assert_eq!(parse(text).unwrap().config.n_layer, 4, "{text:?}");
         }
-        // Never closed: the rest of the file is in it, and a notice says so.
-        let f = parse("n_layer = 4\nx = '''\nn_layer = 99\nn_head = 1\n").unwrap();
-        assert_eq!(f.config.n_layer, 4);
-        let never = "lines 3-4: skipped: inside a triple-quoted string that is never closed";
-        assert!(f.notices.iter().any(|n| n == never), "{:#?}", f.notices);
+        // Never closed: Python refuses the whole file, so that is an error naming where it opens.
+        for text in ["n_layer = 4\nx = '''\nn_layer = 99\nn_head = 1\n", "n_layer = 4\nx = '''"] {
+            let err = parse(text).unwrap_err().to_string();
+            assert_eq!(err, "line 2: a triple-quoted string opens here and is never closed (Python would refuse the file)");
+        }
+        // Closed, and one of the other quote opened on the same line: the lines after are text too.
+        let f = parse("a = \"\"\"\nx\n\"\"\" + '''\nn_layer = 99\n'''\nn_layer = 6\n").unwrap();
+        assert_eq!(f.config.n_layer, 6);
     }
 
     /// Unpacking and annotated assignments set what Python would set; once they were skipped
@@ -1370,12 +1393,15 @@ weight_decay = 1e-1
         // In a conditional block, unpacking a shaping setting is the same error as assigning it.
         let err = parse("if big:\n    n_layer, n_head = 24, 16\n").unwrap_err();
         assert!(err.to_string().starts_with("line 2: n_layer: set in an indented block"), "{err}");
-        // Not assignments: comparisons, augmented assignment, attributes, a bare annotation.
-        for text in ["n_layer == 4\n", "n_layer += 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n"] {
+        // Not assignments: comparisons, augmented assignment, attributes, a bare annotation, and
+        // a keyword's block on one line (not a name with an annotation).
+        for text in ["n_layer == 4\n", "n_layer += 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n", "else: x = 4\n"] {
             let f = parse(text).unwrap();
             assert_eq!(f.config.n_layer, 12, "{text:?}");
             assert!(!f.recognised, "{text:?}");
         }
+        let f = parse("else: n_layer = 4\n").unwrap();
+        assert!(f.notices[0].ends_with("(not a simple assignment)"), "{:#?}", f.notices);
     }
 
     #[test]

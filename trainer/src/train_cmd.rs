@@ -65,6 +65,13 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if let Some(dir) = &out_dir {
         check_out_dir(dir, args.out_dir.is_some())?;
     }
+    let out_dir_name = if args.out_dir.is_some() { "--out-dir" } else { "out_dir" };
+    // A resumed run locks its directory before it reads the checkpoint: one read while another
+    // run is still writing would continue from a state that run then moves past.
+    let mut lock = match (&out_dir, args.resume) {
+        (Some(dir), true) if dir.is_dir() => Some(RunLock::take(dir, out_dir_name)?),
+        _ => None,
+    };
     let resume = if args.resume {
         if args.run.config.is_some() || args.run.link.is_some() {
             return Err(input("--resume takes the settings from the checkpoint: drop --config/--link and change settings with flags"));
@@ -195,7 +202,10 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     cfg.validate().map_err(|e| input(format!("--auto-fit: {e}")))?;
     std::fs::create_dir_all(&settings.out_dir).map_err(|e| input(format!("cannot create {}: {e}", settings.out_dir.display())))?;
     // Held until this function returns, whichever way: before anything is written to out_dir.
-    let _lock = RunLock::take(&settings.out_dir, if args.out_dir.is_some() { "--out-dir" } else { "out_dir" })?;
+    if lock.is_none() {
+        lock = Some(RunLock::take(&settings.out_dir, out_dir_name)?);
+    }
+    let _lock = lock;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     say(predicted_line(checked.predicted_peak, available, basis));
     // With room to spare, trade resident memory for speed: glibc keeps freed tensor memory for
@@ -527,7 +537,8 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
     }
     if s.lr.decay_lr && s.lr.lr_decay_iters < s.lr.warmup_iters {
         return Err(refuse(
-            a.lr_decay_iters.is_some() && a.warmup_iters.is_some(),
+            // Either flag given: the flags are at fault as much as the source.
+            a.lr_decay_iters.is_some() || a.warmup_iters.is_some(),
             format!("lr_decay_iters ({}) must be at least warmup_iters ({})", s.lr.lr_decay_iters, s.lr.warmup_iters),
         ));
     }
@@ -587,16 +598,16 @@ fn check_out_dir(dir: &Path, flag_given: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The lock file a running `vramfit train` holds in its out_dir; removed when the run ends.
+/// The lock file a running `vramfit train` holds in its out_dir. It is never removed (as Cargo
+/// leaves its own): removing it would let a run that opened it just before lock a file no
+/// longer there while a third run creates and locks a new one.
 const LOCK_FILE: &str = ".vramfit-train.lock";
 
 /// An exclusive advisory lock on out_dir for the run's duration: two runs writing one directory
-/// would leave one's checkpoint beside the other's log. The OS releases the lock when the
-/// process ends, however it ends, so a killed run's file does not block the next run; a run
-/// that ends normally also removes the file.
+/// would leave one's checkpoint beside the other's log. The OS releases it when the process
+/// ends, however it ends, so a killed run does not block the next one.
 struct RunLock {
-    file: std::fs::File,
-    path: PathBuf,
+    _file: std::fs::File,
 }
 
 impl RunLock {
@@ -606,72 +617,39 @@ impl RunLock {
         use std::fs::TryLockError;
         use std::io::Read;
         let path = out_dir.join(LOCK_FILE);
-        // A run that ends removes its file: one opened just before that is locked, then found
-        // gone (or replaced), and opened again.
-        for _ in 0..8 {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|e| input(format!("cannot create {}: {e}", path.display())))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
-                    let mut holder = String::new();
-                    let _ = (&file).read_to_string(&mut holder);
-                    let pid = holder.trim().parse::<u32>().map(|pid| format!(" (pid {pid})")).unwrap_or_default();
-                    return Err(input(format!(
-                        "{name} {} is in use by another vramfit train{pid}: wait for it to end, or pick another {name}",
-                        out_dir.display()
-                    )));
-                }
-                // Some network file systems: the run need not fail for want of a lock.
-                Err(TryLockError::Error(e)) => {
-                    let _ = std::fs::remove_file(&path);
-                    crate::print_note(&format!(
-                        "cannot lock {}: {e}; another vramfit train on {} at the same time would not be stopped",
-                        path.display(),
-                        out_dir.display()
-                    ));
-                    return Ok(None);
-                }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| input(format!("cannot create {}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => {
+                // Who holds it, for the message of a run refused meanwhile.
+                let mut writer = &file;
+                let _ = writer.set_len(0).and_then(|()| write!(writer, "{}", std::process::id()));
+                Ok(Some(RunLock { _file: file }))
             }
-            if !Self::is_at(&file, &path) {
-                continue;
+            Err(TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = (&file).read_to_string(&mut holder);
+                let pid = holder.trim().parse::<u32>().map(|pid| format!(" (pid {pid})")).unwrap_or_default();
+                Err(input(format!(
+                    "{name} {} is in use by another vramfit train{pid}: wait for it to end, or pick another {name}",
+                    out_dir.display()
+                )))
             }
-            // Who holds it, for the message of a run refused meanwhile.
-            let mut writer = &file;
-            let _ = writer.set_len(0).and_then(|()| write!(writer, "{}", std::process::id()));
-            return Ok(Some(RunLock { file, path }));
+            // Some network file systems: the run need not fail for want of a lock.
+            Err(TryLockError::Error(e)) => {
+                crate::print_note(&format!(
+                    "cannot lock {}: {e}; another vramfit train on {} at the same time would not be stopped",
+                    path.display(),
+                    out_dir.display()
+                ));
+                Ok(None)
+            }
         }
-        Err(input(format!("cannot lock {}: it keeps being removed", path.display())))
-    }
-
-    /// Whether `file` is still the file at `path` (not removed, nor replaced, since it was opened).
-    #[cfg(unix)]
-    fn is_at(file: &std::fs::File, path: &Path) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        match (file.metadata(), std::fs::metadata(path)) {
-            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-            _ => false,
-        }
-    }
-
-    /// Elsewhere an open file cannot be removed (Windows), or nothing can be told.
-    #[cfg(not(unix))]
-    fn is_at(_file: &std::fs::File, _path: &Path) -> bool {
-        true
-    }
-}
-
-impl Drop for RunLock {
-    /// Removes the file while still holding the lock, then releases it: a run that opened the
-    /// file meanwhile finds it gone once it gets the lock, and starts over (see `take`).
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        let _ = self.file.unlock();
     }
 }
 
