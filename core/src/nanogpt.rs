@@ -164,12 +164,12 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
     let Some((_, Value::Str(init_from))) = extra.iter().find(|(k, _)| k == "init_from") else {
         return;
     };
-    if let Some(&(name, n_layer, n_head, n_embd)) = PRETRAINED.iter().find(|p| p.0 == init_from) {
-        take_pretrained_shape(cfg, name);
+    if take_pretrained_shape(cfg, init_from) {
         // These no longer come from any line of the file.
         set_on.retain(|(k, _)| !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias"));
         notices.push(format!(
-            "init_from = '{name}': the model is GPT-2's (n_layer {n_layer}, n_head {n_head}, n_embd {n_embd}, vocab_size 50257, bias True, block_size at most 1024), as train.py loads it"
+            "init_from = '{init_from}': the model is GPT-2's (n_layer {}, n_head {}, n_embd {}, vocab_size 50257, bias True, block_size at most 1024), as train.py loads it",
+            cfg.n_layer, cfg.n_head, cfg.n_embd
         ));
     } else if init_from == "resume" {
         notices.push(
@@ -540,27 +540,37 @@ fn excerpt(s: &str) -> String {
     out
 }
 
-/// The line without its `# comment` (a `#` inside a string literal is kept).
-fn strip_comment(line: &str) -> &str {
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for (i, c) in line.char_indices() {
+/// Calls `visit(index, char, depth)` for each character of `s` outside string literals ('...'
+/// or "...", with backslash escapes), `depth` being how many brackets are open before it, until
+/// `visit` returns true; returns that character's byte index. The one scanner of the reader's
+/// helpers, so that all of them agree on what is in a string.
+fn find_in_code(s: &str, mut visit: impl FnMut(usize, char, i32) -> bool) -> Option<usize> {
+    let (mut depth, mut quote, mut escaped) = (0i32, None::<char>, false);
+    for (i, c) in s.char_indices() {
         match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => {
+                if visit(i, c, depth) {
+                    return Some(i);
+                }
+                match c {
+                    '\'' | '"' => quote = Some(c),
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' => depth -= 1,
+                    _ => {}
                 }
             }
-            None if c == '#' => return &line[..i],
-            None if c == '\'' || c == '"' => quote = Some(c),
-            None => {}
         }
     }
-    line
+    None
+}
+
+/// The line without its `# comment` (a `#` inside a string literal is kept).
+fn strip_comment(line: &str) -> &str {
+    find_in_code(line, |_, c, _| c == '#').map_or(line, |i| &line[..i])
 }
 
 /// "line 4" or "lines 4-9".
@@ -615,24 +625,18 @@ fn is_name(s: &str) -> bool {
 
 /// `s` split at its top-level commas (not inside brackets or strings), a trailing comma dropped.
 fn top_level_items(s: &str) -> Vec<&str> {
-    let (mut items, mut depth, mut quote, mut escaped, mut from) = (Vec::new(), 0i32, None::<char>, false, 0);
-    for (i, c) in s.char_indices() {
-        match quote {
-            Some(_) if escaped => escaped = false,
-            Some(_) if c == '\\' => escaped = true,
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '\'' | '"' => quote = Some(c),
-                '(' | '[' | '{' => depth += 1,
-                ')' | ']' | '}' => depth -= 1,
-                ',' if depth == 0 => {
-                    items.push(&s[from..i]);
-                    from = i + 1;
-                }
-                _ => {}
-            },
+    let mut commas = Vec::new();
+    find_in_code(s, |i, c, depth| {
+        if c == ',' && depth == 0 {
+            commas.push(i);
         }
+        false
+    });
+    let mut from = 0;
+    let mut items: Vec<&str> = Vec::new();
+    for i in commas {
+        items.push(&s[from..i]);
+        from = i + 1;
     }
     items.push(&s[from..]);
     if items.len() > 1 && items.last().is_some_and(|l| l.trim().is_empty()) {
@@ -647,15 +651,7 @@ fn unbracketed(s: &str) -> &str {
     for (open, close) in [('(', ')'), ('[', ']')] {
         if let Some(inner) = t.strip_prefix(open).and_then(|r| r.strip_suffix(close)) {
             // The brackets must match each other, not close early: `(1) + (2)`.
-            let mut depth = 0i32;
-            if inner.chars().all(|c| {
-                depth += match c {
-                    '(' | '[' | '{' => 1,
-                    ')' | ']' | '}' => -1,
-                    _ => 0,
-                };
-                depth >= 0
-            }) {
+            if find_in_code(inner, |_, c, depth| depth == 0 && matches!(c, ')' | ']' | '}')).is_none() {
                 return inner;
             }
         }
@@ -666,28 +662,17 @@ fn unbracketed(s: &str) -> &str {
 /// Where the `=` of an assignment is: the first one outside brackets and strings that is not
 /// part of `==`, `<=`, `+=`, `:=` and the like.
 fn assignment_sign(code: &str) -> Option<usize> {
-    let (mut depth, mut quote, mut escaped, mut prev) = (0i32, None::<char>, false, ' ');
     let bytes = code.as_bytes();
-    for (i, c) in code.char_indices() {
-        match quote {
-            Some(_) if escaped => escaped = false,
-            Some(_) if c == '\\' => escaped = true,
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '\'' | '"' => quote = Some(c),
-                '(' | '[' | '{' => depth += 1,
-                ')' | ']' | '}' => depth -= 1,
-                '=' if depth == 0 => {
-                    let compound = "=!<>+-*/%&|^@:".contains(prev) || bytes.get(i + 1) == Some(&b'=');
-                    return (!compound).then_some(i);
-                }
-                _ => {}
-            },
+    let mut prev = ' ';
+    let at = find_in_code(code, |_, c, depth| {
+        let found = c == '=' && depth == 0;
+        if !found {
+            prev = c;
         }
-        prev = c;
-    }
-    None
+        found
+    })?;
+    let compound = "=!<>+-*/%&|^@:".contains(prev) || bytes.get(at + 1) == Some(&b'=');
+    (!compound).then_some(at)
 }
 
 /// One target of an assignment: its name, and its expression, or why its value cannot be told.
@@ -1400,6 +1385,9 @@ weight_decay = 1e-1
             assert_eq!(f.config.n_layer, 12, "{text:?}");
             assert!(!f.recognised, "{text:?}");
         }
+        // Brackets inside strings do not count: `(')', 1)` is two values.
+        let f = parse("out_dir, n_layer = (')', 4)\n").unwrap();
+        assert_eq!((f.get("out_dir"), f.config.n_layer), (Some(&Value::Str(")".into())), 4));
         let f = parse("else: n_layer = 4\n").unwrap();
         assert!(f.notices[0].ends_with("(not a simple assignment)"), "{:#?}", f.notices);
     }
