@@ -283,11 +283,12 @@ pub const FILE_LEVEL: [&str; 2] = ["dataset", "init_from"];
 /// Takes the training-only settings ([`is_training_only`]) out of `plan`'s arguments (`--max_iters=2000`, or
 /// `--max-iters 2000` as `vramfit train` spells it), so that a train.py or `vramfit train`
 /// command line plans as it is; returns them as (snake_case name, value). Other commands'
-/// arguments are left alone, and so is anything after `--`.
-fn take_training_only(args: &mut Vec<OsString>) -> Vec<(String, String)> {
+/// arguments are left alone, and so is anything after `--`. One given without a value is an
+/// error here: clap would call it unknown and suggest a flag of another meaning.
+fn take_training_only(args: &mut Vec<OsString>) -> Result<Vec<(String, String)>, String> {
     let mut taken = Vec::new();
     if args.get(1).and_then(|a| a.to_str()) != Some("plan") {
-        return taken;
+        return Ok(taken);
     }
     let mut i = 2;
     while i < args.len() {
@@ -316,12 +317,11 @@ fn take_training_only(args: &mut Vec<OsString>) -> Vec<(String, String)> {
                     taken.push((name, value.to_string()));
                     args.drain(i..i + 2);
                 }
-                // No value: left for clap to report.
-                _ => i += 1,
+                _ => return Err(format!("--{flag} needs a value (--{name}=...): a train.py setting that plan notes and does not use")),
             },
         }
     }
-    taken
+    Ok(taken)
 }
 
 /// Which runtime `plan` models.
@@ -495,7 +495,13 @@ pub enum Parsed {
 /// other problem is reported as one `error: ...` line on stderr (exit 2).
 pub fn parse() -> Parsed {
     let mut args: Vec<OsString> = std::env::args_os().collect();
-    let training_only = take_training_only(&mut args);
+    let training_only = match take_training_only(&mut args) {
+        Ok(taken) => taken,
+        Err(e) => {
+            crate::print_error(&e);
+            return Parsed::Exit(2);
+        }
+    };
     match Cli::try_parse_from(args) {
         Ok(mut cli) => {
             match &mut cli.command {
@@ -698,17 +704,25 @@ mod tests {
     #[test]
     fn training_only_settings_are_taken_out_of_plan_in_both_spellings() {
         let mut args = os(&["vramfit", "plan", "x.py", "--max_iters=2000", "--n_layer=4", "--learning-rate", "3e-4", "--device=cpu"]);
-        let taken = take_training_only(&mut args);
+        let taken = take_training_only(&mut args).unwrap();
         assert_eq!(args, os(&["vramfit", "plan", "x.py", "--n_layer=4"]));
         let names: Vec<(&str, &str)> = taken.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         assert_eq!(names, [("max_iters", "2000"), ("learning_rate", "3e-4"), ("device", "cpu")]);
-        // A flag with no value, and anything after `--`, stay for clap.
-        let mut args = os(&["vramfit", "plan", "--seed", "--n-layer", "4", "--", "--seed=1"]);
-        assert!(take_training_only(&mut args).is_empty());
-        assert_eq!(args.len(), 7);
+        // Anything after `--` stays for clap; a setting without a value is an error naming it
+        // (clap called it unknown and suggested --eval_iters for --max_iters).
+        let mut args = os(&["vramfit", "plan", "--n-layer", "4", "--", "--seed=1"]);
+        assert!(take_training_only(&mut args).unwrap().is_empty());
+        assert_eq!(args.len(), 6);
+        for last in ["--max_iters", "--seed"] {
+            let mut args = os(&["vramfit", "plan", "--n-layer", "4", last]);
+            let err = take_training_only(&mut args).unwrap_err();
+            assert!(err.starts_with(&format!("{last} needs a value")), "{err}");
+        }
+        let mut args = os(&["vramfit", "plan", "--seed", "--n-layer", "4"]);
+        assert!(take_training_only(&mut args).is_err());
         // train reads these itself.
         let mut args = os(&["vramfit", "train", "--max-iters=5"]);
-        assert!(take_training_only(&mut args).is_empty());
+        assert!(take_training_only(&mut args).unwrap().is_empty());
         assert_eq!(args.len(), 3);
     }
 

@@ -362,6 +362,9 @@ fn bad_command_line_is_one_error_line() {
         assert_one_error_line(args);
     }
     assert!(assert_one_error_line(&["plan", "--n-layr", "3"]).contains("--n-layer"));
+    // A train.py setting without its value: named as such, not "unexpected, did you mean --eval_iters".
+    let line = assert_one_error_line(&["plan", "--max_iters"]);
+    assert!(line.contains("--max_iters needs a value") && !line.contains("eval_iters"), "{line}");
     // A negative number is checked as a value, not taken for an unknown flag.
     for (flag, value) in [("--n-layer", "-1"), ("--dropout", "-0.1"), ("--batch-size", "-4")] {
         let line = assert_one_error_line(&["plan", flag, value]);
