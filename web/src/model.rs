@@ -640,7 +640,7 @@ mod tests {
     /// the room lies below what the card offers by at least the CUDA context (the timeline
     /// counts tensors only), and the timeline's peak, from the tensor-level simulation, is
     /// within 1% of the exact simulation's allocated peak (they differ by where the block-level
-    /// allocator splits cached blocks: 0.35% for batch 9 eager, 2026-11-24).
+    /// allocator splits cached blocks: 0.31% for batch 9 eager, 2026-11-24).
     #[test]
     fn the_timeline_room_agrees_with_the_verdict() {
         let gpu = device::default_gpu();
