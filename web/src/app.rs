@@ -159,15 +159,17 @@ fn number_control(
     // through 7 and 76, and block_size 2048 through 2, which the head count and the eval
     // context must not follow.
     let started = StoredValue::new(state.with_untracked(|s| s.config.clone()));
-    let remember_start = move |_| started.set_value(state.with_untracked(|s| s.config.clone()));
+    let remember = move || started.set_value(state.with_untracked(|s| s.config.clone()));
+    let remember_start = move |_| remember();
     let on_slide = move |ev: leptos::ev::Event| {
         let Ok(pos) = event_target_value(&ev).parse::<u32>() else { return };
         let v = match slider {
             Slider::Pow2 { .. } | Slider::EvalBlock => 1u32 << pos.min(30),
             _ => pos,
         };
-        let now = state.with_untracked(|s| s.config.clone());
-        try_edit(signals, label, &v.to_string(), &now, |s| set(s, v));
+        // From the config the drag began with, as a box's typing: a block dragged below the eval
+        // context and back gets the eval context back, where it was silently dropped.
+        started.with_value(|start| try_edit(signals, label, &v.to_string(), start, |s| set(s, v)));
     };
     let on_type = move |ev: leptos::ev::Event| {
         let text = event_target_value(&ev);
@@ -189,6 +191,8 @@ fn number_control(
                 step=move || slider_bounds().2.to_string()
                 prop:value=slider_value
                 aria-valuetext=move || state.with(get).to_string()
+                on:focus=move |_| remember()
+                on:pointerdown=move |_| remember()
                 on:input=on_slide
             />
             <input

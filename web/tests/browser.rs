@@ -275,6 +275,18 @@ async fn number_boxes_keep_the_config_valid() {
     assert!(page.text(".input-error").contains("eval"));
     assert_eq!(config().eval_block_size, None);
     assert!(!page.has(".config-error"));
+    // Dragged below an eval context and back, the block slider gives the eval context back
+    // (the drag follows from where it began, as typing does).
+    page.type_into("eval_block_size", "128").await;
+    let block: HtmlInputElement = page.el("input[name=block_size-slider]").dyn_into().unwrap();
+    dispatch(&block, "focus");
+    for exponent in ["6", "4", "6", "8"] {
+        block.set_value(exponent);
+        dispatch(&block, "input");
+        settle().await;
+        let want = if exponent == "8" { Some(128) } else { None };
+        assert_eq!((config().block_size, config().eval_block_size), (1 << exponent.parse::<u32>().unwrap(), want), "{exponent}");
+    }
     // Its slider ends at the block (2^8 = 256 here), so no stretch of the track is refused.
     let slider: HtmlInputElement = page.el("input[name=eval_block_size-slider]").dyn_into().unwrap();
     assert_eq!((slider.min(), slider.max()), ("4".to_string(), "8".to_string()));
