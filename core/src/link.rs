@@ -317,13 +317,16 @@ fn parse_u64(s: &str) -> Result<u64, String> {
         return Err("empty value".into());
     }
     if !t.bytes().all(|b| b.is_ascii_digit()) {
-        // Say why a number is refused, as the page's number boxes do.
-        return Err(match t.parse::<f64>() {
-            Ok(x) if x.is_finite() && x < 0.0 => "cannot be negative",
-            Ok(x) if x.is_finite() && x.fract() != 0.0 => "not a whole number",
-            _ => "not a number",
-        }
-        .into());
+        // A whole number written another way (6.0, 1e3) is read, as the page's number boxes
+        // read it; otherwise say why a number is refused, as they do.
+        return match t.parse::<f64>() {
+            Ok(x) if x.is_finite() && x < 0.0 => Err("cannot be negative".into()),
+            Ok(x) if x.is_finite() && x.fract() != 0.0 => Err("not a whole number".into()),
+            // Up to 2^53 every whole f64 is exact; past it the text may not mean the number.
+            Ok(x) if x.is_finite() && x <= (1u64 << 53) as f64 => Ok(x as u64),
+            Ok(x) if x.is_finite() => Err("too large".into()),
+            _ => Err("not a number".into()),
+        };
     }
     t.parse::<u64>().map_err(|_| "too large".into())
 }
@@ -697,6 +700,20 @@ pub(crate) mod tests {
         let d = decode("v=1&B=-3&GA=2.5");
         assert!(d.notices.contains(&"ignored B=-3 (batch_size): cannot be negative".to_string()), "{:#?}", d.notices);
         assert!(d.notices.contains(&"ignored GA=2.5 (gradient_accumulation_steps): not a whole number".to_string()), "{:#?}", d.notices);
+    }
+
+    #[test]
+    fn whole_numbers_written_as_decimals_read_as_the_page_boxes_read_them() {
+        let d = decode("v=1&L=6.0&B=1e1&other=5.00");
+        assert!(d.notices.is_empty(), "{:#?}", d.notices);
+        assert_eq!((d.state.config.n_layer, d.state.config.batch_size, d.state.other_usage_mib), (6, 10, 5));
+        // Not whole, not finite, or past what an f64 holds exactly: refused, saying which.
+        let d = decode("L=6.5&B=inf&other=1e300&C=1e16");
+        assert_eq!(d.state, LinkState::default());
+        assert!(d.notices.contains(&"ignored L=6.5 (n_layer): not a whole number".to_string()), "{:#?}", d.notices);
+        assert!(d.notices.contains(&"ignored B=inf (batch_size): not a number".to_string()), "{:#?}", d.notices);
+        assert!(d.notices.contains(&"ignored other=1e300 (other_usage_mib): too large".to_string()), "{:#?}", d.notices);
+        assert!(d.notices.contains(&"ignored C=1e16 (n_embd): too large".to_string()), "{:#?}", d.notices);
     }
 
     #[test]

@@ -675,6 +675,28 @@ fn assignment_sign(code: &str) -> Option<usize> {
     (!compound).then_some(at)
 }
 
+/// The items of a tuple or list display (`1, 2`, `4,`, `(4,)`, `[4]`, `()`), or None when `s`
+/// is one value (`4`, `(4)`, `f()`): only a display can be unpacked item by item.
+fn sequence_items(s: &str) -> Option<Vec<&str>> {
+    let t = s.trim();
+    let has_comma = |x: &str| find_in_code(x, |_, c, depth| c == ',' && depth == 0).is_some();
+    if has_comma(t) {
+        return Some(top_level_items(t));
+    }
+    let inner = unbracketed(t);
+    if inner.len() == t.len() {
+        return None;
+    }
+    // `(x)` is x itself; `(x,)`, `[x]`, `()` and `[]` are displays.
+    if inner.trim().is_empty() {
+        Some(Vec::new())
+    } else if t.starts_with('[') || has_comma(inner) {
+        Some(top_level_items(inner))
+    } else {
+        None
+    }
+}
+
 /// One target of an assignment: its name, and its expression, or why its value cannot be told.
 type Target<'a> = (&'a str, Result<&'a str, String>);
 
@@ -691,22 +713,23 @@ fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
         Some(_) => return None,
         None => lhs,
     };
-    let names = top_level_items(unbracketed(lhs));
-    if !names.iter().all(|n| is_name(n.trim())) {
+    // `(name) = 4` assigns name; `name, = ...` and `[name] = ...` unpack.
+    let Some(names) = sequence_items(lhs) else {
+        let name = unbracketed(lhs).trim();
+        return is_name(name).then(|| vec![(name, Ok(expr))]);
+    };
+    if names.is_empty() || !names.iter().all(|n| is_name(n.trim())) {
         return None;
     }
-    if names.len() == 1 && !lhs.contains(',') {
-        return Some(vec![(names[0].trim(), Ok(expr))]);
-    }
-    let mut values = top_level_items(expr);
-    if values.len() == 1 {
-        values = top_level_items(unbracketed(expr));
-    }
-    Some(if values.len() == names.len() {
-        names.iter().zip(values).map(|(n, v)| (n.trim(), Ok(v))).collect()
-    } else {
-        let why = format!("cannot unpack `{}` into {} names", excerpt(expr.trim()), names.len());
-        names.iter().map(|n| (n.trim(), Err(why.clone()))).collect()
+    // Only a display's items can be told apart: `n_layer, = 4` is Python's TypeError, and
+    // `a, b = f()` depends on what f returns.
+    Some(match sequence_items(expr) {
+        Some(values) if values.len() == names.len() => names.iter().zip(values).map(|(n, v)| (n.trim(), Ok(v))).collect(),
+        _ => {
+            let count = if names.len() == 1 { "1 name".to_string() } else { format!("{} names", names.len()) };
+            let why = format!("cannot unpack `{}` into {count}", excerpt(expr.trim()));
+            names.iter().map(|n| (n.trim(), Err(why.clone()))).collect()
+        }
     })
 }
 
@@ -1375,6 +1398,15 @@ weight_decay = 1e-1
         assert_eq!(err.to_string(), "line 1: n_layer: cannot unpack `sizes()` into 2 names");
         let f = parse("max_iters, lr = schedule\n").unwrap();
         assert_eq!(f.unreadable, ["max_iters"]);
+        // One name unpacks only a display of one item; a bare value is Python's TypeError.
+        for text in ["n_layer, = 4,\n", "n_layer, = (4,)\n", "[n_layer] = [4]\n", "(n_layer,) = [4]\n", "(n_layer) = 4\n"] {
+            assert_eq!(parse(text).unwrap().config.n_layer, 4, "{text:?}");
+        }
+        for text in ["n_layer, = 4\n", "n_layer, = (4)\n", "[n_layer] = 4\n", "n_layer, = 4, 5\n", "n_layer, n_head = ()\n"] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with("line 1: n_layer: cannot unpack `"), "{text:?}: {err}");
+        }
+        assert_eq!(parse("n_layer, = 4\n").unwrap_err().to_string(), "line 1: n_layer: cannot unpack `4` into 1 name");
         // In a conditional block, unpacking a shaping setting is the same error as assigning it.
         let err = parse("if big:\n    n_layer, n_head = 24, 16\n").unwrap_err();
         assert!(err.to_string().starts_with("line 2: n_layer: set in an indented block"), "{err}");

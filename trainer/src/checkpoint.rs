@@ -162,7 +162,8 @@ pub fn remove_stale_temps(dir: &Path) -> usize {
     let prefix = format!(".{FILE_NAME}.tmp-");
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     // A file whose writer is still running (another run on the same out_dir) is not stale.
-    // Without /proc to ask, nothing is.
+    // `train`'s run lock already rules that out, except on file systems that cannot lock,
+    // which is what this check is for. Without /proc to ask, nothing is stale.
     let procfs = Path::new("/proc/self").exists();
     let writer_alive = |pid: &str| match pid.parse::<u32>() {
         Ok(pid) => !procfs || pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists(),
