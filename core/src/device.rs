@@ -43,7 +43,28 @@ pub struct Gpu {
     pub context_source: Source,
 }
 
+/// Why a card has no room for any run, whatever the config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoRoom {
+    /// Other programs hold all the card offers.
+    TakenByOthers,
+    /// What is left is no more than the CUDA context alone.
+    BelowContext,
+}
+
 impl Gpu {
+    /// Whether `other_usage` bytes held by other programs leave no room for any run.
+    pub fn no_room(&self, other_usage: u64) -> Option<NoRoom> {
+        let available = self.usable_bytes.saturating_sub(other_usage);
+        if available == 0 && other_usage > 0 {
+            Some(NoRoom::TakenByOthers)
+        } else if available <= self.context_bytes {
+            Some(NoRoom::BelowContext)
+        } else {
+            None
+        }
+    }
+
     pub fn supports_bf16(&self) -> bool {
         self.compute_capability.0 >= 8
     }

@@ -1393,7 +1393,7 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         notes.push(
             "~ eval at start with 2 or more threads: an upper bound. The model counts every pool thread's gemm buffer from the \
              start, but before the first training step only matmuls large enough to split have run on the pool; up to one \
-             buffer per thread too many. Measured at 2 threads: 4 MiB over on 9 of the 13 runs, +12% to +37% of their eval \
+             buffer per thread too many. Measured at 2 threads: 4 MiB over on 9 of the 15 runs, +12% to +37% of their eval \
              at start."
                 .to_string(),
         );

@@ -12,9 +12,7 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
     let mut inputs = inputs::resolve(&args.run, &args.card)?;
-    if args.runtime != Some(Runtime::Trainer) {
-        keep_pretrained_shape(&mut inputs);
-    }
+    let pretrained = args.runtime != Some(Runtime::Trainer) && keep_pretrained_shape(&mut inputs);
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -35,13 +33,34 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     if !trainer_only.is_empty() {
         crate::print_note(&format!("{} only apply to --runtime trainer; this plan is for PyTorch on a GPU", trainer_only.join(", ")));
     }
+    let other_usage = inputs.other_usage_bytes();
+    for gpu in &inputs.gpus {
+        match gpu.no_room(other_usage) {
+            Some(device::NoRoom::TakenByOthers) => crate::print_note(&format!(
+                "other programs hold {} MiB, all of the {} MiB the {} offers: nothing is left for this run",
+                vramfit_core::params::thousands(inputs.other_usage_mib),
+                vramfit_core::params::thousands((gpu.usable_bytes + (1 << 19)) >> 20),
+                gpu.id
+            )),
+            Some(device::NoRoom::BelowContext) => crate::print_note(&format!(
+                "only {} MiB is left on the {}, less than the CUDA context alone ({} MiB): no config fits",
+                vramfit_core::params::thousands((gpu.usable_bytes.saturating_sub(other_usage) + (1 << 19)) >> 20),
+                gpu.id,
+                vramfit_core::params::thousands((gpu.context_bytes + (1 << 19)) >> 20)
+            )),
+            None => {}
+        }
+    }
     let request = PlanRequest {
         config: inputs.config.clone(),
         gpus: inputs.gpus.clone(),
         other_usage_bytes: inputs.other_usage_bytes(),
         with_fixes: !args.no_fixes,
     };
-    let plan = plan::plan(&request).map_err(|e| e.to_string())?;
+    let mut plan = plan::plan(&request).map_err(|e| e.to_string())?;
+    if pretrained {
+        plan.fixes = plan.fixes.map(|f| plan::keeping_pretrained_shape(f, &plan.config));
+    }
     if args.json {
         to_json(&plan)
     } else {
@@ -51,14 +70,15 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
 
 /// train.py loads a GPT-2 checkpoint's shape when `init_from` names one, whatever the command
 /// line says after the file (`--n_layer=4` is overridden by `from_pretrained`): the plan is for
-/// that model, and a note names the settings that were given and are not used.
-fn keep_pretrained_shape(inputs: &mut inputs::Inputs) {
+/// that model, and a note names the settings that were given and are not used. True when the
+/// shape is the checkpoint's.
+fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> bool {
     let Some((_, vramfit_core::nanogpt::Value::Str(init_from))) = inputs.extra.iter().find(|(k, _)| k == "init_from") else {
-        return;
+        return false;
     };
     let given = inputs.config.clone();
     if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, init_from) {
-        return;
+        return false;
     }
     let c = &inputs.config;
     let unused: Vec<String> = [
@@ -78,6 +98,7 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) {
             .notices
             .push(format!("init_from = '{init_from}': {} not used; train.py loads GPT-2's shape from the checkpoint", unused.join(", ")));
     }
+    true
 }
 
 /// What `plan` says of the train.py settings it took out of the command line and does not use:

@@ -637,3 +637,69 @@ fn an_eval_batch_that_blocks_every_micro_batch_is_named() {
     assert!(text.contains("none, even batch_size 1 does not fit (eval_batch_size 64 stays, and eval is what does not fit)"), "{text}");
     assert!(text.contains("eval_batch_size = "), "an eval batch fix is offered: {text}");
 }
+
+/// Other programs holding all a card offers (or all but less than the CUDA context) leave no
+/// config a chance: the plan still runs, with a note naming the card, as the page warns.
+#[test]
+fn a_card_left_without_room_is_noted() {
+    let out = vramfit(&["plan", "--no-fixes", "--gpu", "rtx-4070,a100-80gb", "--other-usage-mib", "20000"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("nothing is left")).collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(notes[0].starts_with("note: other programs hold 20,000 MiB") && notes[0].contains("rtx-4070"), "{stderr}");
+    let gpu = device::Gpu::find("rtx-4070").unwrap();
+    let left_mib = (gpu.context_bytes >> 20) / 2;
+    let other = ((gpu.usable_bytes >> 20) - left_mib).to_string();
+    let out = vramfit(&["plan", "--no-fixes", "--gpu", "rtx-4070", "--other-usage-mib", &other]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("less than the CUDA context alone"), "{stderr}");
+    let out = vramfit(&["plan", "--no-fixes", "--gpu", "rtx-4070", "--other-usage-mib", "500"]);
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A run that loads GPT-2's weights cannot change their shape: no fix may (a smaller n_layer
+/// was offered, and planning it said the flag is not used).
+#[test]
+fn fixes_for_a_pretrained_model_keep_its_shape() {
+    let file = temp_file("finetune_xl.py", "init_from = 'gpt2-xl'\nbatch_size = 1\ngradient_accumulation_steps = 1\n");
+    let out = vramfit(&["plan", "--json", "--gpu", "custom-6", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["cards"][0]["fits"], false, "the case: GPT-2 XL does not fit 6 GiB");
+    let fixes = plan["fixes"].as_array().unwrap();
+    assert!(!fixes.is_empty());
+    for f in fixes {
+        for key in ["n_layer", "n_head", "n_embd", "vocab_size", "bias"] {
+            assert_eq!(f["config"][key], plan["config"][key], "{}: {key}", f["title"]);
+        }
+    }
+    // The same shape from scratch may be offered fewer layers.
+    let scratch = plan_json_fixes(&[
+        "--n-layer",
+        "48",
+        "--n-head",
+        "25",
+        "--n-embd",
+        "1600",
+        "--vocab-size",
+        "50257",
+        "--bias",
+        "true",
+        "--batch-size",
+        "1",
+        "--gradient-accumulation-steps",
+        "1",
+        "--gpu",
+        "custom-6",
+    ]);
+    assert!(scratch["fixes"].as_array().unwrap().iter().any(|f| f["config"]["n_layer"] != 48), "{}", scratch["fixes"]);
+}
+
+fn plan_json_fixes(args: &[&str]) -> Value {
+    let mut all = vec!["plan", "--json"];
+    all.extend_from_slice(args);
+    let out = vramfit(&all);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -6,7 +6,7 @@
 //! later, see `app.rs`), the peak-vs-batch series (the fast model, scaled to the exact figure at
 //! the current batch) and the live-memory timeline.
 
-use vramfit_core::device::{self, Source};
+use vramfit_core::device::{self, NoRoom, Source};
 use vramfit_core::link::LinkState;
 use vramfit_core::plan::{self, Plan, PlanRequest, WindowReport};
 use vramfit_core::sim::{self, Phase, TimelinePoint};
@@ -158,21 +158,18 @@ pub fn parse_whole(text: &str, max: u32) -> Result<u32, String> {
 /// A warning when the card leaves nothing for the run whatever the config: other programs
 /// hold all it offers, or what is left is less than the CUDA context alone.
 pub fn capacity_warning(state: &LinkState, c: &Computed) -> Option<String> {
-    let available = c.available();
     let card = &c.plan.cards[0].gpu_name;
-    if available == 0 && state.other_usage_mib > 0 {
-        return Some(format!(
+    Some(match c.gpu.no_room(state.other_usage_mib.saturating_mul(1 << 20))? {
+        NoRoom::TakenByOthers => format!(
             "Other programs hold {} MiB, all of the {} GiB the {card} offers: nothing is left for this run. Lower \"Used by other programs\".",
             state.other_usage_mib,
             format_gib(c.gpu.usable_bytes)
-        ));
-    }
-    (available <= c.gpu.context_bytes).then(|| {
-        format!(
+        ),
+        NoRoom::BelowContext => format!(
             "Only {} GiB is available on the {card}, less than the CUDA context alone ({} GiB): no config fits.",
-            format_gib(available),
+            format_gib(c.available()),
             format_gib(c.gpu.context_bytes)
-        )
+        ),
     })
 }
 
