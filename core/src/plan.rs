@@ -759,7 +759,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             rank::COMPILE,
             "compile = True".into(),
             "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an estimate: the compile model \
-             is fitted to three H100 runs"
+             is fitted to three H100 runs with flash attention"
                 .into(),
             Config { compile: true, ..cfg.clone() },
             true,
@@ -924,6 +924,16 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
                      (tests/reference/data/cuda-h100-compile.json; in-sample, so an estimate)"
                 .into(),
         });
+        if cfg.attention == crate::Attention::Manual {
+            out.push(Note {
+                figure: "peak_allocated_bytes".into(),
+                source: Source::Estimate,
+                detail: "compile=True with manual attention: the three compiled configs measured are flash attention; to their \
+                         model each layer adds the (B,H,T,T) attention probabilities kept for backward (and a byte per element \
+                         of dropout mask), the scores while they are computed and two such matrices in backward, not measured"
+                    .into(),
+            });
+        }
     }
     // A figure is listed once: where an estimate note covers the allocated peak (compile, an
     // unmeasured attention kernel), the eager model's validation does not apply to it.

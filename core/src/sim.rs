@@ -1919,6 +1919,7 @@ impl<'c, 't> Run<'c, 't> {
             let bytes = if self.cfg.activation_checkpointing { d.btc() * 4 } else { compiled_saved_bytes(d) };
             self.blocks[i].x_in = self.mem.alloc(bytes, Category::SavedActivations);
         }
+        self.compiled_attention_matrices(d, graph && !self.cfg.activation_checkpointing);
         // The block's widest intermediate: the MLP's hidden activations.
         let hidden = self.mem.alloc(4 * d.btc() * d.cb, Category::Temporaries);
         self.ensure_workspace(false);
@@ -1944,13 +1945,34 @@ impl<'c, 't> Run<'c, 't> {
         self.folded_input = Id::NONE;
     }
 
+    /// Compiled manual attention still materialises the (B,H,T,T) scores (a matmul's output)
+    /// and the softmax's probabilities; `probs_saved`: the probabilities are among the block's
+    /// saved bytes already. Not measured (the compile rows are flash attention): an estimate.
+    fn compiled_attention_matrices(&mut self, d: &Dims, probs_saved: bool) {
+        if !d.manual {
+            return;
+        }
+        let scores = self.mem.alloc(d.bhtt() * d.cb, Category::Temporaries);
+        let probs = if probs_saved { Id::NONE } else { self.mem.alloc(d.bhtt() * d.cb, Category::Temporaries) };
+        self.mem.free(scores);
+        self.mem.free(probs);
+    }
+
     /// One compiled block, backward: its parameters' gradients arrive, its saved tensors go.
     fn compiled_block_backward(&mut self, d: &Dims, i: usize, resident: bool) {
         self.mem.at(Phase::Backward, "transformer.h.{i} (compiled)", i as u32, "backward");
         if self.cfg.activation_checkpointing {
             // The block's forward runs again for its backward.
             let again = self.mem.alloc(compiled_saved_bytes(d), Category::SavedActivations);
+            self.compiled_attention_matrices(d, true);
             self.mem.free(again);
+        }
+        if d.manual {
+            // The softmax's backward: the gradient of the probabilities and of the scores.
+            let d_probs = self.mem.alloc(d.bhtt() * d.cb, Category::Temporaries);
+            let d_scores = self.mem.alloc(d.bhtt() * d.cb, Category::Temporaries);
+            self.mem.free(d_probs);
+            self.mem.free(d_scores);
         }
         let saved = std::mem::replace(&mut self.blocks[i].x_in, Id::NONE);
         for elems in layer_param_elems(d) {
@@ -2189,9 +2211,12 @@ impl<'c, 't> Run<'c, 't> {
 }
 
 /// Bytes one compiled block keeps for its backward: 37 bytes per element of B*T*C at 2-byte
-/// compute precision, scaled with it (fitted to the H100 compile rows; an estimate).
+/// compute precision, scaled with it (fitted to the H100 compile rows, all flash attention; an
+/// estimate), and with manual attention its (B,H,T,T) probabilities, which the softmax's
+/// backward needs, and a dropout mask of a byte per element (not measured: a lower bound).
 fn compiled_saved_bytes(d: &Dims) -> u64 {
-    d.btc() * d.cb * COMPILED_SAVED_HALF_UNITS / 2
+    let attention = if d.manual { d.bhtt() * (d.cb + u64::from(d.dropout)) } else { 0 };
+    d.btc() * d.cb * COMPILED_SAVED_HALF_UNITS / 2 + attention
 }
 
 /// Half-units of B*T*C (in the compute dtype) a compiled block saves.
@@ -2552,6 +2577,23 @@ mod term_tests {
                                                                                                              // batch's logits (2N each) and three losses; nothing is saved without a graph.
         assert_eq!(s.eval.breakdown.logits_and_loss, 6 * n + 3 * R);
         assert_eq!(s.eval.breakdown.saved_activations, 0);
+    }
+
+    /// Compiled manual attention keeps what the fitted (flash) model has plus each layer's
+    /// (B,H,T,T) probabilities, and a byte per element of mask with dropout: compile does not
+    /// make the attention matrices go away (its fix once claimed a 27.8 GiB run fit 12 GB).
+    #[test]
+    fn compiled_manual_attention_keeps_its_attention_matrices() {
+        let flash = Config { compile: true, vocab_size: 16384, ..cfg() };
+        let (bhtt, layers) = (4u64 * 4 * 128 * 128, flash.n_layer as u64);
+        let saved = |c: &Config| simulate(c, &Target::cpu_trace()).train.breakdown.saved_activations;
+        let manual = Config { attention: Attention::Manual, ..flash.clone() };
+        assert_eq!(saved(&manual), saved(&flash) + layers * bhtt * 2);
+        let dropout = |c: &Config| Config { dropout: 0.1, ..c.clone() };
+        assert_eq!(saved(&dropout(&manual)), saved(&dropout(&flash)) + layers * bhtt * 3);
+        // Checkpointing keeps only block inputs: the same for both.
+        let ckpt = |c: &Config| Config { activation_checkpointing: true, ..c.clone() };
+        assert_eq!(saved(&ckpt(&manual)), saved(&ckpt(&flash)));
     }
 
     #[test]
