@@ -678,23 +678,24 @@ fn assignment_sign(code: &str) -> Option<usize> {
 /// The items of a tuple or list display (`1, 2`, `4,`, `(4,)`, `[4]`, `()`), or None when `s`
 /// is one value (`4`, `(4)`, `f()`): only a display can be unpacked item by item.
 fn sequence_items(s: &str) -> Option<Vec<&str>> {
-    let t = s.trim();
     let has_comma = |x: &str| find_in_code(x, |_, c, depth| c == ',' && depth == 0).is_some();
-    if has_comma(t) {
-        return Some(top_level_items(t));
+    let mut t = s.trim();
+    // Parentheses only group (`((4,))` is `(4,)`); Python refuses more than 200 levels.
+    for _ in 0..200 {
+        if has_comma(t) {
+            return Some(top_level_items(t));
+        }
+        let inner = unbracketed(t);
+        if inner.len() == t.len() {
+            return None;
+        }
+        // `[x]`, `[]` and `()` are displays; `(x)` is x itself.
+        if t.starts_with('[') || inner.trim().is_empty() {
+            return Some(if inner.trim().is_empty() { Vec::new() } else { top_level_items(inner) });
+        }
+        t = inner.trim();
     }
-    let inner = unbracketed(t);
-    if inner.len() == t.len() {
-        return None;
-    }
-    // `(x)` is x itself; `(x,)`, `[x]`, `()` and `[]` are displays.
-    if inner.trim().is_empty() {
-        Some(Vec::new())
-    } else if t.starts_with('[') || has_comma(inner) {
-        Some(top_level_items(inner))
-    } else {
-        None
-    }
+    None
 }
 
 /// One target of an assignment: its name, and its expression, or why its value cannot be told.
@@ -1399,9 +1400,14 @@ weight_decay = 1e-1
         let f = parse("max_iters, lr = schedule\n").unwrap();
         assert_eq!(f.unreadable, ["max_iters"]);
         // One name unpacks only a display of one item; a bare value is Python's TypeError.
-        for text in ["n_layer, = 4,\n", "n_layer, = (4,)\n", "[n_layer] = [4]\n", "(n_layer,) = [4]\n", "(n_layer) = 4\n"] {
+        for text in
+            ["n_layer, = 4,\n", "n_layer, = (4,)\n", "[n_layer] = [4]\n", "(n_layer,) = [4]\n", "(n_layer) = 4\n", "n_layer, = ((4,))\n"]
+        {
             assert_eq!(parse(text).unwrap().config.n_layer, 4, "{text:?}");
         }
+        let f = parse("n_layer, n_head = ((4, 2))\n((n_embd, block_size)) = [64, 32]\n").unwrap();
+        assert_eq!((f.config.n_layer, f.config.n_head, f.config.n_embd, f.config.block_size), (4, 2, 64, 32));
+        assert!(parse("n_layer, = [(4,)]\n").is_err(), "a tuple is no layer count");
         for text in ["n_layer, = 4\n", "n_layer, = (4)\n", "[n_layer] = 4\n", "n_layer, = 4, 5\n", "n_layer, n_head = ()\n"] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.starts_with("line 1: n_layer: cannot unpack `"), "{text:?}: {err}");

@@ -531,7 +531,8 @@ mod rank {
     pub const FREE: u8 = 0;
     /// Mixed precision: faster, and nanoGPT's default.
     pub const FASTER: u8 = 1;
-    /// The same work in micro-batches still large enough to keep the GPU busy.
+    /// The same work (or within a tenth of its sequences) in micro-batches still large enough
+    /// to keep the GPU busy.
     pub const SPLIT: u8 = 2;
     /// Only `estimate_loss` gets slower.
     pub const EVAL_SLOWER: u8 = 3;
@@ -539,14 +540,16 @@ mod rank {
     pub const COMPILE: u8 = 4;
     /// About a third more compute.
     pub const RECOMPUTE: u8 = 5;
+    /// Busy micro-batches, but more than a tenth fewer or more sequences per iteration.
+    pub const RESIZED: u8 = 6;
     /// Micro-batches so small that each matmul is small (much slower per token).
-    pub const TINY_SPLIT: u8 = 6;
+    pub const TINY_SPLIT: u8 = 7;
     /// Fits by the allocator's packing of one batch size: worth checking on the card.
-    pub const PACKING: u8 = 7;
+    pub const PACKING: u8 = 8;
     /// Changes what is measured or learned.
-    pub const SHORTER_EVAL: u8 = 8;
-    pub const SHORTER_CONTEXT: u8 = 9;
-    pub const SMALLER_MODEL: u8 = 10;
+    pub const SHORTER_EVAL: u8 = 9;
+    pub const SHORTER_CONTEXT: u8 = 10;
+    pub const SMALLER_MODEL: u8 = 11;
 }
 
 /// Fixes that fit in rank order (stable), then those that do not, the lowest need first (sorted
@@ -663,7 +666,8 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
         let same = if sequences == tokens {
             format!("same {} sequences per iteration", params::thousands(tokens))
         } else {
-            // No other split keeps the number (a prime like 491 only splits into 1 x 491).
+            // Offered when no split keeping the number fits and keeps a GPU busy (491 only
+            // splits into 1 x 491).
             format!(
                 "{} sequences per iteration instead of {} (the optimizer's batch changes)",
                 params::thousands(sequences),
@@ -691,12 +695,36 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
         Largest::Batch(b) => b.map(|b| (b, None)),
         Largest::Known(known) => known.map(|(b, n)| (b, Some(n))),
     };
-    // 2b. When no divisor of B*GA keeps the GPU busy (B*GA = 491 divides only into 1 x 491),
-    // the largest micro-batch that fits with about the same sequences per iteration.
-    if let Some((b, _)) = largest.filter(|(b, _)| *b < cfg.batch_size && split_batch.is_none_or(|s| *b >= 2 * s.max(1))) {
-        let ga = ((tokens as f64 / b as f64).round() as u64).clamp(1, crate::config::MAX_ACCUM as u64) as u32;
+    // 2b. When no divisor of B*GA fits and keeps the GPU busy (B*GA = 491 divides only into
+    // 1 x 491), the largest micro-batch that fits with about the same sequences per iteration.
+    let accumulation = |b: u32| (tokens as f64 / b as f64).round() as u64;
+    let near = largest
+        .map(|(b, _)| b)
+        .filter(|&b| b < cfg.batch_size && split_batch.is_none_or(|s| !busy(s) && b >= 2 * s))
+        .and_then(|b| {
+            if cfg.gradient_accumulation_steps == 1 && accumulation(b) >= 2 {
+                // Accumulating keeps gradients resident between micro-steps: the batch must
+                // fit with that (the need is the same for any accumulation from 2 on).
+                let with_accumulation = |b: u32| Config { batch_size: b, gradient_accumulation_steps: 2, ..cfg.clone() };
+                search.largest(1, b, None, with_accumulation).map(|(b, _)| b)
+            } else {
+                Some(b)
+            }
+        })
+        .filter(|&b| (1..=crate::config::MAX_ACCUM as u64).contains(&accumulation(b)));
+    if let Some(b) = near {
+        // At least 2 where the search above asked for accumulation (tokens / b >= 1.5 there).
+        let ga = accumulation(b) as u32;
         let c = Config { batch_size: b, gradient_accumulation_steps: ga, ..cfg.clone() };
-        push(if busy(b) { rank::SPLIT } else { rank::TINY_SPLIT }, split_title(&c), split_cost(&c), c, true, None);
+        let sequences = b as u64 * ga as u64;
+        // Within a tenth of the sequences the optimizer's batch hardly changes.
+        let close = sequences.abs_diff(tokens) * 10 <= tokens;
+        let rank = match (close, busy(b)) {
+            (true, true) => rank::SPLIT,
+            (false, true) => rank::RESIZED,
+            (_, false) => rank::TINY_SPLIT,
+        };
+        push(rank, split_title(&c), split_cost(&c), c, true, None);
     }
 
     // 3. A smaller eval batch (when evaluation is what does not fit).
@@ -788,9 +816,9 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
         );
     }
 
-    // 6. A shorter eval context.
+    // 6. A shorter eval context (not 1 token: no language model is measured on that).
     if let Some((et, need)) =
-        search.largest(1, cfg.eval_block().saturating_sub(1), None, |t| Config { eval_block_size: Some(t), ..cfg.clone() })
+        search.largest(2, cfg.eval_block().saturating_sub(1), None, |t| Config { eval_block_size: Some(t), ..cfg.clone() })
     {
         push(
             rank::SHORTER_EVAL,
@@ -1269,6 +1297,20 @@ mod tests {
         let near = at(&|f| f.config.batch_size == largest).expect("the largest micro-batch that fits");
         assert!(near < ckpt && fixes[near].fits, "{fixes:#?}");
         assert!(fixes[near].cost.contains(&format!("{largest} sequences per iteration instead of 491")), "{}", fixes[near].cost);
+        // On a 6 GiB card the largest batch at this accumulation (1) is under two thirds of 491,
+        // so the near fix accumulates, which keeps gradients resident: it is searched with that
+        // and fits (it was offered at the batch found without, and did not).
+        let small = Gpu::find("custom-6").unwrap();
+        let fixes = super::fixes(&cfg, &small, 0);
+        let near = fixes.iter().find(|f| f.config.batch_size > 1 && f.config.gradient_accumulation_steps >= 2).expect("a near fix");
+        assert!(near.fits, "{near:?}");
+        let more = Config { batch_size: near.config.batch_size + 1, ..near.config.clone() };
+        assert!(!fits(&more, &small, 0), "{near:?}: the largest such batch");
+        // Beside a split that keeps the sequences and the GPU busy, none is offered.
+        let cfg = Config { batch_size: 33, gradient_accumulation_steps: 1, compile: false, ..Config::default() };
+        let fixes = super::fixes(&cfg, &Gpu::find("a100-40gb").unwrap(), 0);
+        assert!(fixes.iter().any(|f| f.config.tokens_per_iter() == cfg.tokens_per_iter() && f.config.batch_size < 33), "{fixes:#?}");
+        assert!(fixes.iter().all(|f| f.config.batch_size * f.config.gradient_accumulation_steps == 33), "{fixes:#?}");
     }
 
     /// An eval batch set above the training one: a smaller micro-batch alone does not fit,
