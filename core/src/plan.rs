@@ -536,20 +536,22 @@ mod rank {
     pub const SPLIT: u8 = 2;
     /// Only `estimate_loss` gets slower.
     pub const EVAL_SLOWER: u8 = 3;
+    /// A split that also lowers the eval batch: training and `estimate_loss` slower.
+    pub const SPLIT_EVAL: u8 = 4;
     /// A compile step at start; the figure is an estimate.
-    pub const COMPILE: u8 = 4;
+    pub const COMPILE: u8 = 5;
     /// About a third more compute.
-    pub const RECOMPUTE: u8 = 5;
+    pub const RECOMPUTE: u8 = 6;
     /// Busy micro-batches, but more than a tenth fewer or more sequences per iteration.
-    pub const RESIZED: u8 = 6;
+    pub const RESIZED: u8 = 7;
     /// Micro-batches so small that each matmul is small (much slower per token).
-    pub const TINY_SPLIT: u8 = 7;
+    pub const TINY_SPLIT: u8 = 8;
     /// Fits by the allocator's packing of one batch size: worth checking on the card.
-    pub const PACKING: u8 = 8;
+    pub const PACKING: u8 = 9;
     /// Changes what is measured or learned.
-    pub const SHORTER_EVAL: u8 = 9;
-    pub const SHORTER_CONTEXT: u8 = 10;
-    pub const SMALLER_MODEL: u8 = 11;
+    pub const SHORTER_EVAL: u8 = 10;
+    pub const SHORTER_CONTEXT: u8 = 11;
+    pub const SMALLER_MODEL: u8 = 12;
 }
 
 /// Fixes that fit in rank order (stable), then those that do not, the lowest need first (sorted
@@ -567,6 +569,12 @@ fn ranked(fixes: Vec<(u8, Fix)>) -> Vec<Fix> {
         }
     }
     fit.into_iter().map(|(_, f)| f).chain(short).collect()
+}
+
+/// Which features stock train.py lacks a config uses: an eval batch or eval context other than
+/// the training one, activation checkpointing.
+fn train_py_changes(c: &Config) -> [bool; 3] {
+    [c.eval_batch_size.is_some_and(|e| e != c.batch_size), c.eval_block_size.is_some_and(|t| t != c.block_size), c.activation_checkpointing]
 }
 
 /// Fewer tokens than this per micro-batch make each matmul small enough to leave a GPU idle
@@ -605,10 +613,13 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     let search = Search::calibrated(cfg, gpu, other_usage, current);
     let mut out: Vec<(u8, Fix)> = Vec::new();
     // `need`: the fix's exact need where a search has simulated it already.
-    let mut push = |rank: u8, title: String, cost: String, config: Config, stock: bool, need: Option<u64>| {
+    let mut push = |rank: u8, title: String, cost: String, config: Config, need: Option<u64>| {
         if config == *cfg {
             return;
         }
+        // train.py as is runs a fix unless it uses a feature stock train.py lacks and the config
+        // does not use already (whoever runs that has the change).
+        let stock = train_py_changes(&config).into_iter().zip(train_py_changes(cfg)).all(|(fix, base)| !fix || base);
         if let Some(n) = need.or_else(|| need_exact(&config, gpu)) {
             if n < current {
                 out.push((rank, Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock }));
@@ -623,7 +634,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
             "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
             Config { expandable_segments: true, ..cfg.clone() },
-            true,
             None,
         );
     }
@@ -662,6 +672,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     };
     let split_cost = |c: &Config| {
         let b = c.batch_size;
+        let steps_kept = c.gradient_accumulation_steps == cfg.gradient_accumulation_steps;
         let sequences = c.batch_size as u64 * c.gradient_accumulation_steps as u64;
         let same = if sequences == tokens {
             format!("same {} sequences per iteration", params::thousands(tokens))
@@ -674,12 +685,14 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
                 params::thousands(tokens)
             )
         };
-        if busy(b) {
+        if steps_kept {
+            format!("{same}, in micro-batches of {b} instead of {}, as many micro-steps", cfg.batch_size)
+        } else if busy(b) {
             format!("{same}, in micro-batches of {b}: more, smaller matmuls (slower per token)")
         } else {
             format!(
-                "{same}, {} micro-steps of {} tokens each: matmuls this small leave much of a GPU idle, so each iteration \
-                 takes several times longer",
+                "{same}, {} micro-steps of {} tokens each: matmuls this small leave much of a GPU idle (not measured here: \
+                 an iteration may take several times longer)",
                 c.gradient_accumulation_steps,
                 params::thousands(b as u64 * cfg.block_size as u64)
             )
@@ -687,7 +700,13 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     };
     let split_batch = split_fix.as_ref().map(|(c, _)| c.batch_size);
     if let Some((c, need)) = split_fix {
-        push(if busy(c.batch_size) { rank::SPLIT } else { rank::TINY_SPLIT }, split_title(&c), split_cost(&c), c, true, Some(need));
+        let rank = match (busy(c.batch_size), c.eval_batch_size != cfg.eval_batch_size) {
+            // Training and estimate_loss both slower: after a fix that slows only the latter.
+            (true, true) => rank::SPLIT_EVAL,
+            (true, false) => rank::SPLIT,
+            (false, _) => rank::TINY_SPLIT,
+        };
+        push(rank, split_title(&c), split_cost(&c), c, Some(need));
     }
     // The largest micro-batch that fits (searched once, for 2b and 5c).
     let largest = match largest {
@@ -696,26 +715,42 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
         Largest::Known(known) => known.map(|(b, n)| (b, Some(n))),
     };
     // 2b. When no divisor of B*GA fits and keeps the GPU busy (B*GA = 491 divides only into
-    // 1 x 491), the largest micro-batch that fits with about the same sequences per iteration.
-    let accumulation = |b: u32| (tokens as f64 / b as f64).round() as u64;
-    let near = largest
-        .map(|(b, _)| b)
-        .filter(|&b| b < cfg.batch_size && split_batch.is_none_or(|s| !busy(s) && b >= 2 * s))
-        .and_then(|b| {
-            if cfg.gradient_accumulation_steps == 1 && accumulation(b) >= 2 {
-                // Accumulating keeps gradients resident between micro-steps: the batch must
-                // fit with that (the need is the same for any accumulation from 2 on).
+    // 1 x 491), the split that fits closest to B*GA sequences per iteration.
+    let near =
+        largest.map(|(b, _)| b).filter(|&b| b < cfg.batch_size && split_batch.is_none_or(|s| !busy(s) && b >= 2 * s)).and_then(|b_kept| {
+            // Candidates (micro-batch, accumulation): the largest micro-batch at the config's
+            // accumulation when that is 1; with accumulation, gradients stay resident between
+            // micro-steps, so micro-batches up to the largest that fits with that (the need is
+            // the same for any accumulation from 2 on), each accumulation from the fewest on.
+            let mut candidates: Vec<(u32, u64)> = Vec::new();
+            let accumulating_max = if cfg.gradient_accumulation_steps == 1 {
+                candidates.push((b_kept, 1));
                 let with_accumulation = |b: u32| Config { batch_size: b, gradient_accumulation_steps: 2, ..cfg.clone() };
-                search.largest(1, b, None, with_accumulation).map(|(b, _)| b)
+                search.largest(1, b_kept, None, with_accumulation).map(|(b, _)| b)
             } else {
-                Some(b)
+                Some(b_kept)
+            };
+            if let Some(b_max) = accumulating_max {
+                let fewest = tokens.div_ceil(b_max as u64).max(2);
+                for ga in (fewest..fewest + 16).take_while(|&ga| ga <= crate::config::MAX_ACCUM as u64) {
+                    let b = ((tokens as f64 / ga as f64).round() as u64).clamp(1, b_max as u64) as u32;
+                    candidates.push((b, ga));
+                }
             }
-        })
-        .filter(|&b| (1..=crate::config::MAX_ACCUM as u64).contains(&accumulation(b)));
-    if let Some(b) = near {
-        // At least 2 where the search above asked for accumulation (tokens / b >= 1.5 there).
-        let ga = accumulation(b) as u32;
-        let c = Config { batch_size: b, gradient_accumulation_steps: ga, ..cfg.clone() };
+            // Busy micro-batches first, then the fewest sequences off, then the largest
+            // micro-batch; the first that fits (picked one by one: a sort costs the page size).
+            let key = |&(b, ga): &(u32, u64)| (!busy(b), (b as u64 * ga).abs_diff(tokens), u32::MAX - b);
+            while let Some(at) = (0..candidates.len()).min_by_key(|&i| key(&candidates[i])) {
+                let (b, ga) = candidates.swap_remove(at);
+                let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, ..cfg.clone() };
+                if let Some(Ok(need)) = check_exact(&c, gpu, available) {
+                    return Some((c, need));
+                }
+            }
+            None
+        });
+    if let Some((c, need)) = near {
+        let (b, ga) = (c.batch_size, c.gradient_accumulation_steps);
         let sequences = b as u64 * ga as u64;
         // Within a tenth of the sequences the optimizer's batch hardly changes.
         let close = sequences.abs_diff(tokens) * 10 <= tokens;
@@ -724,7 +759,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             (false, true) => rank::RESIZED,
             (_, false) => rank::TINY_SPLIT,
         };
-        push(rank, split_title(&c), split_cost(&c), c, true, None);
+        push(rank, split_title(&c), split_cost(&c), c, Some(need));
     }
 
     // 3. A smaller eval batch (when evaluation is what does not fit).
@@ -751,7 +786,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             format!("eval_batch_size = {eb}"),
             "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into(),
             Config { eval_batch_size: Some(eb), ..cfg.clone() },
-            false,
             Some(need),
         );
     }
@@ -763,7 +797,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             "activation checkpointing per block".into(),
             "about one extra forward per iteration (~30% more compute); train.py needs torch.utils.checkpoint around each block (vramfit train has it)".into(),
             Config { activation_checkpointing: true, ..cfg.clone() },
-            false,
             None,
         );
     }
@@ -776,7 +809,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             format!("dtype = '{}'", dtype.name()),
             "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
             Config { dtype, ..cfg.clone() },
-            true,
             None,
         );
     }
@@ -790,7 +822,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
              is fitted to three H100 runs with flash attention"
                 .into(),
             Config { compile: true, ..cfg.clone() },
-            true,
             None,
         );
     }
@@ -811,7 +842,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
                 cfg.batch_size
             ),
             Config { batch_size: b, ..cfg.clone() },
-            true,
             need,
         );
     }
@@ -825,7 +855,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             format!("eval_block_size = {et}"),
             "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
             Config { eval_block_size: Some(et), ..cfg.clone() },
-            false,
             Some(need),
         );
     }
@@ -848,7 +877,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
                 params::thousands(cfg.tokens_per_iter())
             ),
             shorter(t),
-            true,
             Some(need),
         );
     }
@@ -865,7 +893,6 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
                 params::count(cfg).printed_millions()
             ),
             smaller,
-            true,
             Some(need),
         );
     }
@@ -1299,13 +1326,19 @@ mod tests {
         assert!(fixes[near].cost.contains(&format!("{largest} sequences per iteration instead of 491")), "{}", fixes[near].cost);
         // On a 6 GiB card the largest batch at this accumulation (1) is under two thirds of 491,
         // so the near fix accumulates, which keeps gradients resident: it is searched with that
-        // and fits (it was offered at the batch found without, and did not).
+        // and fits (it was offered at the batch found without, and did not), and it is the split
+        // closest to 491 sequences, not the largest batch (199 x 2 = 398 once; 164 x 3 = 492).
         let small = Gpu::find("custom-6").unwrap();
         let fixes = super::fixes(&cfg, &small, 0);
-        let near = fixes.iter().find(|f| f.config.batch_size > 1 && f.config.gradient_accumulation_steps >= 2).expect("a near fix");
-        assert!(near.fits, "{near:?}");
-        let more = Config { batch_size: near.config.batch_size + 1, ..near.config.clone() };
-        assert!(!fits(&more, &small, 0), "{near:?}: the largest such batch");
+        let near = fixes.iter().position(|f| f.config.batch_size > 1 && f.config.gradient_accumulation_steps >= 2).expect("a near fix");
+        let sequences = |f: &Fix| f.config.batch_size as u64 * f.config.gradient_accumulation_steps as u64;
+        assert!(fixes[near].fits && sequences(&fixes[near]).abs_diff(491) <= 2, "{:?}", fixes[near]);
+        let ckpt = fixes.iter().position(|f| f.config.activation_checkpointing).expect("checkpointing");
+        assert!(near < ckpt, "{fixes:#?}");
+        // Kept at one micro-step, the cost says no more matmuls are run.
+        let default_card = super::fixes(&cfg, &gpu, 0);
+        let kept = default_card.iter().find(|f| f.config.gradient_accumulation_steps == 1 && f.config.batch_size > 1).expect("490 x 1");
+        assert!(kept.cost.contains("as many micro-steps") && !kept.cost.contains("slower"), "{}", kept.cost);
         // Beside a split that keeps the sequences and the GPU busy, none is offered.
         let cfg = Config { batch_size: 33, gradient_accumulation_steps: 1, compile: false, ..Config::default() };
         let fixes = super::fixes(&cfg, &Gpu::find("a100-40gb").unwrap(), 0);
@@ -1323,6 +1356,24 @@ mod tests {
         assert!(split.fits && split.config.eval_batch_size == Some(split.config.batch_size), "{split:?}");
         assert_eq!(split.config.tokens_per_iter(), cfg.tokens_per_iter());
         assert!(split.title.ends_with(&format!("eval_batch_size = {}", split.config.batch_size)), "{}", split.title);
+        // The eval batch was set already, so lowering it needs no further change to train.py.
+        assert!(split.stock_nanogpt, "{split:?}");
+        // With compile, an eval batch alone fits too: it slows only estimate_loss, so it comes
+        // before the split that slows training as well.
+        let compiled = Config { compile: true, ..cfg.clone() };
+        let fixes = super::fixes(&compiled, &default_gpu(), 0);
+        let eval_only = fixes.iter().position(|f| f.title.starts_with("eval_batch_size")).expect("an eval batch fix");
+        let split = fixes.iter().position(|f| f.config.batch_size < 12).expect("a split");
+        assert!(fixes[eval_only].fits && eval_only < split, "{fixes:#?}");
+        assert!(fixes[eval_only].stock_nanogpt, "the config sets an eval batch already: {:?}", fixes[eval_only]);
+        // The same with eval batch 16 over batch 8; checkpointing, which no config here uses,
+        // needs train.py changed.
+        let fixes =
+            super::fixes(&Config { batch_size: 8, eval_batch_size: Some(16), compile: false, ..Config::default() }, &default_gpu(), 0);
+        assert!(fixes.iter().all(|f| f.stock_nanogpt || f.config.activation_checkpointing), "{fixes:#?}");
+        let fixes = super::fixes(&Config { batch_size: 32, ..Config::default() }, &default_gpu(), 0);
+        let ckpt = fixes.iter().find(|f| f.config.activation_checkpointing).expect("checkpointing");
+        assert!(!ckpt.stock_nanogpt);
         // A shorter block that lowers a set eval context says so.
         let cfg = Config { batch_size: 4, eval_block_size: Some(1024), eval_batch_size: Some(128), ..Config::default() };
         let fixes = super::fixes(&cfg, &default_gpu(), 0);

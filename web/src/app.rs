@@ -410,7 +410,19 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
     view! {
         <li class=if f.fits { "fix fits" } else { "fix partial" } data-needed=f.needed_bytes.to_string()>
             <div>
-                <strong class="fix-title">{f.title.clone()}</strong>
+                <strong class="fix-title">
+                    {share::setting_pieces(&f.title)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (piece, whole))| {
+                            let piece = piece.to_string();
+                            view! {
+                                {(i > 0).then_some(", ")}
+                                <span class:nowrap=whole>{piece}</span>
+                            }
+                        })
+                        .collect_view()}
+                </strong>
                 <span class="fix-need">" → needs " {format_gib(f.needed_bytes)} " GiB (" {status} ")"</span>
                 " "
                 {estimate_marker(need_estimate)}

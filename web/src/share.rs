@@ -93,6 +93,19 @@ pub fn flag_pieces(command: &str) -> Vec<String> {
     pieces
 }
 
+/// A fix's title in the pieces a line may break between: its settings, each `name = value`
+/// kept whole (a phone broke "block_size = / 1023"); true marks those. Joined by ", " they are
+/// the title again.
+pub fn setting_pieces(title: &str) -> Vec<(&str, bool)> {
+    title
+        .split(", ")
+        .map(|piece| {
+            let whole = piece.split_once(" = ").is_some_and(|(name, value)| !name.contains(' ') && !value.contains(' '));
+            (piece, whole)
+        })
+        .collect()
+}
+
 /// The config as a nanoGPT config file (core's writer).
 pub fn export_config(state: &LinkState) -> String {
     nanogpt::to_config_file(&state.config)
@@ -250,6 +263,18 @@ mod tests {
         assert_eq!(s.config.n_layer, 4);
         assert_eq!(notices.len(), MAX_NOTICES + 1, "{notices:?}");
         assert_eq!(notices[MAX_NOTICES], format!("… and {} more", 5000 - MAX_NOTICES));
+    }
+
+    #[test]
+    fn fix_titles_break_between_settings_only() {
+        let title = "dtype = 'float16', batch_size = 512, gradient_accumulation_steps = 2, eval_batch_size = 2";
+        let pieces = setting_pieces(title);
+        assert_eq!(pieces.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", "), title);
+        assert!(pieces.iter().all(|(_, whole)| *whole), "{pieces:?}");
+        // Prose stays breakable; a title without settings is one piece.
+        let pieces = setting_pieces("dtype = 'float16' (NVIDIA Tesla T4 16GB has no bf16)");
+        assert_eq!(pieces, [("dtype = 'float16' (NVIDIA Tesla T4 16GB has no bf16)", false)]);
+        assert_eq!(setting_pieces("activation checkpointing per block"), [("activation checkpointing per block", false)]);
     }
 
     #[test]
