@@ -251,7 +251,9 @@ impl<'g> Search<'g> {
     /// the exact simulation (usually one more run), or bisected on it if the proxy was far
     /// off. Every simulation is run once per search at most.
     /// Returns the answer with its exact need (nvidia-smi bytes), simulated on the way.
-    fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: impl Fn(u32) -> Config) -> Option<(u32, u64)> {
+    // `make` is a trait object: each caller's closure would otherwise instantiate this whole
+    // search again (kilobytes of the page's wasm apiece).
+    fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: &dyn Fn(u32) -> Config) -> Option<(u32, u64)> {
         use std::cell::RefCell;
         if lo > hi {
             return None;
@@ -423,7 +425,7 @@ pub fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need
 /// [`largest_micro_batch_given`] with that batch's exact need (nvidia-smi bytes).
 fn largest_micro_batch_with_need(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<(u32, u64)> {
     let search = Search::calibrated(cfg, gpu, other_usage, need);
-    search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), |b| Config { batch_size: b, ..cfg.clone() })
+    search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() })
 }
 
 /// Computes the whole answer.
@@ -726,7 +728,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             let accumulating_max = if cfg.gradient_accumulation_steps == 1 {
                 candidates.push((b_kept, 1));
                 let with_accumulation = |b: u32| Config { batch_size: b, gradient_accumulation_steps: 2, ..cfg.clone() };
-                search.largest(1, b_kept, None, with_accumulation).map(|(b, _)| b)
+                search.largest(1, b_kept, None, &with_accumulation).map(|(b, _)| b)
             } else {
                 Some(b_kept)
             };
@@ -771,7 +773,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     let below = cfg.eval_batch().saturating_sub(1);
     let fits_at = |e: u32| check_exact(&with_eval_batch(e), gpu, available).and_then(Result::ok).map(|need| (e, need));
     let mut eval_fix = search
-        .largest(1, below, None, with_eval_batch)
+        .largest(1, below, None, &with_eval_batch)
         .or_else(|| (below.saturating_sub(EVAL_BATCH_SCAN - 1).max(1)..=below).rev().find_map(fits_at));
     // The training micro-batch and its neighbours, where eval reuses training's blocks, when
     // above what was found (eval batch 64 with batch 8: the scan below 64 finds nothing).
@@ -848,7 +850,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
 
     // 6. A shorter eval context (not 1 token: no language model is measured on that).
     if let Some((et, need)) =
-        search.largest(2, cfg.eval_block().saturating_sub(1), None, |t| Config { eval_block_size: Some(t), ..cfg.clone() })
+        search.largest(2, cfg.eval_block().saturating_sub(1), None, &|t| Config { eval_block_size: Some(t), ..cfg.clone() })
     {
         push(
             rank::SHORTER_EVAL,
@@ -862,7 +864,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     // 7. A shorter block for training too (a set eval context above it comes down with it). A
     // block of 1 is no language model: not offered.
     let shorter = |t: u32| Config { block_size: t, eval_block_size: cfg.eval_block_size.map(|e| e.min(t)), ..cfg.clone() };
-    if let Some((t, need)) = search.largest(2, cfg.block_size.saturating_sub(1), None, shorter) {
+    if let Some((t, need)) = search.largest(2, cfg.block_size.saturating_sub(1), None, &shorter) {
         let eval = match cfg.eval_block_size {
             Some(e) if e > t => format!(", eval_block_size = {t}"),
             _ => String::new(),
@@ -882,7 +884,7 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
     }
 
     // 8. Last resort: fewer layers.
-    if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, |l| Config { n_layer: l, ..cfg.clone() }) {
+    if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, &|l| Config { n_layer: l, ..cfg.clone() }) {
         let smaller = Config { n_layer: l, ..cfg.clone() };
         push(
             rank::SMALLER_MODEL,
