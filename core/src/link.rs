@@ -28,10 +28,16 @@
 //! | `xs`    | `expandable_segments`         | `0`, `1`                                 |
 //! | `gpu`   | GPU id                        | a preset id (`rtx-4070`) or `custom-<GiB>` |
 //! | `other` | MiB other programs hold       | integer                                  |
+//! | `init`  | `init_from`                   | `scratch`, `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl` |
 //!
 //! [`encode`] always writes every key in this order (omitting `EB` / `ET` only when they are
-//! unset): a link then means the same thing even if vramfit's defaults change later, and two
-//! equal states always give byte-identical links. That costs about 150 characters.
+//! unset, and `init` for a run from scratch): a link then means the same thing even if
+//! vramfit's defaults change later, and two equal states always give byte-identical links.
+//! That costs about 150 characters.
+//!
+//! A run that starts from GPT-2's weights (`init=gpt2-xl`) has the checkpoint's shape, as
+//! train.py loads it: `L`, `H`, `C`, `V` and `bias` are GPT-2's and `T` is at most 1024.
+//! [`encode`] writes them as they are; [`decode`] ignores, with a notice, values that differ.
 //!
 //! [`decode`] is lenient, for the page: it accepts a full URL, a query with or without `?`, or
 //! nothing; nanoGPT's long names (`n_layer=12`) work as keys too; keys are case-sensitive. Whatever
@@ -61,12 +67,41 @@ pub struct LinkState {
     pub gpu: String,
     /// MiB other programs already hold on the card.
     pub other_usage_mib: u64,
+    /// The GPT-2 checkpoint the run starts from (`init_from`, as
+    /// [`crate::nanogpt::pretrained_names`] spells it), or `None` for a run from scratch. It
+    /// changes no byte of memory (the same shape from scratch needs the same), but it fixes the
+    /// shape: fixes must keep it ([`crate::plan::keeping_pretrained_shape`]).
+    pub init_from: Option<String>,
 }
 
 impl Default for LinkState {
     /// nanoGPT's defaults on the default card, with nothing else on it.
     fn default() -> Self {
-        LinkState { config: Config::default(), gpu: device::default_gpu().id, other_usage_mib: 0 }
+        LinkState { config: Config::default(), gpu: device::default_gpu().id, other_usage_mib: 0, init_from: None }
+    }
+}
+
+impl LinkState {
+    /// Why an edit of the page cannot stand with the checkpoint the run starts from (its shape
+    /// is the checkpoint's, its block at most 1024), or `None` when it can.
+    pub fn pretrained_conflict(&self) -> Option<String> {
+        let name = self.init_from.as_deref()?;
+        let mut shaped = self.config.clone();
+        crate::nanogpt::take_pretrained_shape(&mut shaped, name);
+        let c = &self.config;
+        let differs = [
+            ("n_layer", c.n_layer, shaped.n_layer),
+            ("n_head", c.n_head, shaped.n_head),
+            ("n_embd", c.n_embd, shaped.n_embd),
+            ("vocab_size", c.vocab_size, shaped.vocab_size),
+            ("block_size", c.block_size, shaped.block_size),
+            ("bias", c.bias as u32, shaped.bias as u32),
+        ];
+        differs.iter().find(|(_, is, must)| is != must).map(|(field, _, must)| match *field {
+            "block_size" => format!("init_from = '{name}': GPT-2's checkpoint has {must} positions, so block_size is at most {must}"),
+            "bias" => format!("init_from = '{name}': GPT-2's checkpoint has biases (bias True)"),
+            _ => format!("init_from = '{name}': {field} is the checkpoint's ({must}); start from scratch to change it"),
+        })
     }
 }
 
@@ -112,10 +147,11 @@ enum Field {
     Expandable,
     Gpu,
     OtherUsage,
+    InitFrom,
 }
 
 /// (field, short key, long name). Long names are nanoGPT's where it has one.
-const FIELDS: [(Field, &str, &str); 21] = [
+const FIELDS: [(Field, &str, &str); 22] = [
     (Field::Version, "v", "version"),
     (Field::NLayer, "L", "n_layer"),
     (Field::NHead, "H", "n_head"),
@@ -137,7 +173,11 @@ const FIELDS: [(Field, &str, &str); 21] = [
     (Field::Expandable, "xs", "expandable_segments"),
     (Field::Gpu, "gpu", "gpu"),
     (Field::OtherUsage, "other", "other_usage_mib"),
+    (Field::InitFrom, "init", "init_from"),
 ];
+
+/// The model-shape fields a GPT-2 checkpoint sets (block_size only as a ceiling).
+const PRETRAINED_SHAPE: [Field; 5] = [Field::NLayer, Field::NHead, Field::NEmbd, Field::VocabSize, Field::Bias];
 
 impl Field {
     fn index(self) -> usize {
@@ -208,6 +248,9 @@ pub fn encode(state: &LinkState) -> String {
         (Field::Gpu, state.gpu.clone()),
         (Field::OtherUsage, state.other_usage_mib.to_string()),
     ]);
+    if let Some(name) = &state.init_from {
+        pairs.push((Field::InitFrom, name.clone()));
+    }
     let parts: Vec<String> = pairs.iter().map(|(f, v)| format!("{}={}", f.key(), percent_encode(v))).collect();
     parts.join("&")
 }
@@ -410,8 +453,64 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
             }
             state.other_usage_mib = mib;
         }
+        Field::InitFrom => {
+            state.init_from = match value.trim() {
+                "scratch" => None,
+                name => Some(
+                    crate::nanogpt::pretrained(name)
+                        .ok_or("expected scratch, gpt2, gpt2-medium, gpt2-large or gpt2-xl (GPT-2's checkpoints)")?
+                        .to_string(),
+                ),
+            }
+        }
     }
     Ok(())
+}
+
+/// A run from a GPT-2 checkpoint has its shape: the link's shape values that differ from it are
+/// ignored (with a notice) and the rest are the checkpoint's, not the link's choice (`given`
+/// false, so a later fallback never reverts them); a block longer than 1024, or an eval context
+/// longer than the block, falls back to the base's, cropped.
+fn take_checkpoint_shape(state: &mut LinkState, base: &Config, latest: &[Option<Given>], given: &mut [bool], notices: &mut Vec<String>) {
+    let Some(name) = state.init_from.clone() else { return };
+    let mut shaped = state.config.clone();
+    crate::nanogpt::take_pretrained_shape(&mut shaped, &name);
+    for field in PRETRAINED_SHAPE {
+        if given[field.index()] {
+            let mut c = state.config.clone();
+            revert(&mut c, &shaped, field);
+            if c != state.config {
+                let g = latest[field.index()].as_ref().expect("a given field has its key and value");
+                let value = match field {
+                    Field::NLayer => shaped.n_layer.to_string(),
+                    Field::NHead => shaped.n_head.to_string(),
+                    Field::NEmbd => shaped.n_embd.to_string(),
+                    Field::VocabSize => shaped.vocab_size.to_string(),
+                    _ => "True".into(),
+                };
+                notices.push(format!("ignored {}: init_from = '{name}' loads GPT-2's {} ({value})", g.describe(field), field.long_name()));
+            }
+            given[field.index()] = false;
+        }
+    }
+    let limit = crate::nanogpt::PRETRAINED_BLOCK;
+    if given[Field::BlockSize.index()] && state.config.block_size > limit {
+        let g = latest[Field::BlockSize.index()].as_ref().expect("a given field has its key and value");
+        notices.push(format!("ignored {}: GPT-2's checkpoint has {limit} positions (init_from = '{name}')", g.describe(Field::BlockSize)));
+        given[Field::BlockSize.index()] = false;
+        // The base's block, which the checkpoint crops below.
+        state.config.block_size = base.block_size;
+    }
+    let block = state.config.block_size.min(limit);
+    if let (true, Some(et)) = (given[Field::EvalBlock.index()], state.config.eval_block_size) {
+        if et > block {
+            let g = latest[Field::EvalBlock.index()].as_ref().expect("a given field has its key and value");
+            notices.push(format!("ignored {}: longer than block_size {block} (init_from = '{name}')", g.describe(Field::EvalBlock)));
+            given[Field::EvalBlock.index()] = false;
+            state.config.eval_block_size = base.eval_block_size;
+        }
+    }
+    crate::nanogpt::take_pretrained_shape(&mut state.config, &name);
 }
 
 /// Sets one config field back to its value in `base`.
@@ -435,7 +534,7 @@ fn revert(cfg: &mut Config, base: &Config, field: Field) {
         Field::Checkpointing => cfg.activation_checkpointing = base.activation_checkpointing,
         Field::Optimizer => cfg.optimizer = base.optimizer,
         Field::Expandable => cfg.expandable_segments = base.expandable_segments,
-        Field::Version | Field::Gpu | Field::OtherUsage => {}
+        Field::Version | Field::Gpu | Field::OtherUsage | Field::InitFrom => {}
     }
 }
 
@@ -542,6 +641,7 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
             Err(why) => notices.push(format!("ignored {}: {why}", g.describe(field))),
         }
     }
+    take_checkpoint_shape(&mut state, &base.config, &latest, &mut given, &mut notices);
 
     // Each field is fine alone; give up on fields one at a time until the combination is valid.
     while let Err(err) = state.config.validate() {
@@ -556,11 +656,23 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
                 // Only reachable when the base itself is invalid.
                 notices.push(format!("ignored the whole configuration: {err}; using nanoGPT's defaults"));
                 state.config = Config::default();
+                state.init_from = None;
                 for (field, _, _) in FIELDS {
                     if !matches!(field, Field::Gpu | Field::OtherUsage) {
                         given[field.index()] = false;
                     }
                 }
+            }
+        }
+    }
+    if let Some(name) = state.init_from.clone() {
+        // A block reverted to a base from scratch may be longer than the checkpoint's: cropped
+        // (never invalid: a shorter block and eval context only shrink the run).
+        crate::nanogpt::take_pretrained_shape(&mut state.config, &name);
+        if given[Field::InitFrom.index()] {
+            // The link chose the shape, by naming the checkpoint.
+            for field in PRETRAINED_SHAPE {
+                given[field.index()] = true;
             }
         }
     }
@@ -669,6 +781,7 @@ pub(crate) mod tests {
             config: Config { n_layer: 6, n_head: 6, n_embd: 384, eval_batch_size: Some(4), dropout: 0.2, ..Config::default() },
             gpu: "t4".into(),
             other_usage_mib: 700,
+            init_from: None,
         };
         let q = encode(&s);
         for input in [q.clone(), format!("?{q}"), format!("http://127.0.0.1:8080/app/?{q}#breakdown"), format!(" {q}\n")] {
@@ -830,7 +943,106 @@ pub(crate) mod tests {
         assert_eq!(d.notices.len(), 1);
     }
 
-    /// A valid state: config fields within range and consistent, a canonical gpu id.
+    fn from_checkpoint(name: &str, config: Config) -> LinkState {
+        let mut s = LinkState { config, init_from: Some(name.into()), ..LinkState::default() };
+        assert!(crate::nanogpt::take_pretrained_shape(&mut s.config, name));
+        s
+    }
+
+    #[test]
+    fn a_run_from_a_checkpoint_round_trips_with_its_key_last() {
+        let s = from_checkpoint("gpt2-xl", Config { block_size: 512, batch_size: 1, gradient_accumulation_steps: 32, ..Config::default() });
+        let q = encode(&s);
+        assert!(q.ends_with("&other=0&init=gpt2-xl"), "{q}");
+        assert!(q.contains("&L=48&H=25&C=1600&T=512&V=50257&"), "{q}");
+        let d = decode(&q);
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert_eq!(d.state, s);
+        assert!(d.sets("init_from"));
+        // The long name works too, and the shape need not be spelt out.
+        let d = decode("init_from=gpt2-medium&B=4");
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert_eq!(d.state, from_checkpoint("gpt2-medium", Config { batch_size: 4, ..Config::default() }));
+        // The link chose the shape by naming the checkpoint.
+        assert!(d.sets("n_layer") && d.sets("vocab_size") && !d.sets("block_size"), "{:?}", d.given);
+        // Over a base from a checkpoint, a link without `init` sets no shape.
+        let d = decode_over(&d.state, "B=2");
+        assert!(!d.sets("n_layer") && !d.sets("init_from"), "{:?}", d.given);
+    }
+
+    #[test]
+    fn shape_values_a_checkpoint_overrides_are_ignored_with_notices() {
+        let d = decode("init=gpt2&L=4&H=12&T=2048&bias=0&V=65&ET=2048&B=8");
+        assert_eq!(d.state, from_checkpoint("gpt2", Config { batch_size: 8, ..Config::default() }));
+        let all = d.notices.join("\n");
+        assert_eq!(d.notices.len(), 5, "{all}");
+        for needle in [
+            "ignored L=4 (n_layer): init_from = 'gpt2' loads GPT-2's n_layer (12)",
+            "ignored bias=0: init_from = 'gpt2' loads GPT-2's bias (True)",
+            "ignored V=65 (vocab_size): init_from = 'gpt2' loads GPT-2's vocab_size (50257)",
+            "ignored T=2048 (block_size): GPT-2's checkpoint has 1024 positions",
+            "ignored ET=2048 (eval_block_size): longer than block_size 1024",
+        ] {
+            assert!(all.contains(needle), "{needle:?} not in\n{all}");
+        }
+        // H=12 is GPT-2's own: no notice for it.
+        assert!(!all.contains("H=12"), "{all}");
+        assert!(decode_strict("init=gpt2&L=4").unwrap_err().contains("L=4 (n_layer)"));
+        // A shorter block and eval context are train.py's crop: kept.
+        let d = decode("init=gpt2-large&T=256&ET=128");
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert_eq!((d.state.config.n_layer, d.state.config.block_size, d.state.config.eval_block_size), (36, 256, Some(128)));
+    }
+
+    #[test]
+    fn init_from_takes_gpt2s_checkpoints_and_scratch_only() {
+        for bad in ["resume", "gpt2-xxl", "GPT2", ""] {
+            let d = decode(&format!("init={bad}&L=4"));
+            assert_eq!((d.state.init_from.as_deref(), d.state.config.n_layer), (None, 4), "{bad}");
+            assert_eq!(d.notices.len(), 1, "{bad}: {:?}", d.notices);
+            assert!(d.notices[0].starts_with(&format!("ignored init={bad} (init_from): ")), "{:?}", d.notices);
+        }
+        // `scratch` over a base from a checkpoint keeps the shape and drops the checkpoint.
+        let base = from_checkpoint("gpt2-medium", Config::default());
+        let d = decode_over(&base, "init=scratch&L=4");
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert_eq!((d.state.init_from.as_deref(), d.state.config.n_layer, d.state.config.n_embd), (None, 4, 1024));
+        assert!(d.sets("init_from"));
+        assert!(!encode(&d.state).contains("init="));
+        // A link without `init` keeps the base's checkpoint, and its shape.
+        let d = decode_over(&base, "L=4&B=2");
+        assert_eq!((d.state.init_from.as_deref(), d.state.config.n_layer, d.state.config.batch_size), (Some("gpt2-medium"), 24, 2));
+        assert_eq!(d.notices.len(), 1, "{:?}", d.notices);
+    }
+
+    #[test]
+    fn a_base_from_scratch_with_a_long_block_is_cropped_to_the_checkpoint() {
+        let base = state(Config { block_size: 2048, eval_block_size: Some(2048), ..Config::default() });
+        let d = decode_over(&base, "init=gpt2");
+        assert!(d.notices.is_empty(), "{:?}", d.notices);
+        assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (1024, Some(1024)));
+        assert!(d.state.config.validate().is_ok());
+    }
+
+    #[test]
+    fn pretrained_conflict_names_what_the_checkpoint_fixes() {
+        let s = from_checkpoint("gpt2", Config::default());
+        assert_eq!(s.pretrained_conflict(), None);
+        assert_eq!(LinkState { config: Config { n_layer: 4, ..Config::default() }, ..LinkState::default() }.pretrained_conflict(), None);
+        let edit = |f: fn(&mut Config)| {
+            let mut e = s.clone();
+            f(&mut e.config);
+            e.pretrained_conflict().unwrap_or_default()
+        };
+        assert!(edit(|c| c.n_layer = 4).contains("n_layer is the checkpoint's (12)"));
+        assert!(edit(|c| c.n_embd = 1024).contains("n_embd is the checkpoint's (768)"));
+        assert!(edit(|c| c.block_size = 2048).contains("block_size is at most 1024"));
+        assert!(edit(|c| c.bias = false).contains("bias True"));
+        assert_eq!(edit(|c| c.block_size = 64), "");
+    }
+
+    /// A valid state: config fields within range and consistent, a canonical gpu id, sometimes
+    /// from a GPT-2 checkpoint (with its shape).
     pub(crate) fn valid_state() -> impl Strategy<Value = LinkState> {
         let gpu_ids: Vec<String> = device::presets().into_iter().map(|g| g.id).collect();
         let sizes = (1u32..=48, 1u32..=32, 1u32..=64, 1u32..=4096, 1u32..=200_000, 1u32..=512, 1u32..=1000);
@@ -838,8 +1050,9 @@ pub(crate) mod tests {
         let enums = (0usize..3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
         let dropout = prop_oneof![Just(0.0), 0.0f64..1.0];
         let gpu = prop_oneof![proptest::sample::select(gpu_ids), (1u32..=40_000).prop_map(|q| Gpu::custom(q as f64 / 100.0).id)];
-        (sizes, eval, enums, dropout, gpu, 0u64..=MAX_OTHER_USAGE_MIB).prop_map(
-            |((l, h, head_size, t, v, b, ga), (eb, et_frac, ei), (d, att, bias, cmp, ckpt, sgd, xs), dropout, gpu, other)| {
+        let init = proptest::option::weighted(0.2, proptest::sample::select(crate::nanogpt::pretrained_names().to_vec()));
+        (sizes, eval, enums, dropout, gpu, 0u64..=MAX_OTHER_USAGE_MIB, init).prop_map(
+            |((l, h, head_size, t, v, b, ga), (eb, et_frac, ei), (d, att, bias, cmp, ckpt, sgd, xs), dropout, gpu, other, init)| {
                 let config = Config {
                     n_layer: l,
                     n_head: h,
@@ -860,7 +1073,11 @@ pub(crate) mod tests {
                     optimizer: if sgd { Optimizer::Sgd } else { Optimizer::Adamw },
                     expandable_segments: xs,
                 };
-                LinkState { config, gpu, other_usage_mib: other }
+                let mut s = LinkState { config, gpu, other_usage_mib: other, init_from: init.map(str::to_string) };
+                if let Some(name) = init {
+                    crate::nanogpt::take_pretrained_shape(&mut s.config, name);
+                }
+                s
             },
         )
     }
@@ -883,11 +1100,13 @@ pub(crate) mod tests {
 
         #[test]
         fn link_shaped_garbage_never_panics(
-            pairs in proptest::collection::vec(("(v|L|H|C|T|V|B|GA|EB|ET|EI|d|a|bias|drop|cmp|ckpt|opt|xs|gpu|other|n_embd|zz)", "[0-9a-z.%+&=#?-]{0,12}"), 0..12)
+            pairs in proptest::collection::vec(("(v|L|H|C|T|V|B|GA|EB|ET|EI|d|a|bias|drop|cmp|ckpt|opt|xs|gpu|other|init|n_embd|zz)", "(gpt2|gpt2-xl|[0-9a-z.%+&=#?-]{0,12})"), 0..12)
         ) {
             let input: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let d = decode(&input.join("&"));
             prop_assert!(d.state.config.validate().is_ok());
+            // A run from a checkpoint always has its shape.
+            prop_assert_eq!(d.state.pretrained_conflict(), None);
             let joined = input.join("&");
             prop_assert!(decode_strict(&joined).is_ok() == (d.notices.is_empty() && has_settings(&joined)));
         }

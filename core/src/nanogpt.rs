@@ -168,7 +168,7 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
         // These no longer come from any line of the file.
         set_on.retain(|(k, _)| !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias"));
         notices.push(format!(
-            "init_from = '{init_from}': the model is GPT-2's (n_layer {}, n_head {}, n_embd {}, vocab_size 50257, bias True, block_size at most 1024), as train.py loads it",
+            "init_from = '{init_from}': the model is GPT-2's (n_layer {}, n_head {}, n_embd {}, vocab_size {PRETRAINED_VOCAB}, bias True, block_size at most {PRETRAINED_BLOCK}), as train.py loads it",
             cfg.n_layer, cfg.n_head, cfg.n_embd
         ));
     } else if init_from == "resume" {
@@ -195,10 +195,37 @@ pub fn take_pretrained_shape(cfg: &mut Config, init_from: &str) -> bool {
     cfg.n_layer = n_layer;
     cfg.n_head = n_head;
     cfg.n_embd = n_embd;
-    cfg.vocab_size = 50257;
+    cfg.vocab_size = PRETRAINED_VOCAB;
     cfg.bias = true;
-    cfg.block_size = cfg.block_size.min(1024);
+    cfg.block_size = cfg.block_size.min(PRETRAINED_BLOCK);
+    // vramfit's own eval context cannot be longer than the (cropped) block.
+    cfg.eval_block_size = cfg.eval_block_size.map(|t| t.min(cfg.block_size));
     true
+}
+
+/// GPT-2's vocabulary as its checkpoints have it (not padded to 50304).
+pub const PRETRAINED_VOCAB: u32 = 50257;
+/// The positions GPT-2's checkpoints have: train.py crops them to a smaller block, never grows them.
+pub const PRETRAINED_BLOCK: u32 = 1024;
+
+/// The names `init_from` takes for GPT-2's checkpoints, smallest first.
+pub fn pretrained_names() -> [&'static str; 4] {
+    PRETRAINED.map(|p| p.0)
+}
+
+/// The GPT-2 checkpoint a config file's `init_from` names, among the settings the reader did
+/// not model (`ConfigFile::extra`); `None` for scratch, resume or no `init_from`.
+pub fn pretrained_in(extra: &[(String, Value)]) -> Option<&'static str> {
+    extra.iter().find_map(|(k, v)| match v {
+        Value::Str(name) if k == "init_from" => pretrained(name),
+        _ => None,
+    })
+}
+
+/// The checkpoint `init_from = name` loads, by its name as [`pretrained_names`] lists it;
+/// `None` for `scratch`, `resume` and anything else.
+pub fn pretrained(name: &str) -> Option<&'static str> {
+    PRETRAINED.iter().find(|p| p.0 == name).map(|p| p.0)
 }
 
 /// train.py takes vocab_size from `data/<dataset>/meta.pkl` when the dataset has one (and the
@@ -391,6 +418,16 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         if let Some((quote, start)) = in_triple {
             let after = triple_quote_after(raw_line, Some(quote));
             if after != Some(quote) {
+                if let Some(statement) = statement_after_closing_quote(raw_line, quote) {
+                    // Python runs it; skipping it with the string would plan another model.
+                    return Err(ConfigFileError::Syntax {
+                        line,
+                        reason: format!(
+                            "`{}` follows the closing triple quote after a `;`: vramfit does not read that (put it on a line of its own)",
+                            excerpt(statement.trim())
+                        ),
+                    });
+                }
                 notices.push(format!("{}: skipped: inside a triple-quoted string, which Python does not run", line_span(start, line)));
                 // Closed, and perhaps a string of the other quote opened after it.
                 in_triple = after.map(|q| (q, line + 1));
@@ -611,6 +648,39 @@ fn triple_quote_after(line: &str, open: Option<char>) -> Option<char> {
         i += 1;
     }
     triple
+}
+
+/// The statement a line that closes a triple-quoted string of `quote` starts after a `;`
+/// (`"""; n_layer = 4`), if any: Python runs it. Text after the closing quote without a `;`
+/// only continues the expression (`""" + '''`, `""".strip()`).
+fn statement_after_closing_quote(line: &str, quote: char) -> Option<&str> {
+    let triple: String = std::iter::repeat_n(quote, 3).collect();
+    // The first unescaped closing quote.
+    let mut from = 0;
+    let close = loop {
+        let at = from + line[from..].find(&triple)?;
+        let backslashes = line[..at].chars().rev().take_while(|&c| c == '\\').count();
+        if backslashes % 2 == 0 {
+            break at + 3;
+        }
+        from = at + 1;
+    };
+    let rest = &line[close..];
+    let mut single = None::<char>;
+    let mut escaped = false;
+    for (i, c) in rest.char_indices() {
+        match single {
+            _ if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => single = None,
+            Some(_) => {}
+            None if c == '#' => return None,
+            None if c == '"' || c == '\'' => single = Some(c),
+            None if c == ';' => return Some(&rest[i + 1..]).filter(|s| !strip_comment(s).trim().is_empty()),
+            None => {}
+        }
+    }
+    None
 }
 
 /// Whether `s` is a Python name.
@@ -1120,7 +1190,7 @@ fn py_optional(n: Option<u32>) -> String {
 ///
 /// Settings stock train.py does not have are written too, in a section of their own: train.py
 /// `exec`s the file into its globals, so they are harmless there.
-pub fn to_config_file(cfg: &Config) -> String {
+pub fn to_config_file(cfg: &Config, init_from: Option<&str>) -> String {
     let mut out = String::new();
     out.push_str(&format!("# nanoGPT config written by vramfit {}.\n", env!("CARGO_PKG_VERSION")));
     out.push_str("# Use it as: python train.py config/<this file>.py\n");
@@ -1143,6 +1213,11 @@ pub fn to_config_file(cfg: &Config) -> String {
         ("compile", py_bool(cfg.compile).into()),
     ];
     out.push_str("\n# model and training settings train.py reads\n");
+    if let Some(name) = init_from {
+        // train.py then takes n_layer, n_head, n_embd and bias from the weights (the values
+        // below are the checkpoint's), and crops its 1024 positions to block_size.
+        out.push_str(&format!("init_from = {}  # start from GPT-2's weights (fine-tuning)\n", Value::Str(name.into())));
+    }
     for (key, value) in lines {
         out.push_str(&format!("{key} = {value}\n"));
     }
@@ -1378,6 +1453,26 @@ weight_decay = 1e-1
         // Closed, and one of the other quote opened on the same line: the lines after are text too.
         let f = parse("a = \"\"\"\nx\n\"\"\" + '''\nn_layer = 99\n'''\nn_layer = 6\n").unwrap();
         assert_eq!(f.config.n_layer, 6);
+        // A statement after a `;` on the closing line: Python runs it, so it is an error, not
+        // skipped with the string. A `;` inside a string or a comment there is not one.
+        for quote in ["\"\"\"", "'''"] {
+            let err = parse(&format!("x = {quote}\nabc\n{quote}; n_layer = 4\n")).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                "line 3: `n_layer = 4` follows the closing triple quote after a `;`: vramfit does not read that (put it on a line of its own)"
+            );
+            for fine in [
+                format!("{quote}.strip() # ; n_layer = 4"),
+                format!("{quote} + ';'"),
+                format!("{quote};"),
+                format!("{quote}; # n_layer = 4"),
+            ] {
+                let f = parse(&format!("x = {quote}\nabc\n{fine}\nn_layer = 6\n")).unwrap();
+                assert_eq!(f.config.n_layer, 6, "{fine}");
+            }
+        }
+        // An escaped quote does not close the string.
+        assert!(parse("x = '''\nabc \\'''; n_layer = 4\n'''\nn_layer = 6\n").is_ok());
     }
 
     /// Unpacking and annotated assignments set what Python would set; once they were skipped
@@ -1518,18 +1613,47 @@ weight_decay = 1e-1
             optimizer: Optimizer::Sgd,
             ..Config::default()
         };
-        let text = to_config_file(&cfg);
+        let text = to_config_file(&cfg, None);
         assert!(text.starts_with("# nanoGPT config written by vramfit"));
+        assert!(!text.contains("init_from"), "{text}");
         let f = parse(&text).unwrap();
         assert_eq!(f.config, cfg);
         assert!(f.notices.is_empty() && f.extra.is_empty(), "{:?} {:?}", f.notices, f.extra);
+    }
+
+    #[test]
+    fn export_from_a_checkpoint_names_it_and_reads_back_to_the_same_run() {
+        let mut cfg = Config { block_size: 512, batch_size: 1, gradient_accumulation_steps: 32, ..Config::default() };
+        assert!(take_pretrained_shape(&mut cfg, "gpt2-xl"));
+        let text = to_config_file(&cfg, Some("gpt2-xl"));
+        assert!(text.contains("\ninit_from = 'gpt2-xl'"), "{text}");
+        let f = parse(&text).unwrap();
+        assert_eq!(f.config, cfg);
+        assert_eq!(f.extra, vec![("init_from".to_string(), Value::Str("gpt2-xl".into()))]);
+    }
+
+    #[test]
+    fn a_checkpoints_shape_crops_block_and_eval_context_and_names_are_gpt2s() {
+        let mut cfg = Config { block_size: 2048, eval_block_size: Some(1536), ..Config::default() };
+        assert!(take_pretrained_shape(&mut cfg, "gpt2-medium"));
+        assert_eq!((cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.bias), (24, 16, 1024, 50257, true));
+        assert_eq!((cfg.block_size, cfg.eval_block_size), (1024, Some(1024)));
+        assert!(cfg.validate().is_ok());
+        assert_eq!(pretrained_names(), ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]);
+        for name in pretrained_names() {
+            assert_eq!(pretrained(name), Some(name));
+        }
+        for other in ["scratch", "resume", "GPT2", "gpt2-xxl", ""] {
+            assert_eq!(pretrained(other), None, "{other}");
+            assert!(!take_pretrained_shape(&mut cfg.clone(), other));
+        }
     }
 
     proptest! {
         #[test]
         fn export_round_trips_for_valid_configs(s in crate::link::tests::valid_state()) {
             prop_assume!(s.config.validate().is_ok());
-            let f = parse_config_file(&to_config_file(&s.config), &Config::default()).unwrap();
+            let f = parse_config_file(&to_config_file(&s.config, None), &Config::default()).unwrap();
             prop_assert_eq!(f.config, s.config);
             prop_assert!(f.notices.is_empty());
         }

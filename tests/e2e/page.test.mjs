@@ -152,6 +152,28 @@ test('a link, a slider, a fix and the reopened link agree with vramfit plan --js
   assert.deepEqual(errors, []);
 });
 
+test('a fine-tuning link (init=gpt2-medium) agrees with vramfit plan --json, fixes included', async () => {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(server.url + '?v=1&init=gpt2-medium&B=8&GA=4&gpu=rtx-3060');
+  await waitForCharts(page);
+  const fig = await pageFigures(page);
+  assert.ok(fig.search.includes('&L=24&H=16&C=1024&T=1024&V=50257&') && fig.search.endsWith('&init=gpt2-medium'), fig.search);
+  assert.equal(fig.verdict, 'Does not fit');
+  assert.ok(fig.fixesNeeded.length > 0);
+  const json = cliPlan(fig.search.slice(1));
+  assertAgrees(fig, json);
+  // No fix changes the checkpoint's shape.
+  for (const f of json.fixes) {
+    assert.deepEqual([f.config.n_layer, f.config.n_embd, f.config.vocab_size], [24, 1024, 50257], f.title);
+  }
+  assert.equal(await page.locator('input[name=n_layer]').isDisabled(), true);
+  assert.match(await page.locator('#export-config').inputValue(), /\ninit_from = 'gpt2-medium'/);
+  await page.close();
+  assert.deepEqual(errors, []);
+});
+
 test('script payloads in every link field stay text; the page still works', async () => {
   const page = await browser.newPage();
   const dialogs = [];
@@ -160,7 +182,7 @@ test('script payloads in every link field stay text; the page still works', asyn
     await d.dismiss();
   });
   const payload = '<script>alert(1)</script><img src=x onerror=alert(2)><svg onload=alert(3)>';
-  const keys = ['v', 'L', 'H', 'C', 'T', 'V', 'B', 'GA', 'EB', 'ET', 'EI', 'd', 'a', 'bias', 'drop', 'cmp', 'ckpt', 'opt', 'xs', 'gpu', 'other'];
+  const keys = ['v', 'L', 'H', 'C', 'T', 'V', 'B', 'GA', 'EB', 'ET', 'EI', 'd', 'a', 'bias', 'drop', 'cmp', 'ckpt', 'opt', 'xs', 'gpu', 'other', 'init'];
   const q = keys.map((k) => `${k}=${encodeURIComponent(payload)}`).join('&') + `&${encodeURIComponent(payload)}=1`;
   await page.goto(server.url + '?' + q);
   await waitForCharts(page);

@@ -30,6 +30,9 @@ pub struct Inputs {
     pub unreadable: Vec<String>,
     /// The settings `--link` gave, by their long names (`vocab_size`); empty without a link.
     pub link_sets: Vec<&'static str>,
+    /// The GPT-2 checkpoint the run starts from (`init_from` of the file, the command line or
+    /// the link, the link last), or `None` from scratch.
+    pub init_from: Option<String>,
 }
 
 impl Inputs {
@@ -102,6 +105,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         unreadable = given.unreadable.into_iter().map(|name| format!("command line: cannot read the value of {name}")).collect();
         notices.extend(given.notices.into_iter().map(|n| format!("command line: {n}")));
     }
+    // The file's checkpoint is the link's base: a link without `init` keeps it.
+    state.init_from = nanogpt::pretrained_in(&extra).map(str::to_string);
     if let Some(url) = &run.link {
         let decoded = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;
         state = decoded.state;
@@ -131,6 +136,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         notices,
         unreadable,
         link_sets,
+        init_from: state.init_from,
     })
 }
 

@@ -73,11 +73,11 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
 /// that model, and a note names the settings that were given and are not used. True when the
 /// shape is the checkpoint's.
 fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> bool {
-    let Some((_, vramfit_core::nanogpt::Value::Str(init_from))) = inputs.extra.iter().find(|(k, _)| k == "init_from") else {
+    let Some(init_from) = inputs.init_from.clone() else {
         return false;
     };
     let given = inputs.config.clone();
-    if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, init_from) {
+    if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, &init_from) {
         return false;
     }
     let c = &inputs.config;

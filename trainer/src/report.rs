@@ -132,6 +132,9 @@ fn write_model(out: &mut String, plan: &Plan, inputs: &Inputs) -> std::fmt::Resu
         py_bool(c.expandable_segments)
     )?;
     writeln!(out, "  estimate_loss: eval_iters {} batches of {} x {} tokens", c.eval_iters, c.eval_batch(), c.eval_block())?;
+    if let Some(name) = &inputs.init_from {
+        writeln!(out, "  init_from '{name}': GPT-2's weights and shape (the same memory as from scratch); fixes keep the shape")?;
+    }
     if !inputs.extra.is_empty() {
         let settings: Vec<String> = inputs.extra.iter().map(|(k, v)| format!("{k} = {v}")).collect();
         writeln!(out, "  also in the config file, no effect on memory: {}", settings.join(", "))?;

@@ -378,6 +378,12 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
     let notices: Vec<String> = resolved.notices.iter().filter(|n| !n.contains("eval_only = True: train.py")).cloned().collect();
     crate::print_input_notes(&notices);
     let link_gives = |name: &str| resolved.link_sets.contains(&name);
+    if let (true, Some(name)) = (link_gives("init_from"), &resolved.init_from) {
+        crate::print_note(&format!(
+            "--link: init_from = '{name}' is not used: vramfit trains from scratch (GPT-2's shape, the same memory), or continues \
+             with --resume"
+        ));
+    }
     let explicit_vocab = run.vocab_size.is_some() || link_gives("vocab_size");
     let mut cfg = resolved.config;
     let mut settings = TrainSettings::default();

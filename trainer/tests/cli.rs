@@ -194,6 +194,7 @@ fn encoded_link_equals_equivalent_flags() {
         },
         gpu: "rtx-3090".into(),
         other_usage_mib: 512,
+        init_from: None,
     };
     let query = link::encode(&state);
     let from_link = plan_json_text(&["--link", &query]);
@@ -694,6 +695,42 @@ fn fixes_for_a_pretrained_model_keep_its_shape() {
         "custom-6",
     ]);
     assert!(scratch["fixes"].as_array().unwrap().iter().any(|f| f["config"]["n_layer"] != 48), "{}", scratch["fixes"]);
+}
+
+/// The page's link carries the checkpoint (`init=`): the same plan and fixes as the file that
+/// names it, `init=scratch` over that file plans the same shape from scratch, and a link whose
+/// shape differs from the checkpoint's is one error line.
+#[test]
+fn a_link_from_a_checkpoint_plans_as_the_file_naming_it() {
+    let file = temp_file("finetune_xl_link.py", "init_from = 'gpt2-xl'\nbatch_size = 1\ngradient_accumulation_steps = 1\n");
+    let file = file.to_str().unwrap();
+    let from_file = plan_json_fixes(&["--gpu", "custom-6", file]);
+    assert!(from_file["fixes"].as_array().is_some_and(|f| !f.is_empty()), "the case has fixes");
+    let state = link::decode_strict("?v=1&init=gpt2-xl&B=1&GA=1").unwrap();
+    assert_eq!(state.init_from.as_deref(), Some("gpt2-xl"));
+    let query = link::encode(&state);
+    assert_eq!(plan_json_fixes(&["--gpu", "custom-6", "--link", &query]), from_file);
+    // A link without `init` over the file keeps the checkpoint.
+    assert_eq!(plan_json_fixes(&["--gpu", "custom-6", file, "--link", "?B=1"]), from_file);
+    // `init=scratch` over it: the same shape, free to shrink.
+    let scratch = plan_json_fixes(&["--gpu", "custom-6", file, "--link", "?init=scratch"]);
+    assert_eq!(scratch["config"]["n_layer"], 48);
+    assert!(scratch["fixes"].as_array().unwrap().iter().any(|f| f["config"]["n_layer"] != 48), "{}", scratch["fixes"]);
+    let err = assert_one_error_line(&["plan", "--link", "?v=1&init=gpt2&L=4"]);
+    assert!(err.contains("L=4 (n_layer): init_from = 'gpt2' loads GPT-2's n_layer (12)"), "{err}");
+    let err = assert_one_error_line(&["plan", "--link", "?v=1&init=resume"]);
+    assert!(err.contains("init=resume (init_from): expected scratch, gpt2"), "{err}");
+    // The text report says where the run starts.
+    let out = vramfit(&["plan", "--no-fixes", "--link", &query]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("init_from 'gpt2-xl': GPT-2's weights and shape"));
+
+    // `train` trains the shape from scratch and says so (here its pre-flight then stops it).
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("init-link-train");
+    let out =
+        vramfit(&["train", "--link", "?v=1&init=gpt2&B=1&T=8&GA=1", "--out-dir", out_dir.to_str().unwrap(), "--max-memory-mib", "64"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("note: --link: init_from = 'gpt2' is not used: vramfit trains from scratch"), "{stderr}");
+    assert!(stderr.contains("this run needs") && !out.status.success(), "{stderr}");
 }
 
 fn plan_json_fixes(args: &[&str]) -> Value {

@@ -18,6 +18,7 @@ use leptos::html;
 use leptos::prelude::*;
 use std::time::Duration;
 use vramfit_core::link::{self, LinkState};
+use vramfit_core::nanogpt;
 use vramfit_core::plan::Fix;
 use vramfit_core::{config, device, Attention, Config, Dtype, Gpu, Optimizer};
 
@@ -111,12 +112,13 @@ fn try_edit(Signals { state, input_error }: Signals, label: &str, text: &str, st
     let mut next = before.clone();
     edit(&mut next);
     model::follow_edit(started, &before.config, &mut next.config);
-    match next.config.validate() {
-        Ok(()) => {
+    let refused = next.config.validate().map_err(|e| e.to_string()).err().or_else(|| next.pretrained_conflict());
+    match refused {
+        None => {
             input_error.set(None);
             state.set(next);
         }
-        Err(e) => input_error.set(Some(format!("{label}: \"{}\": {e}; the page keeps the last valid value", text.trim()))),
+        Some(e) => input_error.set(Some(format!("{label}: \"{}\": {e}; the page keeps the last valid value", text.trim()))),
     }
 }
 
@@ -132,8 +134,11 @@ fn number_control(
     max: u32,
     get: fn(&LinkState) -> u32,
     set: fn(&mut LinkState, u32),
+    shape: bool,
 ) -> impl IntoView {
     let id = format!("in-{name}");
+    // A model-shape setting is the checkpoint's when the run starts from GPT-2's weights.
+    let locked = move || shape && state.with(|s| s.init_from.is_some());
     let help_id = format!("help-{name}");
     let slider_bounds = move || match slider {
         Slider::Linear { min, max, step } => (min, max, step),
@@ -191,6 +196,7 @@ fn number_control(
                 step=move || slider_bounds().2.to_string()
                 prop:value=slider_value
                 aria-valuetext=move || state.with(get).to_string()
+                prop:disabled=locked
                 on:focus=move |_| remember()
                 on:pointerdown=move |_| remember()
                 on:input=on_slide
@@ -202,10 +208,11 @@ fn number_control(
                 min="1"
                 step="1"
                 prop:value=move || state.with(get).to_string()
+                prop:disabled=locked
                 on:focus=remember_start
                 on:input=on_type
             />
-            <small id=help_id>{help}</small>
+            <small id=help_id>{help} {move || locked().then_some("Set by init_from (GPT-2's weights).")}</small>
         </div>
     }
 }
@@ -216,12 +223,14 @@ fn check_control(
     label: &'static str,
     get: fn(&Config) -> bool,
     set: fn(&mut Config, bool),
+    shape: bool,
 ) -> impl IntoView {
     view! {
         <label class="check">
             <input
                 type="checkbox"
                 name=name
+                prop:disabled=move || shape && state.with(|s| s.init_from.is_some())
                 prop:checked=move || state.with(|s| get(&s.config))
                 on:change=move |ev| {
                     let on = event_target_checked(&ev);
@@ -536,6 +545,7 @@ fn card_controls(signals: Signals) -> impl IntoView {
             link::MAX_OTHER_USAGE_MIB as u32,
             |s| s.other_usage_mib.min(u32::MAX as u64) as u32,
             |s, v| s.other_usage_mib = (v as u64).min(link::MAX_OTHER_USAGE_MIB),
+            false,
         )}
     }
 }
@@ -614,7 +624,10 @@ pub fn App() -> impl IntoView {
         let (plan, gpu) = computed.with_untracked(|r| r.as_ref().ok().map(|c| (c.plan.clone(), c.gpu.clone())))?;
         set_timeout_with_handle(
             move || {
-                let list = vramfit_core::plan::fixes_of(&plan, &gpu, snapshot.other_usage_mib.saturating_mul(model::MIB));
+                let mut list = vramfit_core::plan::fixes_of(&plan, &gpu, snapshot.other_usage_mib.saturating_mul(model::MIB));
+                if snapshot.init_from.is_some() {
+                    list = vramfit_core::plan::keeping_pretrained_shape(list, &plan.config);
+                }
                 fixes.set(Some((key, list)));
             },
             Duration::from_millis(150),
@@ -697,7 +710,11 @@ pub fn App() -> impl IntoView {
                                 on:change=move |ev| {
                                     let v = event_target_value(&ev);
                                     if let Some(p) = model::model_presets().into_iter().find(|p| p.id == v) {
-                                        state.update(|s| s.config = p.config);
+                                        // The presets are runs from scratch.
+                                        state.update(|s| {
+                                            s.config = p.config;
+                                            s.init_from = None;
+                                        });
                                     }
                                 }
                             >
@@ -716,6 +733,35 @@ pub fn App() -> impl IntoView {
                                 </option>
                             </select>
                         </div>
+                        <div class="field select">
+                            <label for="in-init_from">"init_from"</label>
+                            <select
+                                id="in-init_from"
+                                name="init_from"
+                                aria-describedby="help-init_from"
+                                on:change=move |ev| {
+                                    let v = event_target_value(&ev);
+                                    state.update(|s| model::start_from(s, &v));
+                                }
+                            >
+                                <option value="scratch" prop:selected=move || state.with(|s| s.init_from.is_none())>
+                                    "scratch (random weights)"
+                                </option>
+                                {nanogpt::pretrained_names()
+                                    .into_iter()
+                                    .map(|name| {
+                                        view! {
+                                            <option value=name prop:selected=move || state.with(|s| s.init_from.as_deref() == Some(name))>
+                                                {format!("{name} (fine-tune GPT-2's weights)")}
+                                            </option>
+                                        }
+                                    })
+                                    .collect_view()}
+                            </select>
+                            <small id="help-init_from">
+                                "GPT-2's weights set n_layer, n_head, n_embd, vocab_size 50257 and bias; block_size at most 1024. The memory is that of the same model from scratch; fixes keep the shape."
+                            </small>
+                        </div>
                         {number_control(
             signals,
                             "batch_size",
@@ -725,6 +771,7 @@ pub fn App() -> impl IntoView {
                             config::MAX_BATCH,
                             |s| s.config.batch_size,
                             |s, v| s.config.batch_size = v,
+                            false,
                         )}
                         {number_control(
             signals,
@@ -735,6 +782,7 @@ pub fn App() -> impl IntoView {
                             config::MAX_BLOCK,
                             |s| s.config.block_size,
                             |s, v| s.config.block_size = v,
+                            false,
                         )}
                         {number_control(
             signals,
@@ -745,6 +793,7 @@ pub fn App() -> impl IntoView {
                             config::MAX_EMBD,
                             |s| s.config.n_embd,
                             |s, v| s.config.n_embd = v,
+                            true,
                         )}
                         {number_control(
             signals,
@@ -755,12 +804,14 @@ pub fn App() -> impl IntoView {
                             config::MAX_LAYERS,
                             |s| s.config.n_layer,
                             |s, v| s.config.n_layer = v,
+                            true,
                         )}
                         <div class="field select">
                             <label for="in-n_head">"n_head"</label>
                             <select
                                 id="in-n_head"
                                 name="n_head"
+                                prop:disabled=move || state.with(|s| s.init_from.is_some())
                                 on:change=move |ev| {
                                     if let Ok(h) = event_target_value(&ev).parse::<u32>() {
                                         state.update(|s| s.config.n_head = h);
@@ -796,9 +847,10 @@ pub fn App() -> impl IntoView {
                             config::MAX_VOCAB,
                             |s| s.config.vocab_size,
                             |s, v| s.config.vocab_size = v,
+                            true,
                         )}
                         <div class="checks">
-                            {check_control(state, "bias", "bias", |c| c.bias, |c, v| c.bias = v)}
+                            {check_control(state, "bias", "bias", |c| c.bias, |c, v| c.bias = v, true)}
                         </div>
                         <div class="field">
                             <label for="in-dropout">"dropout"</label>
@@ -850,6 +902,7 @@ pub fn App() -> impl IntoView {
                             config::MAX_ACCUM,
                             |s| s.config.gradient_accumulation_steps,
                             |s, v| s.config.gradient_accumulation_steps = v,
+                            false,
                         )}
                         {number_control(
             signals,
@@ -860,6 +913,7 @@ pub fn App() -> impl IntoView {
                             config::MAX_BATCH,
                             |s| s.config.eval_batch(),
                             |s, v| s.config.eval_batch_size = Some(v),
+                            false,
                         )}
                         <div class="checks">
                             <label class="check">
@@ -884,6 +938,7 @@ pub fn App() -> impl IntoView {
                             config::MAX_BLOCK,
                             |s| s.config.eval_block(),
                             |s, v| s.config.eval_block_size = Some(v),
+                            false,
                         )}
                         <div class="checks">
                             <label class="check">
@@ -924,13 +979,14 @@ pub fn App() -> impl IntoView {
                             |s, v| s.config.optimizer = Optimizer::parse(v).unwrap_or(s.config.optimizer),
                         )}
                         <div class="checks">
-                            {check_control(state, "compile", "compile (torch.compile; an estimate)", |c| c.compile, |c, v| c.compile = v)}
+                            {check_control(state, "compile", "compile (torch.compile; an estimate)", |c| c.compile, |c, v| c.compile = v, false)}
                             {check_control(
                                 state,
                                 "activation_checkpointing",
                                 "activation checkpointing",
                                 |c| c.activation_checkpointing,
                                 |c, v| c.activation_checkpointing = v,
+                                false,
                             )}
                             {check_control(
                                 state,
@@ -938,6 +994,7 @@ pub fn App() -> impl IntoView {
                                 "expandable_segments",
                                 |c| c.expandable_segments,
                                 |c, v| c.expandable_segments = v,
+                                false,
                             )}
                         </div>
                     </fieldset>
@@ -1065,6 +1122,11 @@ pub fn App() -> impl IntoView {
                             "The same run for " <code>"vramfit train"</code>
                             ", as the link or as flags (add " <code>"--device cuda"</code>
                             " to train on the GPU; its pre-flight checks the card it runs on)."
+                            {move || {
+                                state
+                                    .with(|s| s.init_from.is_some())
+                                    .then_some(" vramfit train starts from random weights: it trains GPT-2's shape from scratch, with the same memory, and does not load the checkpoint.")
+                            }}
                         </p>
                         <pre class="command" id="train-command-link">{move || state.with(share::train_command_link)}</pre>
                         // Each flag with its value in one unbreakable piece: a phone wrapped the

@@ -97,6 +97,16 @@ pub fn preset_of(cfg: &Config) -> Option<&'static str> {
     model_presets().into_iter().find(|p| p.config == *cfg).map(|p| p.id)
 }
 
+/// Starts the run from scratch or from the GPT-2 checkpoint `init_from` names (the select's
+/// value): a checkpoint gives the model its shape, its block cropped to 1024 positions as
+/// train.py crops it; back to scratch keeps the shape, free to change again.
+pub fn start_from(state: &mut LinkState, init_from: &str) {
+    state.init_from = vramfit_core::nanogpt::pretrained(init_from).map(str::to_string);
+    if let Some(name) = &state.init_from {
+        vramfit_core::nanogpt::take_pretrained_shape(&mut state.config, name);
+    }
+}
+
 /// The card a state names; the link codec only produces ids `Gpu::find` knows.
 pub fn gpu_of(state: &LinkState) -> Gpu {
     Gpu::find(&state.gpu).unwrap_or_else(device::default_gpu)
@@ -516,6 +526,25 @@ mod tests {
 
     fn state(config: Config) -> LinkState {
         LinkState { config, ..LinkState::default() }
+    }
+
+    #[test]
+    fn starting_from_a_checkpoint_takes_its_shape_and_scratch_keeps_it() {
+        let mut s = state(Config { n_layer: 4, block_size: 2048, eval_block_size: Some(2048), ..Config::default() });
+        start_from(&mut s, "gpt2-medium");
+        assert_eq!(s.init_from.as_deref(), Some("gpt2-medium"));
+        let c = &s.config;
+        assert_eq!(
+            (c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.bias, c.block_size, c.eval_block_size),
+            (24, 16, 1024, 50257, true, 1024, Some(1024))
+        );
+        assert_eq!(s.pretrained_conflict(), None);
+        let shaped = s.config.clone();
+        start_from(&mut s, "scratch");
+        assert_eq!((s.init_from.as_deref(), &s.config), (None, &shaped));
+        // The select offers nothing else; anything else is scratch.
+        start_from(&mut s, "gpt2-xxl");
+        assert_eq!(s.init_from, None);
     }
 
     #[test]

@@ -108,7 +108,7 @@ pub fn setting_pieces(title: &str) -> Vec<(&str, bool)> {
 
 /// The config as a nanoGPT config file (core's writer).
 pub fn export_config(state: &LinkState) -> String {
-    nanogpt::to_config_file(&state.config)
+    nanogpt::to_config_file(&state.config, state.init_from.as_deref())
 }
 
 /// A pasted nanoGPT config file read over train.py's defaults (as train.py execs it), keeping
@@ -125,7 +125,9 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
                     is unchanged"
             .into());
     }
-    Ok((LinkState { config: file.config, ..current.clone() }, at_most(&file.notices)))
+    // A GPT-2 checkpoint (whose shape the reader has given the config) stays the run's start.
+    let init_from = nanogpt::pretrained_in(&file.extra).map(str::to_string);
+    Ok((LinkState { config: file.config, init_from, ..current.clone() }, at_most(&file.notices)))
 }
 
 #[cfg(test)]
@@ -157,6 +159,7 @@ mod tests {
             },
             gpu: "custom-10".into(),
             other_usage_mib: 512,
+            init_from: None,
         }
     }
 
@@ -232,6 +235,30 @@ mod tests {
         assert!(notices.is_empty(), "{notices:?}");
         // The card is the page's, not the file's.
         assert_eq!(back.gpu, LinkState::default().gpu);
+    }
+
+    /// A fine-tuning run keeps its checkpoint through the file both ways, and a pasted
+    /// fine-tuning config (nanoGPT's finetune_shakespeare.py) starts the page from it.
+    #[test]
+    fn a_run_from_a_checkpoint_exports_and_imports_with_it() {
+        let mut s = LinkState { config: Config { block_size: 512, batch_size: 2, ..Config::default() }, ..odd_state() };
+        crate::model::start_from(&mut s, "gpt2-large");
+        let text = export_config(&s);
+        assert!(text.contains("\ninit_from = 'gpt2-large'"), "{text}");
+        let (back, notices) = import_config(&text, &odd_state()).unwrap();
+        assert_eq!((back.config, back.init_from.as_deref()), (s.config.clone(), Some("gpt2-large")));
+        assert!(notices.iter().any(|n| n.starts_with("init_from = 'gpt2-large'")), "{notices:?}");
+        // The page's commands name the shape; the caption says train starts from scratch.
+        assert!(train_command_flags(&s).contains("--n-layer 36 --n-head 20 --n-embd 1280 --block-size 512 --vocab-size 50257 --bias true"));
+        assert!(train_command_link(&s).ends_with("&init=gpt2-large'"), "{}", train_command_link(&s));
+        let finetune = "init_from = 'gpt2-xl'\nbatch_size = 1\ngradient_accumulation_steps = 32\nlearning_rate = 3e-5\n";
+        let (back, _) = import_config(finetune, &s).unwrap();
+        assert_eq!((back.init_from.as_deref(), back.config.n_layer, back.config.block_size), (Some("gpt2-xl"), 48, 1024));
+        // And a file from scratch (or resuming) starts from scratch, whatever the page had.
+        for text in ["n_layer = 4\n", "init_from = 'resume'\nn_layer = 4\n"] {
+            let (back, _) = import_config(text, &s).unwrap();
+            assert_eq!((back.init_from, back.config.n_layer), (None, 4), "{text}");
+        }
     }
 
     #[test]

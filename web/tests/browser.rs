@@ -205,6 +205,50 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     assert_eq!(vramfit_core::link::decode(&query()).state.config, fixes[0].config);
 }
 
+/// A fine-tuning link: the checkpoint's shape is locked, its fixes keep it, a block past its
+/// 1024 positions is refused with a notice, and back to scratch frees the shape.
+#[wasm_bindgen_test]
+async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
+    let page = mount_with("?v=1&init=gpt2-xl&B=1&GA=32&T=512&gpu=rtx-4070").await;
+    let state = vramfit_core::link::decode(&query()).state;
+    assert_eq!((state.init_from.as_deref(), state.config.n_layer, state.config.block_size), (Some("gpt2-xl"), 48, 512));
+    let select: HtmlSelectElement = page.el("select[name=init_from]").dyn_into().unwrap();
+    assert_eq!(select.value(), "gpt2-xl");
+    let disabled = |selector: &str| {
+        page.el(selector).has_attribute("disabled") || page.el(selector).dyn_into::<HtmlInputElement>().is_ok_and(|i| i.disabled())
+    };
+    for locked in ["input[name=n_layer]", "input[name=n_embd]", "input[name=vocab_size]", "input[name=bias]", "input[name=n_layer-slider]"]
+    {
+        assert!(disabled(locked), "{locked} is the checkpoint's");
+    }
+    assert!(page.el("select[name=n_head]").dyn_into::<HtmlSelectElement>().unwrap().disabled());
+    assert!(!disabled("input[name=batch_size]") && !disabled("input[name=block_size]"));
+    assert!(page.text("#help-n_layer").contains("Set by init_from"), "{}", page.text("#help-n_layer"));
+    // GPT-2 XL does not fit 12 GB: the fixes keep its shape.
+    let mut tries = 0;
+    while !page.has("ol.fixes") {
+        tries += 1;
+        assert!(tries < 200, "no fixes after 10 s");
+        sleep_ms(50).await;
+    }
+    let gpu = Gpu::find("rtx-4070").unwrap();
+    let fixes = vramfit_core::plan::keeping_pretrained_shape(vramfit_core::plan::fixes(&state.config, &gpu, 0), &state.config);
+    assert!(!fixes.is_empty());
+    let shown: Vec<String> = fixes.iter().map(|f| f.needed_bytes.to_string()).collect();
+    assert_eq!(page.el("ol.fixes").get_attribute("data-needed").unwrap(), shown.join(","));
+    // A block longer than the checkpoint's: a notice, and the page keeps 512.
+    page.type_into("block_size", "2048").await;
+    assert!(page.text(".input-error").contains("block_size is at most 1024"), "{}", page.text(".input-error"));
+    assert_eq!(vramfit_core::link::decode(&query()).state.config.block_size, 512);
+    assert!(page.text("#train-command-link").contains("init=gpt2-xl"));
+    // Back to scratch: the same model, no longer locked, and the link says so.
+    page.choose("init_from", "scratch").await;
+    let back = vramfit_core::link::decode(&query()).state;
+    assert_eq!((back.init_from, &back.config), (None, &state.config));
+    assert!(!disabled("input[name=n_layer]"));
+    assert!(!query().contains("init="), "{}", query());
+}
+
 #[wasm_bindgen_test]
 async fn garbage_and_script_payloads_in_a_link_become_visible_text_notices() {
     let payload = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>";
