@@ -488,7 +488,13 @@ fn take_checkpoint_shape(state: &mut LinkState, base: &Config, latest: &[Option<
                     Field::VocabSize => shaped.vocab_size.to_string(),
                     _ => "True".into(),
                 };
-                notices.push(format!("ignored {}: init_from = '{name}' loads GPT-2's {} ({value})", g.describe(field), field.long_name()));
+                // Over a base from a checkpoint, a link without `init` is planned from it.
+                let hint = if given[Field::InitFrom.index()] { "" } else { "; add init=scratch to the link to plan it from scratch" };
+                notices.push(format!(
+                    "ignored {}: init_from = '{name}' loads GPT-2's {} ({value}){hint}",
+                    g.describe(field),
+                    field.long_name()
+                ));
             }
             given[field.index()] = false;
         }
@@ -505,7 +511,8 @@ fn take_checkpoint_shape(state: &mut LinkState, base: &Config, latest: &[Option<
     if let (true, Some(et)) = (given[Field::EvalBlock.index()], state.config.eval_block_size) {
         if et > block {
             let g = latest[Field::EvalBlock.index()].as_ref().expect("a given field has its key and value");
-            notices.push(format!("ignored {}: longer than block_size {block} (init_from = '{name}')", g.describe(Field::EvalBlock)));
+            let why = if state.config.block_size > limit { format!(" (GPT-2's checkpoint crops it to {limit})") } else { String::new() };
+            notices.push(format!("ignored {}: longer than block_size {block}{why}", g.describe(Field::EvalBlock)));
             given[Field::EvalBlock.index()] = false;
             state.config.eval_block_size = base.eval_block_size;
         }
@@ -1009,10 +1016,13 @@ pub(crate) mod tests {
         assert_eq!((d.state.init_from.as_deref(), d.state.config.n_layer, d.state.config.n_embd), (None, 4, 1024));
         assert!(d.sets("init_from"));
         assert!(!encode(&d.state).contains("init="));
-        // A link without `init` keeps the base's checkpoint, and its shape.
+        // A link without `init` keeps the base's checkpoint, and its shape; the notice says how
+        // to plan the link's own shape.
         let d = decode_over(&base, "L=4&B=2");
         assert_eq!((d.state.init_from.as_deref(), d.state.config.n_layer, d.state.config.batch_size), (Some("gpt2-medium"), 24, 2));
         assert_eq!(d.notices.len(), 1, "{:?}", d.notices);
+        assert!(d.notices[0].ends_with("(24); add init=scratch to the link to plan it from scratch"), "{:?}", d.notices);
+        assert!(!decode("init=gpt2&L=4").notices[0].contains("add init=scratch"));
     }
 
     #[test]
@@ -1022,6 +1032,14 @@ pub(crate) mod tests {
         assert!(d.notices.is_empty(), "{:?}", d.notices);
         assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (1024, Some(1024)));
         assert!(d.state.config.validate().is_ok());
+        // An eval context the crop makes too long names the crop; one longer than the link's
+        // own block does not blame the checkpoint.
+        let d = decode_over(&base, "init=gpt2&ET=1536");
+        assert_eq!(d.notices, ["ignored ET=1536 (eval_block_size): longer than block_size 1024 (GPT-2's checkpoint crops it to 1024)"]);
+        assert_eq!(d.state.config.eval_block_size, Some(1024));
+        let d = decode("init=gpt2&T=512&ET=1024");
+        assert_eq!(d.notices, ["ignored ET=1024 (eval_block_size): longer than block_size 512"]);
+        assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (512, None));
     }
 
     #[test]
@@ -1089,6 +1107,24 @@ pub(crate) mod tests {
             let d = decode(&encode(&s));
             prop_assert!(d.notices.is_empty(), "{:?}", d.notices);
             prop_assert_eq!(d.state, s);
+        }
+
+        /// Over any valid base (some from a checkpoint), a link of any keys decodes to a valid
+        /// config with its checkpoint's shape.
+        #[test]
+        fn links_over_any_base_keep_the_invariants(
+            base in valid_state(),
+            pairs in proptest::collection::vec(("(L|H|C|T|V|B|ET|EB|bias|init)", "(gpt2|gpt2-xl|scratch|resume|0|1|4|512|1024|2048|4096)"), 0..8)
+        ) {
+            prop_assume!(base.config.validate().is_ok());
+            let input: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let d = decode_over(&base, &input.join("&"));
+            prop_assert!(d.state.config.validate().is_ok(), "{:?}", d.state.config);
+            prop_assert_eq!(d.state.pretrained_conflict(), None);
+            // What the page writes reads back the same, over the default base.
+            let again = decode(&encode(&d.state));
+            prop_assert!(again.notices.is_empty(), "{:?}", again.notices);
+            prop_assert_eq!(again.state, d.state);
         }
 
         #[test]

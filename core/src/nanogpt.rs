@@ -416,18 +416,19 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         // Lines inside a triple-quoted string are text, not code: Python runs none of them
         // (a block of settings "commented out" in quotes must not be applied).
         if let Some((quote, start)) = in_triple {
+            if let Some(statement) = statement_after_closing_quote(raw_line, quote) {
+                // Python runs it (even when the line opens another string after it); skipping
+                // it with the string would plan another model.
+                return Err(ConfigFileError::Syntax {
+                    line,
+                    reason: format!(
+                        "`{}` follows the closing triple quote after a `;`: vramfit does not read that (put it on a line of its own)",
+                        excerpt(statement.trim())
+                    ),
+                });
+            }
             let after = triple_quote_after(raw_line, Some(quote));
             if after != Some(quote) {
-                if let Some(statement) = statement_after_closing_quote(raw_line, quote) {
-                    // Python runs it; skipping it with the string would plan another model.
-                    return Err(ConfigFileError::Syntax {
-                        line,
-                        reason: format!(
-                            "`{}` follows the closing triple quote after a `;`: vramfit does not read that (put it on a line of its own)",
-                            excerpt(statement.trim())
-                        ),
-                    });
-                }
                 notices.push(format!("{}: skipped: inside a triple-quoted string, which Python does not run", line_span(start, line)));
                 // Closed, and perhaps a string of the other quote opened after it.
                 in_triple = after.map(|q| (q, line + 1));
@@ -1471,6 +1472,9 @@ weight_decay = 1e-1
                 assert_eq!(f.config.n_layer, 6, "{fine}");
             }
         }
+        // Closed, a statement, and the same quote opened again: Python still runs the statement.
+        let err = parse("x = \"\"\"\nabc\n\"\"\"; n_layer = 4; y = \"\"\"\ndef\n\"\"\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 3: `n_layer = 4; y = \"\"\"` follows the closing triple quote"), "{err}");
         // An escaped quote does not close the string.
         assert!(parse("x = '''\nabc \\'''; n_layer = 4\n'''\nn_layer = 6\n").is_ok());
     }

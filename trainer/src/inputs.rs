@@ -109,6 +109,16 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     state.init_from = nanogpt::pretrained_in(&extra).map(str::to_string);
     if let Some(url) = &run.link {
         let decoded = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;
+        if decoded.sets("init_from") {
+            // The link's start replaces the file's: the file's `init_from` is not used.
+            if let Some((_, file_value)) = extra.iter().find(|(k, _)| k == "init_from") {
+                let link_value = decoded.state.init_from.as_deref().unwrap_or("scratch");
+                if *file_value != Value::Str(link_value.into()) {
+                    notices.push(format!("--link: init_from = '{link_value}' replaces the file's init_from = {file_value}"));
+                }
+            }
+            extra.retain(|(k, _)| k != "init_from");
+        }
         state = decoded.state;
         link_sets = decoded.given;
     }

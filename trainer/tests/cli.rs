@@ -712,9 +712,17 @@ fn a_link_from_a_checkpoint_plans_as_the_file_naming_it() {
     assert_eq!(plan_json_fixes(&["--gpu", "custom-6", "--link", &query]), from_file);
     // A link without `init` over the file keeps the checkpoint.
     assert_eq!(plan_json_fixes(&["--gpu", "custom-6", file, "--link", "?B=1"]), from_file);
-    // `init=scratch` over it: the same shape, free to shrink.
+    // `init=scratch` over it: the same shape, free to shrink, and a note that the file's
+    // checkpoint is not used.
     let scratch = plan_json_fixes(&["--gpu", "custom-6", file, "--link", "?init=scratch"]);
     assert_eq!(scratch["config"]["n_layer"], 48);
+    let out = vramfit(&["plan", "--no-fixes", file, "--link", "?init=gpt2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stderr.contains("--link: init_from = 'gpt2' replaces the file's init_from = 'gpt2-xl'"), "{stderr}");
+    assert!(stdout.contains("n_layer 12,") && stdout.contains("init_from 'gpt2'") && !stdout.contains("init_from = 'gpt2-xl'"), "{stdout}");
+    // A link without `init` over the file's checkpoint says how to plan its own shape.
+    let err = assert_one_error_line(&["plan", file, "--link", "?L=4"]);
+    assert!(err.contains("add init=scratch to the link"), "{err}");
     assert!(scratch["fixes"].as_array().unwrap().iter().any(|f| f["config"]["n_layer"] != 48), "{}", scratch["fixes"]);
     let err = assert_one_error_line(&["plan", "--link", "?v=1&init=gpt2&L=4"]);
     assert!(err.contains("L=4 (n_layer): init_from = 'gpt2' loads GPT-2's n_layer (12)"), "{err}");

@@ -236,7 +236,9 @@ async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     assert!(!fixes.is_empty());
     let shown: Vec<String> = fixes.iter().map(|f| f.needed_bytes.to_string()).collect();
     assert_eq!(page.el("ol.fixes").get_attribute("data-needed").unwrap(), shown.join(","));
-    // A block longer than the checkpoint's: a notice, and the page keeps 512.
+    // The block's slider ends at the checkpoint's 1024 positions (2^10); a longer block typed
+    // into the box: a notice, and the page keeps 512.
+    assert_eq!(page.el("input[name=block_size-slider]").get_attribute("max").as_deref(), Some("10"));
     page.type_into("block_size", "2048").await;
     assert!(page.text(".input-error").contains("block_size is at most 1024"), "{}", page.text(".input-error"));
     assert_eq!(vramfit_core::link::decode(&query()).state.config.block_size, 512);
@@ -247,6 +249,14 @@ async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     assert_eq!((back.init_from, &back.config), (None, &state.config));
     assert!(!disabled("input[name=n_layer]"));
     assert!(!query().contains("init="), "{}", query());
+    assert_eq!(page.el("input[name=block_size-slider]").get_attribute("max").as_deref(), Some("14"));
+    // A model preset is a run from scratch: it leaves a checkpoint too.
+    page.choose("init_from", "gpt2").await;
+    assert!(query().ends_with("&init=gpt2"), "{}", query());
+    page.choose("preset", "shakespeare-char").await;
+    let preset = vramfit_core::link::decode(&query()).state;
+    assert_eq!((preset.init_from, preset.config.n_layer, preset.config.vocab_size), (None, 6, 65));
+    assert_eq!(page.el("select[name=init_from]").dyn_into::<HtmlSelectElement>().unwrap().value(), "scratch");
 }
 
 #[wasm_bindgen_test]
