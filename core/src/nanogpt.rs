@@ -222,6 +222,11 @@ pub fn pretrained_in(extra: &[(String, Value)]) -> Option<&'static str> {
     })
 }
 
+/// Which of GPT-2's checkpoints has this shape (layers, width, vocabulary), if one does.
+pub fn pretrained_of_shape(n_layer: u32, n_embd: u32, vocab_size: u32) -> Option<&'static str> {
+    PRETRAINED.iter().find(|p| (p.1, p.3, PRETRAINED_VOCAB) == (n_layer, n_embd, vocab_size)).map(|p| p.0)
+}
+
 /// The checkpoint `init_from = name` loads, by its name as [`pretrained_names`] lists it;
 /// `None` for `scratch`, `resume` and anything else.
 pub fn pretrained(name: &str) -> Option<&'static str> {
@@ -1647,6 +1652,10 @@ weight_decay = 1e-1
         for name in pretrained_names() {
             assert_eq!(pretrained(name), Some(name));
         }
+        assert_eq!(pretrained_of_shape(48, 1600, 50257), Some("gpt2-xl"));
+        assert_eq!(pretrained_of_shape(12, 768, 50257), Some("gpt2"));
+        assert_eq!(pretrained_of_shape(12, 768, 50304), None);
+        assert_eq!(pretrained_of_shape(6, 768, 50257), None, "distilgpt2 is not one of train.py's");
         for other in ["scratch", "resume", "GPT2", "gpt2-xxl", ""] {
             assert_eq!(pretrained(other), None, "{other}");
             assert!(!take_pretrained_shape(&mut cfg.clone(), other));

@@ -6,7 +6,8 @@
 //! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks.
 //! - [`data`] (with [`corpus`], the built-in text) — tokens, vocabularies and nanoGPT's random batches.
 //! - [`optim`] — AdamW with nanoGPT's parameter groups, gradient clipping, the learning-rate schedule.
-//! - [`train`] — train.py's loop; [`checkpoint`] — atomic safetensors checkpoints for `--resume` and `sample`.
+//! - [`train`] — train.py's loop; [`checkpoint`] — atomic safetensors checkpoints for `--resume` and `sample`;
+//!   [`pretrained`] — GPT-2's published weights, for fine-tuning (`train --weights`).
 //! - [`progress`] and [`lossplot`] — the progress bar, `log.jsonl` and `loss.svg`.
 
 pub mod attention;
@@ -19,5 +20,6 @@ pub mod mem;
 pub mod model;
 pub mod optim;
 pub mod preflight;
+pub mod pretrained;
 pub mod progress;
 pub mod train;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use vramfit::checkpoint::{self, Checkpoint};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
 use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
+use vramfit::pretrained;
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
@@ -72,6 +73,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         (Some(dir), true) if dir.is_dir() => Some(RunLock::take(dir, out_dir_name)?),
         _ => None,
     };
+    if args.resume && args.weights.is_some() {
+        return Err(input("--weights starts a new run from GPT-2's weights and --resume continues a checkpoint: use one"));
+    }
     let resume = if args.resume {
         if args.run.config.is_some() || args.run.link.is_some() {
             return Err(input("--resume takes the settings from the checkpoint: drop --config/--link and change settings with flags"));
@@ -98,6 +102,36 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         }
         None => resolve_fresh(args)?,
     };
+    // GPT-2's weights, read before anything else: the model takes their shape, as train.py's
+    // from_pretrained does, whatever the settings said.
+    let weights = match &args.weights {
+        None => None,
+        Some(path) => {
+            let weights = pretrained::Weights::open(path).map_err(input)?;
+            if let Some(name) = weights.gpt2_size() {
+                let given = cfg.clone();
+                vramfit_core::nanogpt::take_pretrained_shape(&mut cfg, name);
+                let changed: Vec<String> = [
+                    ("n_layer", given.n_layer, cfg.n_layer),
+                    ("n_head", given.n_head, cfg.n_head),
+                    ("n_embd", given.n_embd, cfg.n_embd),
+                    ("vocab_size", given.vocab_size, cfg.vocab_size),
+                    ("block_size", given.block_size, cfg.block_size),
+                    ("bias", given.bias as u32, cfg.bias as u32),
+                ]
+                .iter()
+                .filter(|(_, was, is)| was != is)
+                .map(|(name, was, is)| format!("{name} {was} -> {is}"))
+                .collect();
+                if !changed.is_empty() {
+                    crate::print_note(&format!("--weights: {name}'s shape: {}", changed.join(", ")));
+                }
+            }
+            weights.check_shape(&cfg).map_err(input)?;
+            Some(weights)
+        }
+    };
+    let explicit_vocab = explicit_vocab || weights.is_some();
     apply_training_flags(&mut settings, args);
     let checked_out_dir = out_dir.is_some();
     if let Some(dir) = out_dir {
@@ -173,6 +207,13 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if cfg.vocab_size < data_vocab && matches!(data.vocab, Vocabulary::Chars { .. }) {
         return Err(input(format!("the data has {data_vocab} distinct characters but vocab_size is {}", cfg.vocab_size)));
     }
+    if weights.is_some() && data.vocab != Vocabulary::Gpt2 {
+        return Err(input(format!(
+            "--weights: GPT-2's weights read GPT-2's tokens, not this data's {} (a text file with --tokenizer gpt2, or \
+             nanoGPT's train.bin / val.bin)",
+            describe_vocab(&data.vocab)
+        )));
+    }
     cfg.validate().map_err(|e| input(e.to_string()))?;
     data.check(cfg.vocab_size, cfg.block_size, cfg.eval_block()).map_err(input)?;
 
@@ -224,6 +265,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     let baseline = vramfit::mem::live();
 
     let (model, mut optimizer) = train::build(&cfg, &settings, &device, resume.as_ref()).map_err(input)?;
+    if let (Some(weights), Some(path)) = (&weights, &args.weights) {
+        let loaded = weights.load_into(&model).map_err(input)?;
+        say(format!("starting from GPT-2's weights: {loaded} tensors from {}", path.display()));
+    }
+    drop(weights);
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&interrupt);
     ctrlc::set_handler(move || {
@@ -378,10 +424,10 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
     let notices: Vec<String> = resolved.notices.iter().filter(|n| !n.contains("eval_only = True: train.py")).cloned().collect();
     crate::print_input_notes(&notices);
     let link_gives = |name: &str| resolved.link_sets.contains(&name);
-    if let (true, Some(name)) = (link_gives("init_from"), &resolved.init_from) {
+    if let (true, Some(name), None) = (link_gives("init_from"), &resolved.init_from, &args.weights) {
         crate::print_note(&format!(
-            "--link: init_from = '{name}' is not used: vramfit trains from scratch (GPT-2's shape, the same memory), or continues \
-             with --resume"
+            "--link: init_from = '{name}': vramfit downloads no weights; without --weights (GPT-2's model.safetensors) it trains \
+             GPT-2's shape from scratch"
         ));
     }
     let explicit_vocab = run.vocab_size.is_some() || link_gives("vocab_size");
@@ -398,7 +444,7 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         }
         cfg.validate().map_err(|e| input(e.to_string()))?;
     }
-    apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref())?;
+    apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref(), args.weights.is_some())?;
     Ok((cfg, settings, explicit_vocab))
 }
 
@@ -423,7 +469,7 @@ fn check_shape_flags(cfg: &Config, run: &RunArgs) -> Result<(), Failure> {
 }
 
 /// train.py settings a nanoGPT config file (`file`) set (`learning_rate = 1e-3`, ...).
-fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: Option<&Path>) -> Result<(), Failure> {
+fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: Option<&Path>, weights: bool) -> Result<(), Failure> {
     // Errors name the file, as core's do for the model settings ("config file x.py: ...").
     let file = file.map_or_else(|| "config file".to_string(), |f| format!("config file {}", f.display()));
     let number = |key: &str, v: &Value| -> Result<f64, Failure> {
@@ -469,8 +515,9 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
             // backend only concern logging and multi-GPU; they are dropped quietly.)
             "dataset" => crate::print_note(&format!("config file: dataset = {v} is not used: pass the data with --data")),
             "device" => crate::print_note(&format!("config file: device = {v} is not used: pick it with --device")),
-            "init_from" if *v != Value::Str("scratch".into()) => crate::print_note(&format!(
-                "config file: init_from = {v} is not used: vramfit trains from scratch, or continues with --resume"
+            "init_from" if *v != Value::Str("scratch".into()) && !weights => crate::print_note(&format!(
+                "config file: init_from = {v}: vramfit downloads no weights; without --weights (GPT-2's model.safetensors) it \
+                 trains from scratch, or continues with --resume"
             )),
             "eval_only" if *v == Value::Bool(true) => crate::print_note("config file: eval_only = True is not used: vramfit trains"),
             _ => {}

@@ -737,7 +737,7 @@ fn a_link_from_a_checkpoint_plans_as_the_file_naming_it() {
     let out =
         vramfit(&["train", "--link", "?v=1&init=gpt2&B=1&T=8&GA=1", "--out-dir", out_dir.to_str().unwrap(), "--max-memory-mib", "64"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("note: --link: init_from = 'gpt2' is not used: vramfit trains from scratch"), "{stderr}");
+    assert!(stderr.contains("note: --link: init_from = 'gpt2': vramfit downloads no weights; without --weights"), "{stderr}");
     assert!(stderr.contains("this run needs") && !out.status.success(), "{stderr}");
 }
 

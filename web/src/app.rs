@@ -1128,7 +1128,7 @@ pub fn App() -> impl IntoView {
                             {move || {
                                 state
                                     .with(|s| s.init_from.is_some())
-                                    .then_some(" vramfit train starts from random weights: it trains GPT-2's shape from scratch, with the same memory, and does not load the checkpoint.")
+                                    .then_some(" vramfit downloads no weights: add --weights with the checkpoint's model.safetensors from Hugging Face to fine-tune from them; without it, train starts GPT-2's shape from random weights (the same memory).")
                             }}
                         </p>
                         <pre class="command" id="train-command-link">{move || state.with(share::train_command_link)}</pre>

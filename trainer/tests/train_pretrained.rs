@@ -1,0 +1,186 @@
+//! `train --weights`: fine-tuning from GPT-2's weights as Hugging Face publishes them. The real
+//! files are 0.5 to 6 GB and vramfit downloads nothing, so the tests write a tiny model in the
+//! same layout (names without `transformer.`, Conv1D weights stored [in, out], mask buffers).
+
+mod train_support;
+
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use train_support::*;
+
+const LAYERS: usize = 2;
+const WIDTH: usize = 16;
+const VOCAB: usize = 50257;
+const POSITIONS: usize = 32;
+const BLOCK: usize = 16;
+
+/// A distinct value for every element of every tensor, so a misplaced or untransposed tensor shows.
+fn values(seed: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|i| (((seed * 7919 + i * 104_729) % 20_011) as f32 / 20_011.0 - 0.5) * 0.1).collect()
+}
+
+/// The tensors of a Hugging Face GPT-2 file of the tiny shape, by name, as stored there.
+fn hf_tensors(with_prefix: bool) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let prefix = if with_prefix { "transformer." } else { "" };
+    let mut out = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>| {
+        let n = shape.iter().product();
+        let seed = out.len() + 1;
+        out.push((format!("{prefix}{name}"), shape, values(seed, n)));
+    };
+    add("wte.weight".into(), vec![VOCAB, WIDTH]);
+    add("wpe.weight".into(), vec![POSITIONS, WIDTH]);
+    for i in 0..LAYERS {
+        let c = WIDTH;
+        for (name, shape) in [
+            ("ln_1.weight", vec![c]),
+            ("ln_1.bias", vec![c]),
+            ("attn.bias", vec![1, 1, POSITIONS, POSITIONS]),
+            ("attn.masked_bias", vec![1]),
+            ("attn.c_attn.weight", vec![c, 3 * c]),
+            ("attn.c_attn.bias", vec![3 * c]),
+            ("attn.c_proj.weight", vec![c, c]),
+            ("attn.c_proj.bias", vec![c]),
+            ("ln_2.weight", vec![c]),
+            ("ln_2.bias", vec![c]),
+            ("mlp.c_fc.weight", vec![c, 4 * c]),
+            ("mlp.c_fc.bias", vec![4 * c]),
+            ("mlp.c_proj.weight", vec![4 * c, c]),
+            ("mlp.c_proj.bias", vec![c]),
+        ] {
+            add(format!("h.{i}.{name}"), shape);
+        }
+    }
+    add("ln_f.weight".into(), vec![WIDTH]);
+    add("ln_f.bias".into(), vec![WIDTH]);
+    out
+}
+
+fn write_weights(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
+    write_weights_as(path, tensors, DType::F32);
+}
+
+fn write_weights_as(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)], dtype: DType) {
+    let tensor = |shape: &[usize], v: &[f32]| Tensor::from_vec(v.to_vec(), shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+    let map: HashMap<String, Tensor> = tensors.iter().map(|(n, shape, v)| (n.clone(), tensor(shape, v))).collect();
+    candle_core::safetensors::save(&map, path).unwrap();
+}
+
+/// The values a file of `dtype` holds for `v`.
+fn rounded(v: Vec<f32>, dtype: DType) -> Vec<f32> {
+    let n = v.len();
+    Tensor::from_vec(v, n, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap()
+}
+
+/// What nanoGPT's from_pretrained makes of them: [out, in] linears, positions cropped to the block.
+fn expected(tensors: &[(String, Vec<usize>, Vec<f32>)], name: &str) -> Vec<f32> {
+    let bare = name.strip_prefix("transformer.").unwrap();
+    let (_, shape, v) = tensors.iter().find(|(n, _, _)| n.trim_start_matches("transformer.") == bare).unwrap();
+    let conv1d = ["attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"].iter().any(|s| bare.ends_with(s));
+    if conv1d {
+        let (rows, cols) = (shape[0], shape[1]);
+        (0..cols).flat_map(|o| (0..rows).map(move |i| (i, o))).map(|(i, o)| v[i * cols + o]).collect()
+    } else if bare == "wpe.weight" {
+        v[..BLOCK * WIDTH].to_vec()
+    } else {
+        v.clone()
+    }
+}
+
+fn story(dir: &Path) -> PathBuf {
+    let path = dir.join("story.txt");
+    std::fs::write(&path, "Once upon a time there was a small model that wanted to learn. ".repeat(40)).unwrap();
+    path
+}
+
+const SHAPE: [&str; 12] =
+    ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--vocab-size", "50257", "--bias", "true"];
+
+fn train_args<'a>(out: &'a str, weights: &'a str, data: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["train", "--out-dir", out, "--weights", weights, "--data", data, "--tokenizer", "gpt2"];
+    args.extend_from_slice(&SHAPE);
+    args.extend_from_slice(&["--batch-size", "2", "--eval-iters", "2", "--threads", "1"]);
+    args
+}
+
+/// With a zero learning rate the run's checkpoint holds exactly what was loaded: every tensor in
+/// its place, the Conv1D weights transposed, the positions cropped, the mask buffers skipped.
+#[test]
+fn the_weights_are_loaded_as_from_pretrained_loads_them() {
+    // As published (F32, no prefix), saved from GPT2LMHeadModel (`transformer.`), and in half precision.
+    for (with_prefix, dtype) in [(false, DType::F32), (true, DType::F32), (false, DType::F16), (false, DType::BF16)] {
+        let dir = scratch(&format!("pretrained-{with_prefix}-{dtype:?}"));
+        let tensors = hf_tensors(with_prefix);
+        let file = dir.join("model.safetensors");
+        write_weights_as(&file, &tensors, dtype);
+        let data = story(&dir);
+        let out_dir = dir.join("out");
+        let mut args = train_args(out_dir.to_str().unwrap(), file.to_str().unwrap(), data.to_str().unwrap());
+        args.extend_from_slice(&["--learning-rate", "0", "--decay-lr", "false", "--max-iters", "2", "--eval-interval", "2"]);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains(&format!("starting from GPT-2's weights: {} tensors from", 2 + LAYERS * 12 + 2)), "{stdout}");
+        let (meta, stored) = checkpoint_tensors(&out_dir);
+        assert_eq!(meta.vocab, vramfit::data::Vocabulary::Gpt2);
+        for (name, got) in meta.param_names.iter().zip(&stored) {
+            assert_eq!(got, &rounded(expected(&tensors, name), dtype), "{name} (prefix {with_prefix}, {dtype:?})");
+        }
+    }
+}
+
+/// Bad weights or settings that cannot go with them: one error line, before training.
+#[test]
+fn weights_that_do_not_fit_the_run_are_one_error_line() {
+    let dir = scratch("pretrained-bad");
+    let tensors = hf_tensors(false);
+    let file = dir.join("model.safetensors");
+    write_weights(&file, &tensors);
+    let data = story(&dir);
+    let out_dir = dir.join("out");
+    let (o, f, d) = (out_dir.to_str().unwrap(), file.to_str().unwrap(), data.to_str().unwrap());
+    let error = |extra: &[&str], base: Vec<&str>| {
+        let mut args = base;
+        args.extend_from_slice(extra);
+        one_error_line(&run(&args))
+    };
+    // Another shape than the weights'.
+    let err = error(&["--n-layer", "3"], train_args(o, f, d));
+    assert!(err.contains("2 layers, the config's n_layer is 3"), "{err}");
+    let err = error(&["--n-embd", "32", "--n-head", "2"], train_args(o, f, d));
+    assert!(err.contains("wte.weight is [50257, 16]"), "{err}");
+    let err = error(&["--block-size", "64"], train_args(o, f, d));
+    assert!(err.contains("fewer than block_size 64 positions"), "{err}");
+    let err = error(&["--bias", "false"], train_args(o, f, d));
+    assert!(err.contains("bias True"), "{err}");
+    // Character-level data: not GPT-2's tokens.
+    let mut chars = vec!["train", "--out-dir", o, "--weights", f, "--data", d];
+    chars.extend_from_slice(&SHAPE);
+    let err = one_error_line(&run(&chars));
+    assert!(err.contains("GPT-2's weights read GPT-2's tokens"), "{err}");
+    // Not a weights file; a file missing a tensor; a directory.
+    let garbage = dir.join("garbage.safetensors");
+    std::fs::write(&garbage, b"not safetensors at all").unwrap();
+    let err = error(&[], train_args(o, garbage.to_str().unwrap(), d));
+    assert!(err.contains("not a safetensors file"), "{err}");
+    let partial = dir.join("partial.safetensors");
+    let missing: Vec<_> = tensors.iter().filter(|(n, _, _)| n != "h.1.mlp.c_fc.bias").cloned().collect();
+    write_weights(&partial, &missing);
+    let err = error(&[], train_args(o, partial.to_str().unwrap(), d));
+    assert!(err.contains("no tensor h.1.mlp.c_fc.bias"), "{err}");
+    // A Conv1D weight stored as nn.Linear would store it: refused (a square one cannot be told).
+    let linear = dir.join("linear.safetensors");
+    let mut transposed = tensors.clone();
+    let fc = transposed.iter_mut().find(|(n, _, _)| n == "h.0.mlp.c_fc.weight").unwrap();
+    fc.1 = vec![4 * WIDTH, WIDTH];
+    write_weights(&linear, &transposed);
+    let err = error(&[], train_args(o, linear.to_str().unwrap(), d));
+    assert!(err.contains("h.0.mlp.c_fc.weight is [64, 16], GPT-2's layout for n_embd 16 is [16, 64]"), "{err}");
+    let err = error(&[], train_args(o, dir.to_str().unwrap(), d));
+    assert!(err.contains("cannot read weights"), "{err}");
+    // --resume continues a checkpoint: it does not take weights.
+    let err = one_error_line(&run(&["train", "--resume", "--out-dir", o, "--weights", f]));
+    assert!(err.contains("--weights starts a new run"), "{err}");
+    assert!(!out_dir.join("ckpt.safetensors").exists(), "nothing was trained");
+}
