@@ -64,8 +64,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub resume: bool,
     /// Start from GPT-2's weights (fine-tuning, train.py's init_from = 'gpt2*'): Hugging Face's
-    /// model.safetensors of gpt2, gpt2-medium, gpt2-large or gpt2-xl; the config must have its
-    /// shape (e.g. --init_from=gpt2 or a link with init=gpt2) and the data GPT-2's tokens.
+    /// model.safetensors of gpt2, gpt2-medium, gpt2-large or gpt2-xl, whose shape the model takes
+    /// (another GPT-2-style file needs the config to have its shape); the data must be GPT-2's tokens.
     #[arg(long, value_name = "FILE")]
     pub weights: Option<PathBuf>,
     /// Where the checkpoint, log.jsonl and loss.svg go [default: out].

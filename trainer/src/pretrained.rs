@@ -3,14 +3,15 @@
 //! nanoGPT's `GPT.from_pretrained` loads them for `init_from = 'gpt2*'`:
 //!
 //! - the names are nanoGPT's without `transformer.` (a file saved from `GPT2LMHeadModel` has the
-//!   prefix, and its `lm_head.weight` is `wte` tied: both are read);
+//!   prefix: read too; its `lm_head.weight` is `wte`, tied, and not read);
 //! - the four projections are Conv1D weights, stored [in, out]: transposed into nn.Linear's [out, in];
 //! - the attention mask buffers (`attn.bias`, `attn.masked_bias`) are not parameters: skipped;
 //! - the 1024-position table is cropped to `block_size`, as `crop_block_size` does.
 //!
 //! vramfit downloads nothing: the file is the user's. It is memory-mapped, and each tensor is
 //! copied into its parameter on its own, so loading adds one tensor to the run's memory, not the
-//! whole file.
+//! whole file. (A map's cost: a file cut short by another program while it is read ends the
+//! process with SIGBUS, as it would any program mapping it.)
 
 use crate::model::Gpt;
 use candle_core::{DType, Device, Tensor};
@@ -31,13 +32,14 @@ impl Weights {
     /// Opens and maps `path`; every problem is one line.
     pub fn open(path: &Path) -> Result<Weights, String> {
         let shown = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| format!("cannot read weights {shown}: {e}"))?;
-        if !file.metadata().map_err(|e| format!("cannot read weights {shown}: {e}"))?.is_file() {
+        // Before opening: opening a FIFO would wait for a writer.
+        if !std::fs::metadata(path).map_err(|e| format!("cannot read weights {shown}: {e}"))?.is_file() {
             return Err(format!("cannot read weights {shown}: not a file"));
         }
-        // SAFETY: the map is read-only and lives as long as `Weights`; another program changing
-        // the file while it is mapped would change what is read (as it would for a read), and
-        // safetensors checks every offset against the map's length.
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot read weights {shown}: {e}"))?;
+        // SAFETY: the map is read-only and lives as long as `Weights`; safetensors checks every
+        // offset against its length. Another program changing the file meanwhile changes what is
+        // read, and cutting it short ends the process (see the module docs).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot read weights {shown}: {e}"))?;
         let weights = Weights { map, shown };
         weights.tensors()?;
@@ -59,8 +61,7 @@ impl Weights {
     pub fn gpt2_size(&self) -> Option<&'static str> {
         let st = self.tensors().ok()?;
         let wte = st.tensor(&self.name_in_file(&st, "wte.weight")?).ok()?.shape().to_vec();
-        let layers = st.names().iter().filter_map(|n| layer_of(n)).max()? + 1;
-        let (&[vocab, width], Ok(layers)) = (wte.as_slice(), u32::try_from(layers)) else { return None };
+        let (&[vocab, width], Ok(layers)) = (wte.as_slice(), u32::try_from(layer_count(&st))) else { return None };
         vramfit_core::nanogpt::pretrained_of_shape(layers, u32::try_from(width).ok()?, u32::try_from(vocab).ok()?)
     }
 
@@ -72,7 +73,9 @@ impl Weights {
         let dims = |param: &str| -> Result<Vec<usize>, String> {
             let name =
                 self.name_in_file(&st, param).ok_or_else(|| bad(format!("no tensor {param} (not GPT-2's weights, or another size?)")))?;
-            Ok(st.tensor(&name).map_err(|e| bad(e.to_string()))?.shape().to_vec())
+            let view = st.tensor(&name).map_err(|e| bad(e.to_string()))?;
+            float_dtype(view.dtype()).ok_or_else(|| bad(not_float(&name, view.dtype())))?;
+            Ok(view.shape().to_vec())
         };
         let (c, v, t) = (cfg.n_embd as usize, cfg.vocab_size as usize, cfg.block_size as usize);
         let wte = dims("wte.weight")?;
@@ -85,7 +88,7 @@ impl Weights {
         if wpe.len() != 2 || wpe[1] != c || wpe[0] < t {
             return Err(bad(format!("wpe.weight is {wpe:?}: fewer than block_size {t} positions, or another width")));
         }
-        let layers = st.names().iter().filter_map(|n| layer_of(n)).max().map_or(0, |l| l + 1);
+        let layers = layer_count(&st);
         if layers != cfg.n_layer as usize {
             return Err(bad(format!("{layers} layers, the config's n_layer is {}", cfg.n_layer)));
         }
@@ -125,12 +128,7 @@ impl Weights {
         for (param, var) in model.params() {
             let name = self.name_in_file(&st, param).ok_or_else(|| bad(format!("no tensor for the model's {param}")))?;
             let view = st.tensor(&name).map_err(|e| bad(e.to_string()))?;
-            let dtype = match view.dtype() {
-                StDtype::F32 => DType::F32,
-                StDtype::F16 => DType::F16,
-                StDtype::BF16 => DType::BF16,
-                other => return Err(bad(format!("{name} is {other:?}; GPT-2's weights are F32 (F16 and BF16 are read too)"))),
-            };
+            let dtype = float_dtype(view.dtype()).ok_or_else(|| bad(not_float(&name, view.dtype())))?;
             let mut t = Tensor::from_raw_buffer(view.data(), dtype, view.shape(), &Device::Cpu)
                 .and_then(|t| t.to_dtype(DType::F32))
                 .map_err(|e| bad(format!("{name}: {e}")))?;
@@ -153,6 +151,25 @@ impl Weights {
         }
         Ok(model.params().len())
     }
+}
+
+/// The candle dtype of a float tensor the loader reads.
+fn float_dtype(dtype: StDtype) -> Option<DType> {
+    match dtype {
+        StDtype::F32 => Some(DType::F32),
+        StDtype::F16 => Some(DType::F16),
+        StDtype::BF16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+fn not_float(name: &str, dtype: StDtype) -> String {
+    format!("{name} is {dtype:?}; GPT-2's weights are F32 (F16 and BF16 are read too)")
+}
+
+/// How many layers the file's names count (`h.0` to `h.{n-1}`), saturating for absurd names.
+fn layer_count(st: &SafeTensors<'_>) -> usize {
+    st.names().iter().filter_map(|n| layer_of(n)).max().map_or(0, |l| l.saturating_add(1))
 }
 
 /// The layer a tensor name belongs to (`h.3.ln_1.weight`, `transformer.h.3.…` -> 3).

@@ -53,7 +53,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if args.threads.is_none() {
         check_thread_env()?;
     }
-    let small_default = args.run.config.is_none() && args.run.link.is_none();
+    // The small default model (one thread); not a run from GPT-2's weights, which takes their shape.
+    let small_default = args.run.config.is_none() && args.run.link.is_none() && args.weights.is_none();
     let threads = args.threads.or((small_default && !env_set).then_some(1));
     if let Some(n) = threads {
         std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
@@ -91,14 +92,14 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         None
     };
 
-    let (mut cfg, mut settings, explicit_vocab) = match &resume {
+    let (mut cfg, mut settings, explicit_vocab, init_from) = match &resume {
         Some(ckpt) => {
             let mut cfg = ckpt.meta.config.clone();
             check_shape_flags(&cfg, &args.run)?;
             check_seed_flag(ckpt.meta.settings.seed, args.seed)?;
             inputs::apply_flags(&mut cfg, &args.run);
             cfg.validate().map_err(|e| input(e.to_string()))?;
-            (cfg, ckpt.meta.settings.clone(), true)
+            (cfg, ckpt.meta.settings.clone(), true, None)
         }
         None => resolve_fresh(args)?,
     };
@@ -108,16 +109,28 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         None => None,
         Some(path) => {
             let weights = pretrained::Weights::open(path).map_err(input)?;
-            if let Some(name) = weights.gpt2_size() {
+            let size = weights.gpt2_size();
+            if let (Some(named), Some(held)) = (&init_from, size) {
+                if named != held {
+                    return Err(input(format!(
+                        "--weights holds {held}'s weights but the settings name init_from = '{named}': pass that checkpoint's file, \
+                         or drop init_from"
+                    )));
+                }
+            }
+            if let Some(name) = size {
                 let given = cfg.clone();
                 vramfit_core::nanogpt::take_pretrained_shape(&mut cfg, name);
+                // A longer block is the settings' error, not the file's to crop (from_pretrained's
+                // crop_block_size asserts it only shrinks): check_shape says so below.
+                (cfg.block_size, cfg.eval_block_size) = (given.block_size, given.eval_block_size);
+                let py_bool = |b: bool| if b { "True" } else { "False" }.to_string();
                 let changed: Vec<String> = [
-                    ("n_layer", given.n_layer, cfg.n_layer),
-                    ("n_head", given.n_head, cfg.n_head),
-                    ("n_embd", given.n_embd, cfg.n_embd),
-                    ("vocab_size", given.vocab_size, cfg.vocab_size),
-                    ("block_size", given.block_size, cfg.block_size),
-                    ("bias", given.bias as u32, cfg.bias as u32),
+                    ("n_layer", given.n_layer.to_string(), cfg.n_layer.to_string()),
+                    ("n_head", given.n_head.to_string(), cfg.n_head.to_string()),
+                    ("n_embd", given.n_embd.to_string(), cfg.n_embd.to_string()),
+                    ("vocab_size", given.vocab_size.to_string(), cfg.vocab_size.to_string()),
+                    ("bias", py_bool(given.bias), py_bool(cfg.bias)),
                 ]
                 .iter()
                 .filter(|(_, was, is)| was != is)
@@ -406,13 +419,13 @@ fn free_device_bytes(_device: &Device) -> Option<u64> {
 /// so are gradient_accumulation_steps and eval_iters when the link leaves them out (they set how
 /// long each iteration and evaluation takes), and vocab_size is the data's unless the link has it.
 /// With `--config`, the file is train.py's settings and train.py's defaults fill the rest.
-fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Failure> {
+fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
     let run = &args.run;
     if run.config.is_none() && run.link.is_none() {
         let (mut cfg, settings) = train::small_default();
         inputs::apply_flags(&mut cfg, run);
         cfg.validate().map_err(|e| input(e.to_string()))?;
-        return Ok((cfg, settings, run.vocab_size.is_some()));
+        return Ok((cfg, settings, run.vocab_size.is_some(), None));
     }
     let no_cards = CardArgs { gpu: Vec::new(), other_usage_mib: None };
     let resolved = inputs::resolve(run, &no_cards).map_err(input)?;
@@ -445,8 +458,12 @@ fn resolve_fresh(args: &TrainArgs) -> Result<(Config, TrainSettings, bool), Fail
         cfg.validate().map_err(|e| input(e.to_string()))?;
     }
     apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref(), args.weights.is_some())?;
-    Ok((cfg, settings, explicit_vocab))
+    Ok((cfg, settings, explicit_vocab, resolved.init_from))
 }
+
+/// A fresh run's config, settings, whether vocab_size was explicit, and the GPT-2 checkpoint the
+/// config file or link names (`init_from`), if any.
+type Fresh = (Config, TrainSettings, bool, Option<String>);
 
 /// With `--resume`, flags may not change the model the checkpoint holds.
 fn check_shape_flags(cfg: &Config, run: &RunArgs) -> Result<(), Failure> {
@@ -519,6 +536,9 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
                 "config file: init_from = {v}: vramfit downloads no weights; without --weights (GPT-2's model.safetensors) it \
                  trains from scratch, or continues with --resume"
             )),
+            "init_from" if *v == Value::Str("resume".into()) => {
+                crate::print_note("config file: init_from = 'resume' is not used: --weights starts a new run from those weights")
+            }
             "eval_only" if *v == Value::Bool(true) => crate::print_note("config file: eval_only = True is not used: vramfit trains"),
             _ => {}
         }
@@ -810,7 +830,8 @@ mod tests {
     fn fresh(args: &[&str]) -> (Config, TrainSettings, bool) {
         let argv = ["vramfit", "train"].iter().chain(args).copied();
         let Command::Train(train_args) = Cli::try_parse_from(argv).expect("the flags parse").command else { panic!("not a train command") };
-        resolve_fresh(&train_args).unwrap_or_else(|f| panic!("{}", f.message))
+        let (cfg, settings, explicit_vocab, _) = resolve_fresh(&train_args).unwrap_or_else(|f| panic!("{}", f.message));
+        (cfg, settings, explicit_vocab)
     }
 
     /// The README's link sets the model and the batch; the vocabulary stays the data's and the

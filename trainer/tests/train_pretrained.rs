@@ -179,6 +179,29 @@ fn weights_that_do_not_fit_the_run_are_one_error_line() {
     assert!(err.contains("h.0.mlp.c_fc.weight is [64, 16], GPT-2's layout for n_embd 16 is [16, 64]"), "{err}");
     let err = error(&[], train_args(o, dir.to_str().unwrap(), d));
     assert!(err.contains("cannot read weights"), "{err}");
+    // A tensor that is not a float, a name counting absurdly many layers, a FIFO: refused up front.
+    let ints = dir.join("ints.safetensors");
+    let mut map: HashMap<String, Tensor> = HashMap::new();
+    for (n, shape, v) in &tensors {
+        let t = Tensor::from_vec(v.clone(), shape.as_slice(), &Device::Cpu).unwrap();
+        map.insert(n.clone(), if n == "ln_f.bias" { t.to_dtype(DType::I64).unwrap() } else { t });
+    }
+    candle_core::safetensors::save(&map, &ints).unwrap();
+    let err = error(&[], train_args(o, ints.to_str().unwrap(), d));
+    assert!(err.contains("ln_f.bias is I64"), "{err}");
+    let absurd = dir.join("absurd.safetensors");
+    let mut named = tensors.clone();
+    named.push((format!("h.{}.x", usize::MAX), vec![1], vec![0.0]));
+    write_weights(&absurd, &named);
+    let err = error(&[], train_args(o, absurd.to_str().unwrap(), d));
+    assert!(err.contains(&format!("{} layers, the config's n_layer is 2", usize::MAX)), "{err}");
+    #[cfg(unix)]
+    {
+        let fifo = dir.join("fifo.safetensors");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()), "mkfifo (coreutils) runs");
+        let err = error(&[], train_args(o, fifo.to_str().unwrap(), d));
+        assert!(err.contains("not a file"), "{err}");
+    }
     // --resume continues a checkpoint: it does not take weights.
     let err = one_error_line(&run(&["train", "--resume", "--out-dir", o, "--weights", f]));
     assert!(err.contains("--weights starts a new run"), "{err}");
