@@ -207,3 +207,77 @@ fn weights_that_do_not_fit_the_run_are_one_error_line() {
     assert!(err.contains("--weights starts a new run"), "{err}");
     assert!(!out_dir.join("ckpt.safetensors").exists(), "nothing was trained");
 }
+
+/// A file of GPT-2 124M's layout whose data is a hole: the header is all that is read before the
+/// run's shape is settled (and the pre-flight, given 64 MiB, stops it before any tensor is).
+fn sparse_gpt2_small(path: &Path) {
+    let (l, c, v, p) = (12usize, 768usize, 50257usize, 1024usize);
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![("wte.weight".into(), vec![v, c]), ("wpe.weight".into(), vec![p, c])];
+    for i in 0..l {
+        for (name, shape) in [
+            ("ln_1.weight", vec![c]),
+            ("ln_1.bias", vec![c]),
+            ("attn.c_attn.weight", vec![c, 3 * c]),
+            ("attn.c_attn.bias", vec![3 * c]),
+            ("attn.c_proj.weight", vec![c, c]),
+            ("attn.c_proj.bias", vec![c]),
+            ("ln_2.weight", vec![c]),
+            ("ln_2.bias", vec![c]),
+            ("mlp.c_fc.weight", vec![c, 4 * c]),
+            ("mlp.c_fc.bias", vec![4 * c]),
+            ("mlp.c_proj.weight", vec![4 * c, c]),
+            ("mlp.c_proj.bias", vec![c]),
+        ] {
+            shapes.push((format!("h.{i}.{name}"), shape));
+        }
+    }
+    shapes.push(("ln_f.weight".into(), vec![c]));
+    shapes.push(("ln_f.bias".into(), vec![c]));
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, shape) in &shapes {
+        let bytes = 4 * shape.iter().product::<usize>();
+        header.insert(name.clone(), serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + bytes]}));
+        offset += bytes;
+    }
+    let mut text = serde_json::Value::Object(header).to_string();
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut head = (text.len() as u64).to_le_bytes().to_vec();
+    head.extend_from_slice(text.as_bytes());
+    std::fs::write(path, &head).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_len((head.len() + offset) as u64).unwrap();
+}
+
+/// GPT-2's own sizes give the model their shape, with a note, as from_pretrained does; a block
+/// past the 1024 positions or an init_from naming another size is an error.
+#[test]
+fn gpt2_sized_weights_give_the_run_their_shape() {
+    let dir = scratch("pretrained-gpt2-small");
+    let file = dir.join("model.safetensors");
+    sparse_gpt2_small(&file);
+    // Enough tokens for the default block of 64 in the val split.
+    let data = dir.join("long-story.txt");
+    std::fs::write(&data, "Once upon a time there was a small model that wanted to learn. ".repeat(400)).unwrap();
+    let out_dir = dir.join("out");
+    let (o, f, d) = (out_dir.to_str().unwrap(), file.to_str().unwrap(), data.to_str().unwrap());
+    let base = ["train", "--out-dir", o, "--weights", f, "--data", d, "--tokenizer", "gpt2", "--max-memory-mib", "64"];
+    let out = run(&base);
+    let err = one_error_line(&out);
+    assert!(err.contains("this run needs") && err.contains("64.0 MiB is available"), "the pre-flight stops it: {err}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("note: --weights: gpt2's shape: n_layer 2 -> 12, n_head 4 -> 12, n_embd 64 -> 768"), "{stderr}");
+    assert!(stderr.contains("bias False -> True"), "{stderr}");
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        one_error_line(&run(&args))
+    };
+    let err = with(&["--block-size", "2048"]);
+    assert!(err.contains("fewer than block_size 2048 positions"), "{err}");
+    let err = with(&["--link", "?v=1&init=gpt2-xl&B=1"]);
+    assert!(err.contains("--weights holds gpt2's weights but the settings name init_from = 'gpt2-xl'"), "{err}");
+    assert!(!out_dir.exists(), "nothing was written");
+}
