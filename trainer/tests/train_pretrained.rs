@@ -241,7 +241,7 @@ fn sparse_gpt2_small(path: &Path) {
         offset += bytes;
     }
     let mut text = serde_json::Value::Object(header).to_string();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut head = (text.len() as u64).to_le_bytes().to_vec();
