@@ -20,23 +20,15 @@ fn values(seed: usize, n: usize) -> Vec<f32> {
     (0..n).map(|i| (((seed * 7919 + i * 104_729) % 20_011) as f32 / 20_011.0 - 0.5) * 0.1).collect()
 }
 
-/// The tensors of a Hugging Face GPT-2 file of the tiny shape, by name, as stored there.
-fn hf_tensors(with_prefix: bool) -> Vec<(String, Vec<usize>, Vec<f32>)> {
-    let prefix = if with_prefix { "transformer." } else { "" };
-    let mut out = Vec::new();
-    let mut add = |name: String, shape: Vec<usize>| {
-        let n = shape.iter().product();
-        let seed = out.len() + 1;
-        out.push((format!("{prefix}{name}"), shape, values(seed, n)));
-    };
-    add("wte.weight".into(), vec![VOCAB, WIDTH]);
-    add("wpe.weight".into(), vec![POSITIONS, WIDTH]);
-    for i in 0..LAYERS {
-        let c = WIDTH;
+/// The tensors of a Hugging Face GPT-2 file (layers, width, vocabulary, positions), by name and
+/// shape as stored there, mask buffers included.
+fn hf_layout(l: usize, c: usize, v: usize, p: usize) -> Vec<(String, Vec<usize>)> {
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![("wte.weight".into(), vec![v, c]), ("wpe.weight".into(), vec![p, c])];
+    for i in 0..l {
         for (name, shape) in [
             ("ln_1.weight", vec![c]),
             ("ln_1.bias", vec![c]),
-            ("attn.bias", vec![1, 1, POSITIONS, POSITIONS]),
+            ("attn.bias", vec![1, 1, p, p]),
             ("attn.masked_bias", vec![1]),
             ("attn.c_attn.weight", vec![c, 3 * c]),
             ("attn.c_attn.bias", vec![3 * c]),
@@ -49,12 +41,25 @@ fn hf_tensors(with_prefix: bool) -> Vec<(String, Vec<usize>, Vec<f32>)> {
             ("mlp.c_proj.weight", vec![4 * c, c]),
             ("mlp.c_proj.bias", vec![c]),
         ] {
-            add(format!("h.{i}.{name}"), shape);
+            shapes.push((format!("h.{i}.{name}"), shape));
         }
     }
-    add("ln_f.weight".into(), vec![WIDTH]);
-    add("ln_f.bias".into(), vec![WIDTH]);
-    out
+    shapes.push(("ln_f.weight".into(), vec![c]));
+    shapes.push(("ln_f.bias".into(), vec![c]));
+    shapes
+}
+
+/// The tiny model's file, with a distinct value in every element.
+fn hf_tensors(with_prefix: bool) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let prefix = if with_prefix { "transformer." } else { "" };
+    hf_layout(LAYERS, WIDTH, VOCAB, POSITIONS)
+        .into_iter()
+        .enumerate()
+        .map(|(seed, (name, shape))| {
+            let n = shape.iter().product();
+            (format!("{prefix}{name}"), shape, values(seed + 1, n))
+        })
+        .collect()
 }
 
 fn write_weights(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
@@ -211,28 +216,11 @@ fn weights_that_do_not_fit_the_run_are_one_error_line() {
 /// A file of GPT-2 124M's layout whose data is a hole: the header is all that is read before the
 /// run's shape is settled (and the pre-flight, given 64 MiB, stops it before any tensor is).
 fn sparse_gpt2_small(path: &Path) {
-    let (l, c, v, p) = (12usize, 768usize, 50257usize, 1024usize);
-    let mut shapes: Vec<(String, Vec<usize>)> = vec![("wte.weight".into(), vec![v, c]), ("wpe.weight".into(), vec![p, c])];
-    for i in 0..l {
-        for (name, shape) in [
-            ("ln_1.weight", vec![c]),
-            ("ln_1.bias", vec![c]),
-            ("attn.c_attn.weight", vec![c, 3 * c]),
-            ("attn.c_attn.bias", vec![3 * c]),
-            ("attn.c_proj.weight", vec![c, c]),
-            ("attn.c_proj.bias", vec![c]),
-            ("ln_2.weight", vec![c]),
-            ("ln_2.bias", vec![c]),
-            ("mlp.c_fc.weight", vec![c, 4 * c]),
-            ("mlp.c_fc.bias", vec![4 * c]),
-            ("mlp.c_proj.weight", vec![4 * c, c]),
-            ("mlp.c_proj.bias", vec![c]),
-        ] {
-            shapes.push((format!("h.{i}.{name}"), shape));
-        }
-    }
-    shapes.push(("ln_f.weight".into(), vec![c]));
-    shapes.push(("ln_f.bias".into(), vec![c]));
+    // Without the mask buffers (a [1, 1, 1024, 1024] hole each would not matter, but are not needed).
+    let shapes: Vec<(String, Vec<usize>)> = hf_layout(12, 768, 50257, 1024)
+        .into_iter()
+        .filter(|(n, _)| !n.ends_with(".attn.bias") && !n.ends_with(".attn.masked_bias"))
+        .collect();
     let mut header = serde_json::Map::new();
     let mut offset = 0usize;
     for (name, shape) in &shapes {
