@@ -203,6 +203,24 @@ pub fn take_pretrained_shape(cfg: &mut Config, init_from: &str) -> bool {
     true
 }
 
+/// The model-shape settings that differ between `given` and `shaped` (the same config after
+/// [`take_pretrained_shape`]): (name, given value, checkpoint's value), booleans as Python
+/// spells them. For the notes that say which settings a checkpoint overrode.
+pub fn shape_changes(given: &Config, shaped: &Config) -> Vec<(&'static str, String, String)> {
+    let py = |b: bool| py_bool(b).to_string();
+    [
+        ("n_layer", given.n_layer.to_string(), shaped.n_layer.to_string()),
+        ("n_head", given.n_head.to_string(), shaped.n_head.to_string()),
+        ("n_embd", given.n_embd.to_string(), shaped.n_embd.to_string()),
+        ("vocab_size", given.vocab_size.to_string(), shaped.vocab_size.to_string()),
+        ("bias", py(given.bias), py(shaped.bias)),
+        ("block_size", given.block_size.to_string(), shaped.block_size.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, was, is)| was != is)
+    .collect()
+}
+
 /// GPT-2's vocabulary as its checkpoints have it (not padded to 50304).
 pub const PRETRAINED_VOCAB: u32 = 50257;
 /// The positions GPT-2's checkpoints have: train.py crops them to a smaller block, never grows them.
@@ -1652,6 +1670,12 @@ weight_decay = 1e-1
         for name in pretrained_names() {
             assert_eq!(pretrained(name), Some(name));
         }
+        let mut shaped = Config { n_layer: 4, block_size: 2048, bias: false, ..Config::default() };
+        let given = shaped.clone();
+        take_pretrained_shape(&mut shaped, "gpt2");
+        let changes: Vec<String> = shape_changes(&given, &shaped).into_iter().map(|(n, was, is)| format!("{n} {was} -> {is}")).collect();
+        assert_eq!(changes, ["n_layer 4 -> 12", "vocab_size 50304 -> 50257", "bias False -> True", "block_size 2048 -> 1024"]);
+        assert!(shape_changes(&shaped, &shaped).is_empty());
         assert_eq!(pretrained_of_shape(48, 1600, 50257), Some("gpt2-xl"));
         assert_eq!(pretrained_of_shape(12, 768, 50257), Some("gpt2"));
         assert_eq!(pretrained_of_shape(12, 768, 50304), None);

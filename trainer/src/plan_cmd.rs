@@ -80,19 +80,8 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> bool {
     if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, &init_from) {
         return false;
     }
-    let c = &inputs.config;
-    let unused: Vec<String> = [
-        ("n_layer", given.n_layer.to_string(), c.n_layer.to_string()),
-        ("n_head", given.n_head.to_string(), c.n_head.to_string()),
-        ("n_embd", given.n_embd.to_string(), c.n_embd.to_string()),
-        ("vocab_size", given.vocab_size.to_string(), c.vocab_size.to_string()),
-        ("bias", given.bias.to_string(), c.bias.to_string()),
-        ("block_size", given.block_size.to_string(), c.block_size.to_string()),
-    ]
-    .into_iter()
-    .filter(|(_, was, is)| was != is)
-    .map(|(name, was, _)| format!("{name} {was}"))
-    .collect();
+    let unused: Vec<String> =
+        vramfit_core::nanogpt::shape_changes(&given, &inputs.config).into_iter().map(|(name, was, _)| format!("{name} {was}")).collect();
     if !unused.is_empty() {
         inputs
             .notices

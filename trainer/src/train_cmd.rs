@@ -124,18 +124,10 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
                 // A longer block is the settings' error, not the file's to crop (from_pretrained's
                 // crop_block_size asserts it only shrinks): check_shape says so below.
                 (cfg.block_size, cfg.eval_block_size) = (given.block_size, given.eval_block_size);
-                let py_bool = |b: bool| if b { "True" } else { "False" }.to_string();
-                let changed: Vec<String> = [
-                    ("n_layer", given.n_layer.to_string(), cfg.n_layer.to_string()),
-                    ("n_head", given.n_head.to_string(), cfg.n_head.to_string()),
-                    ("n_embd", given.n_embd.to_string(), cfg.n_embd.to_string()),
-                    ("vocab_size", given.vocab_size.to_string(), cfg.vocab_size.to_string()),
-                    ("bias", py_bool(given.bias), py_bool(cfg.bias)),
-                ]
-                .iter()
-                .filter(|(_, was, is)| was != is)
-                .map(|(name, was, is)| format!("{name} {was} -> {is}"))
-                .collect();
+                let changed: Vec<String> = vramfit_core::nanogpt::shape_changes(&given, &cfg)
+                    .into_iter()
+                    .map(|(name, was, is)| format!("{name} {was} -> {is}"))
+                    .collect();
                 if !changed.is_empty() {
                     crate::print_note(&format!("--weights: {name}'s shape: {}", changed.join(", ")));
                 }
