@@ -88,16 +88,8 @@ impl LinkState {
         let name = self.init_from.as_deref()?;
         let mut shaped = self.config.clone();
         crate::nanogpt::take_pretrained_shape(&mut shaped, name);
-        let c = &self.config;
-        let differs = [
-            ("n_layer", c.n_layer, shaped.n_layer),
-            ("n_head", c.n_head, shaped.n_head),
-            ("n_embd", c.n_embd, shaped.n_embd),
-            ("vocab_size", c.vocab_size, shaped.vocab_size),
-            ("block_size", c.block_size, shaped.block_size),
-            ("bias", c.bias as u32, shaped.bias as u32),
-        ];
-        differs.iter().find(|(_, is, must)| is != must).map(|(field, _, must)| match *field {
+        let changes = crate::nanogpt::shape_changes(&self.config, &shaped);
+        changes.first().map(|(field, _, must)| match *field {
             "block_size" => format!("init_from = '{name}': GPT-2's checkpoint has {must} positions, so block_size is at most {must}"),
             "bias" => format!("init_from = '{name}': GPT-2's checkpoint has biases (bias True)"),
             _ => format!("init_from = '{name}': {field} is the checkpoint's ({must}); start from scratch to change it"),

@@ -144,7 +144,9 @@ fn number_control(
     let slider_bounds = move || match slider {
         Slider::Linear { min, max, step } => (min, max, step),
         // A checkpoint's 1024 positions end the block's track (2^10) where longer blocks are refused.
-        Slider::Pow2 { min, max } if shape_capped => (min, max.min(state.with(|s| if s.init_from.is_some() { 10 } else { max })), 1),
+        Slider::Pow2 { min, max } if shape_capped && state.with(|s| s.init_from.is_some()) => {
+            (min, max.min(nanogpt::PRETRAINED_BLOCK.ilog2()), 1)
+        }
         Slider::Pow2 { min, max } => (min, max, 1),
         Slider::Width => {
             let h = state.with(|s| s.config.n_head).max(1);
