@@ -159,6 +159,26 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// nanoGPT's `config/train_shakespeare_char.py` (the character-level Shakespeare model most
+    /// people train first): 6 layers of 384 with 6 heads, context 256, micro-batch 64 without
+    /// accumulation, dropout 0.2, vocab_size 65 from its data's meta.pkl; train.py's defaults
+    /// otherwise.
+    pub fn shakespeare_char() -> Config {
+        Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 384,
+            block_size: 256,
+            vocab_size: 65,
+            dropout: 0.2,
+            batch_size: 64,
+            gradient_accumulation_steps: 1,
+            ..Config::default()
+        }
+    }
+}
+
 /// Why a config cannot be simulated. Each message is one line a user can act on.
 #[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum ConfigError {

@@ -153,7 +153,7 @@ mod tests {
     #[test]
     fn shakespeare_char_and_oom_report_configs() {
         // config/train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, block 256, vocab 65.
-        let sc = Config { n_layer: 6, n_head: 6, n_embd: 384, block_size: 256, vocab_size: 65, ..Config::default() };
+        let sc = Config::shakespeare_char();
         assert_eq!(count(&sc).printed_millions(), "10.65M");
         let oom = Config { n_layer: 6, n_head: 6, n_embd: 384, block_size: 512, ..Config::default() };
         assert_eq!(count(&oom).printed_millions(), "29.94M");

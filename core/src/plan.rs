@@ -1019,21 +1019,6 @@ mod tests {
     use super::*;
     use crate::device::default_gpu;
 
-    /// nanoGPT's shakespeare-char (config/train_shakespeare_char.py), accumulation 1.
-    fn shakespeare_char() -> Config {
-        Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 256,
-            vocab_size: 65,
-            dropout: 0.2,
-            batch_size: 64,
-            gradient_accumulation_steps: 1,
-            ..Config::default()
-        }
-    }
-
     fn req(config: Config) -> PlanRequest {
         PlanRequest { config, gpus: vec![], other_usage_bytes: 0, with_fixes: true }
     }
@@ -1208,7 +1193,7 @@ mod tests {
         let configs = [
             Config { batch_size: 4, gradient_accumulation_steps: 1, ..Config::default() },
             // Without dropout, at the default accumulation, as this test has always run it.
-            Config { dropout: 0.0, gradient_accumulation_steps: 40, compile: false, ..shakespeare_char() },
+            Config { dropout: 0.0, gradient_accumulation_steps: 40, compile: false, ..Config::shakespeare_char() },
             Config {
                 dtype: Dtype::Float32,
                 attention: crate::config::Attention::Manual,
@@ -1252,7 +1237,7 @@ mod tests {
     #[test]
     fn a_fitting_start_is_kept_when_the_search_falls_back_to_bisection() {
         let gpu = Gpu::find("rtx-3060").unwrap();
-        let cfg = Config { attention: crate::config::Attention::Manual, compile: false, ..shakespeare_char() };
+        let cfg = Config { attention: crate::config::Attention::Manual, compile: false, ..Config::shakespeare_char() };
         let with = |b: u32| Config { batch_size: b, ..cfg.clone() };
         let fits_full = |b: u32| need_exact(&with(b), &gpu).is_some_and(|n| n <= gpu.usable_bytes);
         assert!(fits_full(270) && !fits_full(269) && !fits_full(271), "the case this test is about");
@@ -1313,7 +1298,7 @@ mod tests {
     /// micro-batch that fits is offered too, with the sequences it changes.
     #[test]
     fn a_split_into_tiny_micro_batches_ranks_low_and_a_near_one_is_offered() {
-        let cfg = Config { batch_size: 491, ..shakespeare_char() };
+        let cfg = Config { batch_size: 491, ..Config::shakespeare_char() };
         let gpu = default_gpu();
         let fixes = fixes(&cfg, &gpu, 0);
         let at = |pred: &dyn Fn(&Fix) -> bool| fixes.iter().position(pred);

@@ -47,22 +47,8 @@ pub struct ModelPreset {
 pub fn model_presets() -> Vec<ModelPreset> {
     let gpt2 = |n_layer, n_head, n_embd| Config { n_layer, n_head, n_embd, ..Config::default() };
     vec![
-        // nanoGPT config/train_shakespeare_char.py (vocab 65 from its meta.pkl).
-        ModelPreset {
-            id: "shakespeare-char",
-            label: "shakespeare-char (10.65M)",
-            config: Config {
-                n_layer: 6,
-                n_head: 6,
-                n_embd: 384,
-                block_size: 256,
-                vocab_size: 65,
-                dropout: 0.2,
-                batch_size: 64,
-                gradient_accumulation_steps: 1,
-                ..Config::default()
-            },
-        },
+        // nanoGPT's config/train_shakespeare_char.py.
+        ModelPreset { id: "shakespeare-char", label: "shakespeare-char (10.65M)", config: Config::shakespeare_char() },
         ModelPreset { id: "gpt2", label: "GPT-2 124M", config: gpt2(12, 12, 768) },
         ModelPreset { id: "gpt2-medium", label: "GPT-2 350M", config: gpt2(24, 16, 1024) },
         ModelPreset { id: "gpt2-large", label: "GPT-2 774M", config: gpt2(36, 20, 1280) },

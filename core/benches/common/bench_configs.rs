@@ -8,22 +8,7 @@ pub fn bench_configs() -> [(&'static str, &'static str, Config); 4] {
     [
         ("eager", "GPT-2 124M, B12, GA40, eager", Config { compile: false, ..Config::default() }),
         ("compile", "GPT-2 124M, B12, GA40, compile (nanoGPT's defaults)", Config::default()),
-        (
-            "shakespeare",
-            "shakespeare-char, eager",
-            Config {
-                n_layer: 6,
-                n_head: 6,
-                n_embd: 384,
-                block_size: 256,
-                vocab_size: 65,
-                batch_size: 64,
-                gradient_accumulation_steps: 1,
-                dropout: 0.2,
-                compile: false,
-                ..Config::default()
-            },
-        ),
+        ("shakespeare", "shakespeare-char, eager", Config { compile: false, ..Config::shakespeare_char() }),
         (
             "xl",
             "GPT-2 1.5B (48 layers), eager",
