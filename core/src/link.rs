@@ -436,7 +436,13 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
             if value.trim().is_empty() {
                 return Err("empty value".into());
             }
-            state.gpu = Gpu::find(value).ok_or("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)")?.id;
+            state.gpu = match Gpu::find(value) {
+                Some(gpu) => gpu.id,
+                None if value.trim().to_ascii_lowercase().starts_with("custom-") => {
+                    return Err("a custom size is 0.25 to 4096 GiB (custom-<GiB>)".into())
+                }
+                None => return Err("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)".into()),
+            };
         }
         Field::OtherUsage => {
             let mib = parse_u64(value)?;
@@ -933,6 +939,16 @@ pub(crate) mod tests {
         assert!(notices.iter().any(|n| n.contains("gpu=\\u{202e}abc")), "{notices:?}");
     }
 
+    /// A custom card out of range says the range, not "unknown GPU".
+    #[test]
+    fn a_custom_card_out_of_range_names_the_range() {
+        for size in ["custom-0", "custom-0.1", "custom-1e9"] {
+            let notices = decode(&format!("?v=1&gpu={size}")).notices;
+            assert_eq!(notices, [format!("ignored gpu={size}: a custom size is 0.25 to 4096 GiB (custom-<GiB>)")]);
+        }
+        assert!(decode("?v=1&gpu=nvidia").notices[0].ends_with("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)"));
+    }
+
     #[test]
     fn decode_over_keeps_unmentioned_fields_of_the_base() {
         let base = state(Config { n_layer: 6, n_head: 6, n_embd: 384, ..Config::default() });
@@ -1022,13 +1038,13 @@ pub(crate) mod tests {
         let base = state(Config { block_size: 2048, eval_block_size: Some(2048), ..Config::default() });
         let d = decode_over(&base, "init=gpt2");
         assert!(d.notices.is_empty(), "{:?}", d.notices);
-        assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (1024, Some(1024)));
+        assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (1024, None));
         assert!(d.state.config.validate().is_ok());
         // An eval context the crop makes too long names the crop; one longer than the link's
         // own block does not blame the checkpoint.
         let d = decode_over(&base, "init=gpt2&ET=1536");
         assert_eq!(d.notices, ["ignored ET=1536 (eval_block_size): longer than block_size 1024 (GPT-2's checkpoint crops it to 1024)"]);
-        assert_eq!(d.state.config.eval_block_size, Some(1024));
+        assert_eq!(d.state.config.eval_block_size, None);
         let d = decode("init=gpt2&T=512&ET=1024");
         assert_eq!(d.notices, ["ignored ET=1024 (eval_block_size): longer than block_size 512"]);
         assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (512, None));

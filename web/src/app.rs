@@ -217,7 +217,7 @@ fn number_control(
                 on:focus=remember_start
                 on:input=on_type
             />
-            <small id=help_id>{help} {move || locked().then_some("Set by init_from (GPT-2's weights).")}</small>
+            <small id=help_id>{help}{move || locked().then_some(" Set by init_from (GPT-2's weights).")}</small>
         </div>
     }
 }
@@ -568,6 +568,9 @@ pub fn App() -> impl IntoView {
     let link_notices = RwSignal::new(initial.notices);
     let input_error = RwSignal::new(None::<String>);
     let signals = Signals { state, input_error };
+    // What choosing a checkpoint cut short (the block), with the config it gave: shown while the
+    // config is still that one.
+    let crop_notice = RwSignal::new(None::<(String, Config)>);
     let computed = Memo::new(move |_| state.with(model::compute));
     let notes_open = RwSignal::new(false);
     // Every chart's figures rest on the same terms as the need: marked where one is an estimate.
@@ -576,6 +579,14 @@ pub fn App() -> impl IntoView {
 
     // The live link.
     Effect::new(move |_| replace_query(&state.with(share::query_of)));
+    // Settings typed after `#` into the open page's address (no reload happens): read as on
+    // load, so they get the same notice instead of being ignored unseen.
+    let hash_listener = window_event_listener_untyped("hashchange", move |_| {
+        let read = share::read_link(&location_href());
+        state.set(read.state);
+        link_notices.set(read.notices);
+    });
+    on_cleanup(move || hash_listener.remove());
     // A number box's complaint is about the value it held: any change of state (a checkbox, a
     // preset, a fix) leaves it behind.
     Effect::new(move |_| {
@@ -746,7 +757,9 @@ pub fn App() -> impl IntoView {
                                 aria-describedby="help-init_from"
                                 on:change=move |ev| {
                                     let v = event_target_value(&ev);
-                                    state.update(|s| model::start_from(s, &v));
+                                    let mut cropped = None;
+                                    state.update(|s| cropped = model::start_from(s, &v));
+                                    crop_notice.set(cropped.map(|n| (n, state.with(|s| s.config.clone()))));
                                 }
                             >
                                 <option value="scratch" prop:selected=move || state.with(|s| s.init_from.is_none())>
@@ -766,6 +779,11 @@ pub fn App() -> impl IntoView {
                             <small id="help-init_from">
                                 "GPT-2's weights set n_layer, n_head, n_embd, vocab_size 50257 and bias; block_size at most 1024. The memory is that of the same model from scratch; fixes keep the shape."
                             </small>
+                            {move || {
+                                crop_notice
+                                    .with(|n| n.as_ref().filter(|(_, c)| state.with(|s| &s.config == c)).map(|(m, _)| m.clone()))
+                                    .map(|m| view! { <p class="crop-notice" role="status">{m}</p> })
+                            }}
                         </div>
                         {number_control(
             signals,

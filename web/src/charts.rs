@@ -273,7 +273,12 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
             // Below the curves' legend (top left), so the two never overlap.
             root.draw(&Text::new(
-                format!("largest that fits: {lf}"),
+                // The verdict says the card cannot run the dtype; the marker must not read as a go.
+                if series.dtype_unsupported {
+                    format!("largest that fits memory: {lf} (no bf16 here)")
+                } else {
+                    format!("largest that fits: {lf}")
+                },
                 (px + dx, top + 40),
                 font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)),
             ))
@@ -456,6 +461,11 @@ mod tests {
         let lf = c.series.largest_fit.unwrap();
         assert!(svg.contains(&format!("largest that fits: {lf}")));
         assert!(svg.contains("now: 12"));
+        // On a card without bf16 the marker says it is memory only, as the verdict refuses the run.
+        let t4 = compute(&LinkState { gpu: "t4".into(), ..LinkState::default() }).unwrap();
+        assert!(t4.series.dtype_unsupported);
+        let t4_svg = batch_svg(&t4.series, t4.available()).unwrap();
+        assert!(t4_svg.contains(&format!("largest that fits memory: {} (no bf16 here)", t4.series.largest_fit.unwrap())), "{t4_svg}");
         // Curves have many points; the legend's swatches are two-point lines.
         let curves = |c| polylines_in(&svg, c).into_iter().filter(|l| l.len() > 2).collect::<Vec<_>>();
         let (train, eval) = (curves(TRAIN), curves(EVAL));

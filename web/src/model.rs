@@ -86,11 +86,20 @@ pub fn preset_of(cfg: &Config) -> Option<&'static str> {
 /// Starts the run from scratch or from the GPT-2 checkpoint `init_from` names (the select's
 /// value): a checkpoint gives the model its shape, its block cropped to 1024 positions as
 /// train.py crops it; back to scratch keeps the shape, free to change again.
-pub fn start_from(state: &mut LinkState, init_from: &str) {
+pub fn start_from(state: &mut LinkState, init_from: &str) -> Option<String> {
     state.init_from = vramfit_core::nanogpt::pretrained(init_from).map(str::to_string);
-    if let Some(name) = &state.init_from {
-        vramfit_core::nanogpt::take_pretrained_shape(&mut state.config, name);
+    let name = state.init_from.clone()?;
+    let before = state.config.clone();
+    let c = &mut state.config;
+    vramfit_core::nanogpt::take_pretrained_shape(c, &name);
+    // The page stores an eval context equal to the block as "the same" (see `follow_edit`).
+    if c.eval_block_size == Some(c.block_size) {
+        c.eval_block_size = None;
     }
+    (before.block_size > c.block_size).then(|| {
+        let eval = if before.eval_block_size.is_some_and(|t| t > c.block_size) { "; the eval context follows it" } else { "" };
+        format!("init_from = '{name}': block_size {} is now {}, the checkpoint's positions{eval}", before.block_size, c.block_size)
+    })
 }
 
 /// The card a state names; the link codec only produces ids `Gpu::find` knows.
@@ -178,6 +187,8 @@ pub struct BatchSeries {
     pub current: (u32, u64),
     /// The largest micro-batch that fits (the plan's exact search).
     pub largest_fit: Option<u32>,
+    /// The card cannot run the config's dtype (bf16 before Ampere): what fits is memory only.
+    pub dtype_unsupported: bool,
 }
 
 /// Inserts `v` into the sorted `list` where it belongs (the lists here are a few dozen long; a
@@ -286,7 +297,12 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
             Some((b, (t as f64 * rt) as u64 + ctx, (e as f64 * re) as u64 + ctx))
         })
         .collect();
-    BatchSeries { points, current: (current, plan.cards[0].needed_bytes), largest_fit: plan.largest_micro_batch }
+    BatchSeries {
+        points,
+        current: (current, plan.cards[0].needed_bytes),
+        largest_fit: plan.largest_micro_batch,
+        dtype_unsupported: plan.cards[0].bf16_unsupported,
+    }
 }
 
 /// The live-memory curve, reduced for drawing.
@@ -517,17 +533,32 @@ mod tests {
     #[test]
     fn starting_from_a_checkpoint_takes_its_shape_and_scratch_keeps_it() {
         let mut s = state(Config { n_layer: 4, block_size: 2048, eval_block_size: Some(2048), ..Config::default() });
-        start_from(&mut s, "gpt2-medium");
+        let notice = start_from(&mut s, "gpt2-medium");
+        assert_eq!(
+            notice.as_deref(),
+            Some("init_from = 'gpt2-medium': block_size 2048 is now 1024, the checkpoint's positions; the eval context follows it")
+        );
         assert_eq!(s.init_from.as_deref(), Some("gpt2-medium"));
         let c = &s.config;
+        // An eval context past the cropped block is the block's again ("the same"), not a set 1024.
         assert_eq!(
             (c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.bias, c.block_size, c.eval_block_size),
-            (24, 16, 1024, 50257, true, 1024, Some(1024))
+            (24, 16, 1024, 50257, true, 1024, None)
         );
         assert_eq!(s.pretrained_conflict(), None);
         let shaped = s.config.clone();
-        start_from(&mut s, "scratch");
+        assert_eq!(start_from(&mut s, "scratch"), None);
         assert_eq!((s.init_from.as_deref(), &s.config), (None, &shaped));
+        // A shorter eval context stays; one equal to the cropped block is "the same"; no crop, no notice.
+        let mut s = state(Config { block_size: 2048, eval_block_size: Some(512), ..Config::default() });
+        assert!(start_from(&mut s, "gpt2").is_some_and(|n| !n.contains("eval context")));
+        assert_eq!((s.config.block_size, s.config.eval_block_size), (1024, Some(512)));
+        let mut s = state(Config { block_size: 2048, eval_block_size: Some(1024), ..Config::default() });
+        start_from(&mut s, "gpt2");
+        assert_eq!(s.config.eval_block_size, None);
+        let mut s = state(Config { block_size: 256, ..Config::default() });
+        assert_eq!(start_from(&mut s, "gpt2"), None);
+        assert_eq!(s.config.block_size, 256);
         // The select offers nothing else; anything else is scratch.
         start_from(&mut s, "gpt2-xxl");
         assert_eq!(s.init_from, None);

@@ -223,7 +223,7 @@ async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     }
     assert!(page.el("select[name=n_head]").dyn_into::<HtmlSelectElement>().unwrap().disabled());
     assert!(!disabled("input[name=batch_size]") && !disabled("input[name=block_size]"));
-    assert!(page.text("#help-n_layer").contains("Set by init_from"), "{}", page.text("#help-n_layer"));
+    assert!(page.text("#help-n_layer").contains(". Set by init_from (GPT-2"), "{}", page.text("#help-n_layer"));
     // GPT-2 XL does not fit 12 GB: the fixes keep its shape.
     let mut tries = 0;
     while !page.has("ol.fixes") {
@@ -250,6 +250,16 @@ async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     assert!(!disabled("input[name=n_layer]"));
     assert!(!query().contains("init="), "{}", query());
     assert_eq!(page.el("input[name=block_size-slider]").get_attribute("max").as_deref(), Some("14"));
+    // Choosing a checkpoint under a longer block cuts it to the 1024 positions, with a notice
+    // that stays while that config does.
+    page.type_into("block_size", "2048").await;
+    page.choose("init_from", "gpt2").await;
+    assert!(page.text(".crop-notice").contains("block_size 2048 is now 1024"), "{}", page.text(".crop-notice"));
+    let cut = vramfit_core::link::decode(&query()).state;
+    assert_eq!((cut.config.block_size, cut.config.eval_block_size), (1024, None));
+    page.type_into("batch_size", "2").await;
+    assert!(!page.has(".crop-notice"));
+    page.choose("init_from", "scratch").await;
     // A model preset is a run from scratch: it leaves a checkpoint too.
     page.choose("init_from", "gpt2").await;
     assert!(query().ends_with("&init=gpt2"), "{}", query());
@@ -257,6 +267,23 @@ async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     let preset = vramfit_core::link::decode(&query()).state;
     assert_eq!((preset.init_from, preset.config.n_layer, preset.config.vocab_size), (None, 6, 65));
     assert_eq!(page.el("select[name=init_from]").dyn_into::<HtmlSelectElement>().unwrap().value(), "scratch");
+}
+
+/// Settings typed after `#` into the open page's address (a hashchange, no reload) get the
+/// notice a link with them gets on load, and the state stays the query's.
+#[wasm_bindgen_test]
+async fn settings_added_after_a_hash_while_open_get_a_notice() {
+    let page = mount_with("?v=1&L=4").await;
+    assert!(!page.has(".notice"));
+    web_sys::window().unwrap().location().set_hash("L=8&B=3").unwrap();
+    let mut tries = 0;
+    while !page.has(".notice") {
+        tries += 1;
+        assert!(tries < 100, "no notice 5 s after the hash changed");
+        sleep_ms(50).await;
+    }
+    assert!(page.text(".notice").contains("settings go in the query"), "{}", page.text(".notice"));
+    assert_eq!(vramfit_core::link::decode(&query()).state.config.n_layer, 4);
 }
 
 #[wasm_bindgen_test]
