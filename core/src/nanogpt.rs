@@ -161,10 +161,29 @@ const PRETRAINED: [(&str, u32, u32, u32); 4] =
 /// the file says about n_layer and friends; a prediction from the file's values would be for
 /// the wrong model.
 fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Vec<String>, set_on: &mut Vec<(&'static str, usize)>) {
-    let Some((_, Value::Str(init_from))) = extra.iter().find(|(k, _)| k == "init_from") else {
-        return;
+    let init_from = match extra.iter().find(|(k, _)| k == "init_from") {
+        Some((_, Value::Str(name))) => name,
+        Some((_, other)) => {
+            // train.py calls init_from.startswith(...): it stops on anything but a string.
+            notices.push(format!(
+                "init_from = {} is not a name such as 'scratch' or 'gpt2': train.py would stop; vramfit plans the model these settings give",
+                excerpt(&other.to_string())
+            ));
+            return;
+        }
+        None => return,
     };
+    let (block_given, eval_given) = (cfg.block_size, cfg.eval_block_size);
     if take_pretrained_shape(cfg, init_from) {
+        if block_given > cfg.block_size {
+            notices.push(format!(
+                "init_from = '{init_from}': block_size {block_given} is past GPT-2's {PRETRAINED_BLOCK} positions, which train.py \
+                 crops but never extends (its first forward would stop): planned with {PRETRAINED_BLOCK}"
+            ));
+        }
+        if let (Some(t), None) = (eval_given, cfg.eval_block_size) {
+            notices.push(format!("eval_block_size {t} is past the block of {}: evaluated at block_size", cfg.block_size));
+        }
         // These no longer come from any line of the file.
         set_on.retain(|(k, _)| !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias"));
         notices.push(format!(
@@ -198,8 +217,9 @@ pub fn take_pretrained_shape(cfg: &mut Config, init_from: &str) -> bool {
     cfg.vocab_size = PRETRAINED_VOCAB;
     cfg.bias = true;
     cfg.block_size = cfg.block_size.min(PRETRAINED_BLOCK);
-    // vramfit's own eval context cannot be longer than the (cropped) block.
-    cfg.eval_block_size = cfg.eval_block_size.map(|t| t.min(cfg.block_size));
+    // vramfit's own eval context cannot be longer than the (cropped) block: one that was goes
+    // back to the block's, as a cropped block_size and eval context would both be 1024.
+    cfg.eval_block_size = cfg.eval_block_size.filter(|&t| t <= cfg.block_size);
     true
 }
 
@@ -1396,6 +1416,18 @@ weight_decay = 1e-1
         let f = parse("block_size = 256\nn_layer = 2\ninit_from = 'gpt2'").unwrap();
         assert_eq!((f.config.n_layer, f.config.block_size), (12, 256));
         assert_eq!(parse("init_from = 'scratch'\nn_layer = 2").unwrap().config.n_layer, 2);
+        // A block past the checkpoint's positions and an eval context past the crop are said,
+        // not planned silently at 1024; an init_from that is not a name is said too.
+        let f = parse("init_from = 'gpt2'\nblock_size = 2048\neval_block_size = 1536\n").unwrap();
+        assert_eq!((f.config.block_size, f.config.eval_block_size), (1024, None));
+        assert!(f.notices.iter().any(|n| n.contains("block_size 2048 is past GPT-2's 1024 positions")), "{:#?}", f.notices);
+        assert!(
+            f.notices.iter().any(|n| n == "eval_block_size 1536 is past the block of 1024: evaluated at block_size"),
+            "{:#?}",
+            f.notices
+        );
+        let f = parse("init_from = 5\n").unwrap();
+        assert!(f.notices.iter().any(|n| n.starts_with("init_from = 5 is not a name")), "{:#?}", f.notices);
     }
 
     #[test]
@@ -1664,8 +1696,12 @@ weight_decay = 1e-1
         let mut cfg = Config { block_size: 2048, eval_block_size: Some(1536), ..Config::default() };
         assert!(take_pretrained_shape(&mut cfg, "gpt2-medium"));
         assert_eq!((cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.bias), (24, 16, 1024, 50257, true));
-        assert_eq!((cfg.block_size, cfg.eval_block_size), (1024, Some(1024)));
+        // An eval context past the cropped block goes back to the block's (as train.py's would be).
+        assert_eq!((cfg.block_size, cfg.eval_block_size), (1024, None));
         assert!(cfg.validate().is_ok());
+        let mut shorter = Config { block_size: 2048, eval_block_size: Some(512), ..Config::default() };
+        take_pretrained_shape(&mut shorter, "gpt2");
+        assert_eq!((shorter.block_size, shorter.eval_block_size), (1024, Some(512)));
         assert_eq!(pretrained_names(), ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]);
         for name in pretrained_names() {
             assert_eq!(pretrained(name), Some(name));

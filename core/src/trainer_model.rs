@@ -1258,9 +1258,62 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
     Some(with_batch(if divisor * 2 >= largest { divisor } else { largest }))
 }
 
+/// The evaluation's fixes for a run that does not fit `budget_bytes`: the largest eval batch
+/// below the config's, and (when eval is not chunked yet) the most rows per eval forward, in
+/// whole eval sequences, with which the whole run fits. Where evaluation is the peak (a large
+/// eval batch) these are what fits, and no micro-batch does.
+pub fn eval_fixes(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> (Option<u32>, Option<u64>) {
+    let (eb, te) = (cfg.eval_batch(), u64::from(cfg.eval_block()));
+    if eb <= 1 {
+        return (None, None);
+    }
+    let fits = |c: &Config, o: &TrainerOptions| peak_bytes(&simulate(c, o)) <= budget_bytes;
+    let batch = largest_where(1, eb - 1, |e| fits(&Config { eval_batch_size: Some(e), ..cfg.clone() }, opts));
+    let rows = match opts.eval_chunk_rows {
+        Some(_) => None,
+        None => largest_where(1, eb - 1, |s| fits(cfg, &TrainerOptions { eval_chunk_rows: Some(u64::from(s) * te), ..*opts }))
+            .map(|s| u64::from(s) * te),
+    };
+    (batch, rows)
+}
+
 #[cfg(test)]
 mod auto_fit_tests {
     use super::*;
+
+    /// A run whose eval batch is the peak: no micro-batch fits, and the eval fixes are each the
+    /// boundary (it fits, one more does not) and leave the training step as it was.
+    #[test]
+    fn eval_fixes_fit_where_no_micro_batch_does() {
+        let cfg = Config {
+            n_layer: 2,
+            n_head: 4,
+            n_embd: 128,
+            block_size: 64,
+            vocab_size: 32,
+            batch_size: 8,
+            gradient_accumulation_steps: 1,
+            eval_batch_size: Some(64),
+            ..Config::default()
+        };
+        let opts = TrainerOptions { cpu_threads: 1, ..TrainerOptions::default() };
+        let sim = simulate(&cfg, &opts);
+        assert!(sim.eval.bytes > sim.train.bytes);
+        let budget = (sim.train.bytes + sim.eval.bytes) / 2;
+        assert_eq!(auto_fit(&cfg, &opts, budget), None);
+        let need = |c: &Config, o: &TrainerOptions| peak_bytes(&simulate(c, o));
+        let (batch, rows) = eval_fixes(&cfg, &opts, budget);
+        let e = batch.expect("a smaller eval batch fits");
+        assert!(need(&Config { eval_batch_size: Some(e), ..cfg.clone() }, &opts) <= budget);
+        assert!(need(&Config { eval_batch_size: Some(e + 1), ..cfg.clone() }, &opts) > budget);
+        let r = rows.expect("eval in pieces fits");
+        assert_eq!(r % 64, 0, "whole sequences");
+        assert!(need(&cfg, &TrainerOptions { eval_chunk_rows: Some(r), ..opts }) <= budget);
+        assert!(need(&cfg, &TrainerOptions { eval_chunk_rows: Some(r + 64), ..opts }) > budget);
+        // Chunked already, or an eval batch of 1: nothing more to offer there.
+        assert_eq!(eval_fixes(&cfg, &TrainerOptions { eval_chunk_rows: Some(64), ..opts }, budget).1, None);
+        assert_eq!(eval_fixes(&Config { eval_batch_size: Some(1), ..cfg.clone() }, &opts, 1), (None, None));
+    }
 
     #[test]
     fn the_packed_dlogits_are_one_block_of_gemm() {
@@ -1365,6 +1418,11 @@ pub struct TrainerPlan {
     pub largest_micro_batch: Option<u32>,
     /// With `available_bytes` and no fit: `--auto-fit`'s choice (micro-batch and accumulation).
     pub auto_fit: Option<Config>,
+    /// With `available_bytes` and no fit: the largest eval batch (below the config's) that fits.
+    pub fitting_eval_batch: Option<u32>,
+    /// With `available_bytes` and no fit, and eval not chunked: the most rows per eval forward
+    /// (whole sequences) that fit.
+    pub fitting_eval_chunk_rows: Option<u64>,
     pub notes: Vec<String>,
 }
 
@@ -1414,6 +1472,16 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
     if cfg.attention == crate::Attention::Flash || cfg.compile {
         notes.push("attention and compile do not apply: the trainer always runs explicit causal attention, uncompiled.".to_string());
     }
+    if cfg.optimizer == crate::Optimizer::Sgd {
+        notes.push("optimizer = sgd does not apply: the trainer trains with AdamW, whose state these figures include.".to_string());
+    }
+    if cfg.expandable_segments {
+        notes.push("expandable_segments does not apply: it is a setting of PyTorch's CUDA allocator.".to_string());
+    }
+    let (fitting_eval_batch, fitting_eval_chunk_rows) = match (available_bytes, fits) {
+        (Some(a), Some(false)) => eval_fixes(cfg, opts, a),
+        _ => (None, None),
+    };
     Ok(TrainerPlan {
         schema_version: crate::plan::PLAN_SCHEMA_VERSION,
         runtime: "trainer".to_string(),
@@ -1432,6 +1500,8 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         fits,
         largest_micro_batch,
         auto_fit: auto,
+        fitting_eval_batch,
+        fitting_eval_chunk_rows,
         notes,
     })
 }

@@ -197,6 +197,10 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
             return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
         }
         let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        // Sampling would print nothing but newlines, and a resumed run stop at a NaN loss.
+        if !values.iter().all(|v| v.is_finite()) {
+            return Err(bad(format!("tensor {name} holds NaN or infinite values")));
+        }
         Tensor::from_vec(values, view.shape(), device).map_err(|e| bad(format!("tensor {name}: {e}")))
     };
     let params = meta.param_names.iter().map(|n| tensor(n)).collect::<Result<Vec<_>, _>>()?;
@@ -250,6 +254,23 @@ pub fn check_matches_config(ckpt: &Checkpoint, path: &Path) -> Result<(), String
             expected.tensors,
             expected.total
         ));
+    }
+    // A character vocabulary is the data's distinct characters in order (encoding searches it),
+    // and the model has an id for each: anything else samples garbage.
+    if let crate::data::Vocabulary::Chars { chars } = &ckpt.meta.vocab {
+        let table: Vec<char> = chars.chars().collect();
+        let why = if table.is_empty() {
+            Some("its character vocabulary is empty".to_string())
+        } else if !table.windows(2).all(|w| w[0] < w[1]) {
+            Some("its character vocabulary is not distinct characters in order".to_string())
+        } else if table.len() as u64 > u64::from(ckpt.meta.config.vocab_size) {
+            Some(format!("its vocabulary has {} characters, more than its vocab_size {}", table.len(), ckpt.meta.config.vocab_size))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(format!("{} is not a usable vramfit checkpoint: {why}", path.display()));
+        }
     }
     Ok(())
 }

@@ -13,6 +13,22 @@ use vramfit_core::{Attention, Dtype, Gpu, Optimizer};
 /// The most CPU threads `--threads` takes (and `train` takes from CANDLE_NUM_THREADS / RAYON_NUM_THREADS).
 pub const MAX_THREADS: u32 = 1024;
 
+/// The thread count the environment asks for without `--threads`: CANDLE_NUM_THREADS, else
+/// RAYON_NUM_THREADS (what sizes the matmuls' pool), each read as candle reads it (a value
+/// that is not a number above 0 is ignored). A count past [`MAX_THREADS`] is an error, not a
+/// machine: the memory model counts a set of gemm buffers per thread, and "use a smaller
+/// model" would be the answer to a typo.
+pub fn threads_from_env() -> Result<Option<u32>, String> {
+    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        let Some(n) = std::env::var(var).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&n| n > 0) else { continue };
+        return match u32::try_from(n) {
+            Ok(n) if n <= MAX_THREADS => Ok(Some(n)),
+            _ => Err(format!("{var}={n} is too many threads (at most {MAX_THREADS}): set it lower, or pass --threads")),
+        };
+    }
+    Ok(None)
+}
+
 /// Predicts a nanoGPT training run's GPU memory, trains it and samples from it.
 #[derive(Debug, Parser)]
 #[command(name = "vramfit", version, color = clap::ColorChoice::Never)]
@@ -258,7 +274,7 @@ pub struct PlanArgs {
     /// trainer runtime: gradient clipping on: true or false, or train's norm (0 is off) [default: true, as train's grad_clip 1.0].
     #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL|NORM", value_parser = parse_clip_on, action = clap::ArgAction::Set)]
     pub grad_clip: Option<bool>,
-    /// trainer runtime: CPU threads of the matmuls [default: RAYON_NUM_THREADS, else all cores].
+    /// trainer runtime: CPU threads of the matmuls [default: CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
     /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory].

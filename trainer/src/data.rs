@@ -319,6 +319,12 @@ fn from_text(text: &str, tokenizer: Tokenizer, source: DataSource) -> Result<Dat
 
 fn map_u16(path: &Path) -> Result<Tokens, String> {
     let shown = path.display();
+    // Before opening: a FIFO would wait for a writer, and a directory only fails at the map.
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => return Err(format!("data file {shown} is a directory, not uint16 token ids")),
+        Ok(m) if !m.is_file() => return Err(format!("data file {shown} is not a regular file")),
+        _ => {}
+    }
     let file = File::open(path).map_err(|e| format!("cannot read data file {shown}: {e}"))?;
     let len = file.metadata().map_err(|e| format!("cannot read data file {shown}: {e}"))?.len();
     if len == 0 {
@@ -400,6 +406,8 @@ mod tests {
         assert!(data.check(50304, 2, 2).unwrap_err().contains("token id 65535 at position 3"));
         text_file("odd.bin", &[1, 2, 3]);
         assert!(map_u16(&dir.join("odd.bin")).is_err());
+        std::fs::create_dir_all(dir.join("folder.bin")).unwrap();
+        assert!(map_u16(&dir.join("folder.bin")).is_err_and(|e| e.ends_with("folder.bin is a directory, not uint16 token ids")));
     }
 
     /// Worked by hand: "aab" has p(a) = 2/3, p(b) = 1/3; k equally frequent ids give ln k (here

@@ -12,7 +12,7 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
     let mut inputs = inputs::resolve(&args.run, &args.card)?;
-    let pretrained = args.runtime != Some(Runtime::Trainer) && keep_pretrained_shape(&mut inputs);
+    let pretrained = args.runtime != Some(Runtime::Trainer) && keep_pretrained_shape(&mut inputs)?;
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -31,7 +31,8 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect();
     if !trainer_only.is_empty() {
-        crate::print_note(&format!("{} only apply to --runtime trainer; this plan is for PyTorch on a GPU", trainer_only.join(", ")));
+        let verb = if trainer_only.len() == 1 { "applies" } else { "apply" };
+        crate::print_note(&format!("{} only {verb} to --runtime trainer; this plan is for PyTorch on a GPU", trainer_only.join(", ")));
     }
     let other_usage = inputs.other_usage_bytes();
     for gpu in &inputs.gpus {
@@ -71,14 +72,22 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
 /// train.py loads a GPT-2 checkpoint's shape when `init_from` names one, whatever the command
 /// line says after the file (`--n_layer=4` is overridden by `from_pretrained`): the plan is for
 /// that model, and a note names the settings that were given and are not used. True when the
-/// shape is the checkpoint's.
-fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> bool {
+/// shape is the checkpoint's. A block past the checkpoint's positions is an error, as a link's
+/// is: train.py crops positions, never adds them, and its first forward would stop.
+fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
     let Some(init_from) = inputs.init_from.clone() else {
-        return false;
+        return Ok(false);
     };
     let given = inputs.config.clone();
     if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, &init_from) {
-        return false;
+        return Ok(false);
+    }
+    let positions = vramfit_core::nanogpt::PRETRAINED_BLOCK;
+    if given.block_size > positions {
+        return Err(format!(
+            "block_size {}: init_from = '{init_from}' loads GPT-2's {positions} positions, which train.py crops but never extends",
+            given.block_size
+        ));
     }
     let unused: Vec<String> =
         vramfit_core::nanogpt::shape_changes(&given, &inputs.config).into_iter().map(|(name, was, _)| format!("{name} {was}")).collect();
@@ -87,7 +96,7 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> bool {
             .notices
             .push(format!("init_from = '{init_from}': {} not used; train.py loads GPT-2's shape from the checkpoint", unused.join(", ")));
     }
-    true
+    Ok(true)
 }
 
 /// What `plan` says of the train.py settings it took out of the command line and does not use:
@@ -137,7 +146,11 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
     if args.card.other_usage_mib.is_some() {
         crate::print_note("--other-usage-mib does not apply to --runtime trainer (--max-memory-mib sets the memory to plan for)");
     }
-    let threads = args.threads.map_or_else(candle_core::utils::get_num_threads, |n| n as usize);
+    // As `train` takes them (without its one thread for the small default model).
+    let threads = match args.threads {
+        Some(n) => n as usize,
+        None => crate::cli::threads_from_env()?.map_or_else(candle_core::utils::get_num_threads, |n| n as usize),
+    };
     let opts = TrainerOptions {
         chunked_loss: args.chunked_loss.unwrap_or(false),
         eval_chunk_rows: args.eval_chunk_rows,

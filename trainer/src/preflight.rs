@@ -4,7 +4,7 @@
 //! - [`preflight`]: fits → the config to run; does not fit → one error line with the breakdown and the
 //!   fixes, or with `--auto-fit` the largest micro-batch that fits (gradient accumulation raised to
 //!   keep tokens per iteration).
-//! - [`available_cpu_bytes`]: `MemAvailable` from /proc/meminfo (Linux); `None` elsewhere.
+//! - [`available_cpu_bytes`]: free memory, within the cgroup's and `ulimit -v`'s limits (Linux); `None` elsewhere.
 //! - [`predicted_line`]: the pre-flight's line when the run fits.
 //! - [`measured_line`]: "measured peak vs predicted" for after the first iterations.
 //!
@@ -132,6 +132,18 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
             sequences_change(cfg, &fitted)
         ));
     }
+    // Where evaluation is the peak (a large eval batch) a smaller eval batch, or the eval batch
+    // in pieces, fits where no micro-batch does.
+    let (eval_batch, eval_rows) = trainer_model::eval_fixes(cfg, opts, available);
+    if let Some(e) = eval_batch {
+        let c = Config { eval_batch_size: Some(e), ..cfg.clone() };
+        fixes.push(format!("--eval-batch-size {e} ({})", predicted(trainer_model::peak_bytes(&trainer_model::simulate(&c, opts)), basis)));
+    }
+    if let Some(rows) = eval_rows {
+        let o = TrainerOptions { eval_chunk_rows: Some(rows), ..*opts };
+        fixes
+            .push(format!("--eval-chunk-rows {rows} ({})", predicted(trainer_model::peak_bytes(&trainer_model::simulate(cfg, &o)), basis)));
+    }
     // The memory savers, with their predicted peaks: a fix only where that fits (one that merely
     // lowers the peak would fail the same way, a flag later).
     let mut savers = Vec::new();
@@ -175,10 +187,57 @@ pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis) -> Stri
     format!("pre-flight: predicted peak {} (trainer memory model{}), {room}", predicted(predicted_peak, basis), basis.caveat())
 }
 
-/// `MemAvailable` in bytes, from /proc/meminfo; `None` if it cannot be read (not Linux).
+/// What this process may still allocate, in bytes: the least of the machine's free memory
+/// (`MemAvailable`), the room under its cgroup's memory limit (a container's, a systemd
+/// slice's) and the room under its address-space limit (`ulimit -v`). Past either limit a run
+/// the machine's free memory would take is killed, or aborted at an allocation. `None` if
+/// none can be read (not Linux).
 pub fn available_cpu_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    parse_mem_available(&text)
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let free = read("/proc/meminfo").and_then(|t| parse_mem_available(&t));
+    let cgroup = read("/proc/self/cgroup").and_then(|t| cgroup_room(&t, &read));
+    let address_space = read("/proc/self/limits").zip(read("/proc/self/status")).and_then(|(l, s)| address_space_room(&l, &s));
+    [free, cgroup, address_space].into_iter().flatten().min()
+}
+
+/// The least room (limit minus usage) over the process's memory cgroup and its ancestors, from
+/// `/proc/self/cgroup` (`cgroup`) and the files `read` returns: cgroup v2's `memory.max` and
+/// `memory.current`, or v1's `memory.limit_in_bytes` and `memory.usage_in_bytes`. A limit of
+/// `max` (v2) or an unreadable level counts as none.
+fn cgroup_room(cgroup: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
+    let number = |path: String| read(&path).and_then(|t| t.trim().parse::<u64>().ok());
+    let mut least: Option<u64> = None;
+    for line in cgroup.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else { continue };
+        let (root, limit, usage) = match controllers {
+            "" => ("/sys/fs/cgroup", "memory.max", "memory.current"),
+            c if c.split(',').any(|c| c == "memory") => ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
+            _ => continue,
+        };
+        // The cgroup itself, then each parent up to the root of the hierarchy.
+        let mut dir = path.trim_end_matches('/').to_string();
+        loop {
+            if let (Some(max), Some(used)) = (number(format!("{root}{dir}/{limit}")), number(format!("{root}{dir}/{usage}"))) {
+                let room = max.saturating_sub(used);
+                least = Some(least.map_or(room, |l| l.min(room)));
+            }
+            match dir.rfind('/') {
+                Some(at) => dir.truncate(at),
+                None => break,
+            }
+        }
+    }
+    least
+}
+
+/// The room under the soft `Max address space` limit of `/proc/self/limits` (`limits`), less
+/// the `VmSize` of `/proc/self/status` (`status`); `None` when unlimited or unreadable.
+fn address_space_room(limits: &str, status: &str) -> Option<u64> {
+    let line = limits.lines().find_map(|l| l.strip_prefix("Max address space"))?;
+    let limit: u64 = line.split_whitespace().next()?.parse().ok()?;
+    let vm_kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmSize:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(limit.saturating_sub(vm_kib.saturating_mul(1024)))
 }
 
 fn parse_mem_available(meminfo: &str) -> Option<u64> {
@@ -332,6 +391,46 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(available_cpu_bytes().is_some_and(|b| b > 0));
         }
+    }
+
+    /// A container's or slice's memory limit bounds what a run may take, at whichever level of
+    /// the hierarchy it is set, in cgroup v2 and v1.
+    #[test]
+    fn reads_cgroup_limits() {
+        let files = |entries: &'static [(&'static str, &'static str)]| {
+            move |path: &str| entries.iter().find(|(p, _)| *p == path).map(|(_, t)| t.to_string())
+        };
+        // v2: the slice above the process's scope sets 1000 bytes, 300 used; the scope has none.
+        let v2 = files(&[
+            ("/sys/fs/cgroup/user.slice/run.scope/memory.max", "max\n"),
+            ("/sys/fs/cgroup/user.slice/run.scope/memory.current", "200\n"),
+            ("/sys/fs/cgroup/user.slice/memory.max", "1000\n"),
+            ("/sys/fs/cgroup/user.slice/memory.current", "300\n"),
+        ]);
+        assert_eq!(cgroup_room("0::/user.slice/run.scope\n", &v2), Some(700));
+        // A namespaced container sees its own cgroup as the root.
+        let root = files(&[("/sys/fs/cgroup/memory.max", "4096"), ("/sys/fs/cgroup/memory.current", "1024")]);
+        assert_eq!(cgroup_room("0::/\n", &root), Some(3072));
+        // v1: the memory controller's line, among others; usage past the limit leaves nothing.
+        let v1 = files(&[
+            ("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "5000"),
+            ("/sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "6000"),
+        ]);
+        assert_eq!(cgroup_room("12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n", &v1), Some(0));
+        // No limit anywhere, or nothing readable.
+        assert_eq!(cgroup_room("0::/user.slice\n", &v2), Some(700));
+        assert_eq!(cgroup_room("0::/elsewhere\n", &files(&[])), None);
+        assert_eq!(cgroup_room("garbage", &v2), None);
+    }
+
+    #[test]
+    fn reads_the_address_space_limit() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         409600000            unlimited            bytes\n";
+        assert_eq!(address_space_room(limits, "Name: x\nVmSize:     100000 kB\n"), Some(409_600_000 - 102_400_000));
+        let unlimited = "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(address_space_room(unlimited, "VmSize: 1 kB\n"), None);
+        assert_eq!(address_space_room(limits, "VmSize: lots\n"), None);
     }
 
     #[test]

@@ -75,13 +75,17 @@ impl Weights {
                 self.name_in_file(&st, param).ok_or_else(|| bad(format!("no tensor {param} (not GPT-2's weights, or another size?)")))?;
             let view = st.tensor(&name).map_err(|e| bad(e.to_string()))?;
             float_dtype(view.dtype()).ok_or_else(|| bad(not_float(&name, view.dtype())))?;
+            // Caught here, not as a NaN loss at the first evaluation blamed on the learning rate.
+            if !all_finite(view.data(), view.dtype()) {
+                return Err(bad(format!("{name} holds NaN or infinite values")));
+            }
             Ok(view.shape().to_vec())
         };
         let (c, v, t) = (cfg.n_embd as usize, cfg.vocab_size as usize, cfg.block_size as usize);
         let wte = dims("wte.weight")?;
         if wte != [v, c] {
             return Err(bad(format!(
-                "wte.weight is {wte:?}: GPT-2's vocabulary and width, which the config must have (it has vocab_size {v}, n_embd {c})"
+                "wte.weight is {wte:?} (vocabulary x width): the config must have the same (it has vocab_size {v}, n_embd {c})"
             )));
         }
         let wpe = dims("wpe.weight")?;
@@ -150,6 +154,17 @@ impl Weights {
             var.set(&t).map_err(|e| bad(format!("cannot load {name}: {e}")))?;
         }
         Ok(model.params().len())
+    }
+}
+
+/// Whether every value of a little-endian float tensor's bytes is finite: an exponent of all
+/// ones is an infinity or a NaN, in F32, F16 and BF16 alike (other dtypes are not read).
+fn all_finite(bytes: &[u8], dtype: StDtype) -> bool {
+    match dtype {
+        StDtype::F32 => bytes.chunks_exact(4).all(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7f80_0000 != 0x7f80_0000),
+        StDtype::F16 => bytes.chunks_exact(2).all(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 != 0x7c00),
+        StDtype::BF16 => bytes.chunks_exact(2).all(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 != 0x7f80),
+        _ => true,
     }
 }
 

@@ -393,7 +393,15 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
                     "  fix: --batch-size {} --gradient-accumulation-steps {} (what `vramfit train --auto-fit` picks)",
                     fitted.batch_size, fitted.gradient_accumulation_steps
                 )?;
-            } else {
+            }
+            // Where evaluation is the peak (a large eval batch), these fit and no micro-batch does.
+            if let Some(e) = plan.fitting_eval_batch {
+                writeln!(out, "  fix: --eval-batch-size {e} (the largest eval batch that fits)")?;
+            }
+            if let Some(rows) = plan.fitting_eval_chunk_rows {
+                writeln!(out, "  fix: --eval-chunk-rows {rows} (the eval batch in pieces of that many rows)")?;
+            }
+            if plan.auto_fit.is_none() && plan.fitting_eval_batch.is_none() && plan.fitting_eval_chunk_rows.is_none() {
                 writeln!(
                     out,
                     "  not even a micro-batch of 1 fits: try --activation-checkpointing true, --chunked-loss true, or a smaller model"

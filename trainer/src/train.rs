@@ -106,6 +106,8 @@ pub struct Summary {
     pub best_val_loss: Option<f32>,
     /// The last evaluation's (train, val) loss.
     pub last_eval: Option<(f32, f32)>,
+    /// The iteration it evaluated (an interrupted run may have trained on since).
+    pub last_eval_iter: Option<u64>,
     /// Ctrl-C stopped it (a checkpoint was saved unless `checkpoint` is `None`: see
     /// [`save_on_interrupt`]).
     pub interrupted: bool,
@@ -226,7 +228,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
     let mut saved_any = resume.is_some();
     let (b, t, ga) = (cfg.batch_size as usize, cfg.block_size as usize, cfg.gradient_accumulation_steps as usize);
     let tokens_per_iter = (b * t * ga) as f64;
-    let mut last_eval = None;
+    let (mut last_eval, mut last_eval_iter) = (None, None);
     let (mut train_secs, mut train_iters) = (0f64, 0u64);
     let pause = if cfg!(debug_assertions) { std::env::var(PAUSE_HOOK).ok().and_then(|ms| ms.parse().ok()) } else { None };
     let mut plot = LossPlot { out_dir: &settings.out_dir, given_up: false };
@@ -242,6 +244,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                     iter_num: state.iter_num,
                     best_val_loss: state.best_val_loss,
                     last_eval,
+                    last_eval_iter,
                     interrupted: true,
                     checkpoint: None,
                     tokens_per_s,
@@ -254,6 +257,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                 iter_num: state.iter_num,
                 best_val_loss: state.best_val_loss,
                 last_eval,
+                last_eval_iter,
                 interrupted: true,
                 checkpoint: Some(ckpt_path),
                 tokens_per_s,
@@ -267,6 +271,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             let val_loss = split_loss(model, &data.val, cfg, &mut state.rng, device)?;
             state.evaluated = true;
             last_eval = Some((train_loss, val_loss));
+            last_eval_iter = Some(state.iter_num);
             progress.eval(&EvalRecord { iter: state.iter_num, train_loss, val_loss, secs: started.elapsed().as_secs_f64() });
             // A model whose loss is no longer a number must not replace the last good checkpoint.
             if let Some((split, loss)) = [("train", train_loss), ("val", val_loss)].into_iter().find(|(_, l)| !l.is_finite()) {
@@ -366,6 +371,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         iter_num: state.iter_num,
         best_val_loss: state.best_val_loss,
         last_eval,
+        last_eval_iter,
         interrupted: false,
         checkpoint: saved_any.then_some(ckpt_path),
         tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),

@@ -49,13 +49,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // Before candle starts its thread pools (they read these once). The small default model is
     // faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a
     // busy 2-core machine), so it gets one unless told otherwise.
-    let env_set = std::env::var_os("CANDLE_NUM_THREADS").is_some() || std::env::var_os("RAYON_NUM_THREADS").is_some();
-    if args.threads.is_none() {
-        check_thread_env()?;
-    }
+    let env_threads = if args.threads.is_none() { crate::cli::threads_from_env().map_err(input)? } else { None };
     // The small default model (one thread); not a run from GPT-2's weights, which takes their shape.
     let small_default = args.run.config.is_none() && args.run.link.is_none() && args.weights.is_none();
-    let threads = args.threads.or((small_default && !env_set).then_some(1));
+    // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
+    let threads = args.threads.or(env_threads).or(small_default.then_some(1));
     if let Some(n) = threads {
         std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
@@ -266,6 +264,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         crate::print_note(&format!("removed {stale} temporary checkpoint file(s) an interrupted write left behind"));
     }
 
+    // Before the baseline: its counting buffer is not the run's memory (it was the whole
+    // measured peak of a tiny model, 1.4 MiB against 0.8 predicted).
+    let entropy = data.unigram_entropy();
     vramfit::mem::reset_peak();
     let baseline = vramfit::mem::live();
 
@@ -304,7 +305,6 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         // window the prediction covers has been through once.
         progress.compare_memory_after(start.saturating_add(1), baseline, checked.predicted_peak);
     }
-    let entropy = data.unigram_entropy();
     let summary = train::run(
         Run {
             cfg: &cfg,
@@ -334,8 +334,13 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         lines.push(format!("done: {} iterations, {:.0} tokens/s", summary.iter_num, summary.tokens_per_s));
     }
     if let Some((_, val)) = summary.last_eval {
+        // After Ctrl-C the last evaluation may be far behind the model that was saved.
+        let when = match summary.last_eval_iter {
+            Some(at) if at != summary.iter_num => format!(" at iteration {at}, its last evaluation"),
+            _ => String::new(),
+        };
         lines.push(format!(
-            "val loss {val:.4} nats (best {:.4}); a model that ignores context scores the unigram entropy, {entropy:.4}",
+            "val loss {val:.4} nats{when} (best {:.4}); a model that ignores context scores the unigram entropy, {entropy:.4}",
             summary.best_val_loss.unwrap_or(val)
         ));
     }
@@ -380,7 +385,8 @@ fn cuda_device() -> Result<Device, Failure> {
     Err(input("--device cuda: this vramfit was built without CUDA (build with `cargo build --release -p vramfit --features cuda`)"))
 }
 
-/// What the pre-flight may plan for: CPU `MemAvailable` or free CUDA memory (or the flag's
+/// What the pre-flight may plan for: free CPU memory within the process's limits
+/// ([`available_cpu_bytes`]) or free CUDA memory (or the flag's
 /// limit, if lower); unknown counts as unlimited.
 fn available_memory(device: &Device, max_memory_mib: Option<u64>) -> u64 {
     let limit = max_memory_mib.map_or(u64::MAX, |m| m.saturating_mul(1 << 20));
@@ -524,13 +530,23 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
             // backend only concern logging and multi-GPU; they are dropped quietly.)
             "dataset" => crate::print_note(&format!("config file: dataset = {v} is not used: pass the data with --data")),
             "device" => crate::print_note(&format!("config file: device = {v} is not used: pick it with --device")),
+            "init_from" if !matches!(v, Value::Str(_)) => {
+                return Err(input(format!("{file}: init_from must be a string such as 'scratch' or 'gpt2' (got {v})")))
+            }
+            // train.py resumes from out_dir's checkpoint here; a new run would overwrite it.
+            "init_from" if *v == Value::Str("resume".into()) && !weights => {
+                return Err(input(format!(
+                    "{file}: init_from = 'resume' continues the run in out_dir: use `vramfit train --resume --out-dir DIR` \
+                     (its settings come from the checkpoint); this file would start a new run over it"
+                )))
+            }
+            "init_from" if *v == Value::Str("resume".into()) => {
+                crate::print_note("config file: init_from = 'resume' is not used: --weights starts a new run from those weights")
+            }
             "init_from" if *v != Value::Str("scratch".into()) && !weights => crate::print_note(&format!(
                 "config file: init_from = {v}: vramfit downloads no weights; without --weights (GPT-2's model.safetensors) it \
                  trains from scratch, or continues with --resume"
             )),
-            "init_from" if *v == Value::Str("resume".into()) => {
-                crate::print_note("config file: init_from = 'resume' is not used: --weights starts a new run from those weights")
-            }
             "eval_only" if *v == Value::Bool(true) => crate::print_note("config file: eval_only = True is not used: vramfit trains"),
             _ => {}
         }
@@ -622,23 +638,6 @@ fn check_seed_flag(saved: u64, flag: Option<u64>) -> Result<(), Failure> {
     }
 }
 
-/// candle sizes its thread pools by these, and the pre-flight counts a set of gemm buffers per
-/// thread: a count past what `--threads` accepts is a typo, not a machine, and the pre-flight
-/// would answer it with "use a smaller model".
-fn check_thread_env() -> Result<(), Failure> {
-    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
-        // Parsed as candle parses it; a value it cannot parse it ignores.
-        let Some(n) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) else { continue };
-        if n > u64::from(crate::cli::MAX_THREADS) {
-            return Err(input(format!(
-                "{var}={n} is too many threads (at most {}): set it lower, or pass --threads",
-                crate::cli::MAX_THREADS
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// `out_dir` must be a directory, or not exist yet (it is created), and what the run writes there
 /// must be able to go there: checked before any work, not found out at the first save.
 fn check_out_dir(dir: &Path, flag_given: bool) -> Result<(), Failure> {
@@ -650,13 +649,18 @@ fn check_out_dir(dir: &Path, flag_given: bool) -> Result<(), Failure> {
         // Created later; if that fails, the error says why.
         Err(_) => return Ok(()),
     }
-    for file in [checkpoint::FILE_NAME, vramfit::progress::LOG_FILE] {
+    let files = [
+        (checkpoint::FILE_NAME, "its checkpoint"),
+        (vramfit::progress::LOG_FILE, "its log"),
+        // A new run moves the last run's log there.
+        (vramfit::progress::PREVIOUS_LOG_FILE, "the previous run's log"),
+    ];
+    for (file, what) in files {
         let path = dir.join(file);
         if path.is_dir() {
             return Err(input(format!(
-                "{} is a directory, where this run writes its {}: move it away or pick another {name}",
-                path.display(),
-                if file == checkpoint::FILE_NAME { "checkpoint" } else { "log" }
+                "{} is a directory, where this run writes {what}: move it away or pick another {name}",
+                path.display()
             )));
         }
     }

@@ -518,6 +518,15 @@ fn flags_of_the_other_runtime_are_noted() {
     let out = vramfit(&["plan", "--runtime", "trainer", "--max-memory-mib", "100000", "--other-usage-mib", "500", "--n-layer", "2"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("note: --other-usage-mib does not apply"));
+    let out = vramfit(&["plan", "--threads", "2", "--no-fixes"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("note: --threads only applies to --runtime trainer"));
+    // PyTorch settings the trainer lacks that would change the memory: noted, not planned silently.
+    let out = vramfit(&["plan", "--runtime", "trainer", "--max-memory-mib", "100000", "--n-layer", "2", "--optimizer", "sgd"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("optimizer = sgd does not apply: the trainer trains with AdamW"), "{stdout}");
+    let adamw = vramfit(&["plan", "--runtime", "trainer", "--max-memory-mib", "100000", "--n-layer", "2"]);
+    assert!(!String::from_utf8_lossy(&adamw.stdout).contains("optimizer = sgd"));
     let quiet = vramfit(&["plan", "--no-fixes"]);
     assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
 }

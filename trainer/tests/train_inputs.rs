@@ -104,6 +104,28 @@ fn bad_checkpoints() {
     vramfit::checkpoint::save(&ckpt, &doctored).unwrap();
     assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &["tensors with", "its config needs"]);
     assert_has(&train_err(&dir, &["--resume"]), &["tensors with", "its config needs"]);
+    // Non-finite weights (sampling printed only newlines), and a character vocabulary that is
+    // not the model's (sampling printed U+FFFD): refused by both commands.
+    let mut poisoned = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    poisoned.params[1] = (poisoned.params[1].clone() * f64::NAN).unwrap();
+    vramfit::checkpoint::save(&ckpt, &poisoned).unwrap();
+    let nan = ["holds NaN or infinite values"];
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &nan);
+    assert_has(&train_err(&dir, &["--resume"]), &nan);
+    for (chars, why) in
+        [("", "vocabulary is empty"), ("aab", "not distinct characters in order"), ("ba", "not distinct characters in order")]
+    {
+        let mut relabelled = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+        relabelled.meta.vocab = vramfit::data::Vocabulary::Chars { chars: chars.into() };
+        vramfit::checkpoint::save(&ckpt, &relabelled).unwrap();
+        assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &[why]);
+    }
+    let mut relabelled = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let size = relabelled.meta.config.vocab_size as usize;
+    relabelled.meta.vocab =
+        vramfit::data::Vocabulary::Chars { chars: (0..=size).map(|i| char::from_u32(0x4e00 + i as u32).unwrap()).collect() };
+    vramfit::checkpoint::save(&ckpt, &relabelled).unwrap();
+    assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &[&format!("more than its vocab_size {size}")]);
     // A prompt with a character the vocabulary lacks.
     assert_has(&one_error_line(&run(&["sample", "--out-dir", good.to_str().unwrap(), "--prompt", "ZZZ"])), &["--prompt", "'Z'"]);
 }
@@ -176,6 +198,45 @@ fn preflight_refuses_what_does_not_fit() {
         &["this run needs", "1.0 MiB is available", "no single fix fits (the closest, --activation-checkpointing true, still needs"],
     );
     assert!(!line.contains("fixes:"), "{line}");
+    assert!(!dir.exists(), "a refused run created its out_dir");
+}
+
+/// Where evaluation is the peak (a large eval batch), the pre-flight offers the eval fixes
+/// that fit (it said "use a smaller model"), and one of them, applied, passes it.
+#[test]
+fn preflight_offers_eval_fixes_when_eval_is_the_peak() {
+    let dir = scratch("preflight-eval").join("out");
+    let base = ["train", "--out-dir", dir.to_str().unwrap(), "--n-layer", "2", "--n-embd", "128", "--n-head", "4"];
+    let rest =
+        ["--block-size", "64", "--batch-size", "8", "--max-iters", "1", "--eval-iters", "1", "--threads", "1", "--max-memory-mib", "30"];
+    let mut args = base.to_vec();
+    args.extend(rest);
+    args.extend(["--eval-batch-size", "64"]);
+    let line = one_error_line(&run(&args));
+    assert_has(&line, &["peak in estimate_loss", "fixes: --eval-batch-size ", "--eval-chunk-rows "]);
+    let e: String = line.split("--eval-batch-size ").nth(1).unwrap().chars().take_while(char::is_ascii_digit).collect();
+    let mut fixed = base.to_vec();
+    fixed.extend(rest);
+    fixed.extend(["--eval-batch-size", &e]);
+    let out = run(&fixed);
+    assert!(out.status.success(), "--eval-batch-size {e}: {}", text(&out.stderr));
+}
+
+/// An address-space limit (`ulimit -v`) bounds the pre-flight as free memory does: a run past
+/// it is refused up front, not aborted at an allocation with a backtrace after it started.
+#[cfg(target_os = "linux")]
+#[test]
+fn preflight_heeds_the_address_space_limit() {
+    let dir = scratch("preflight-ulimit").join("out");
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -v 400000 && exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_vramfit"), "train", "--out-dir"])
+        .arg(&dir)
+        .args(["--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--block-size", "256", "--batch-size", "32"])
+        .args(["--max-iters", "2", "--eval-iters", "1", "--threads", "1"])
+        .output()
+        .unwrap();
+    let line = one_error_line(&out);
+    assert_has(&line, &["this run needs", "MiB is available"]);
     assert!(!dir.exists(), "a refused run created its out_dir");
 }
 
@@ -370,6 +431,24 @@ fn config_file_training_errors_name_the_file() {
     assert!(!dir.join("ckpt.safetensors").exists());
 }
 
+/// A config file's `init_from = 'resume'` would have train.py continue out_dir's run; a new run
+/// there overwrote its checkpoint. It is an error before anything is touched (and with
+/// `--weights`, which starts a new run on purpose, a note); a non-string init_from is an error.
+#[test]
+fn a_config_file_asking_to_resume_is_refused() {
+    let dir = scratch("config-resume");
+    let ckpt = dir.join("ckpt.safetensors");
+    std::fs::write(&ckpt, "the previous run's").unwrap();
+    let file = dir.join("train_r.py");
+    std::fs::write(&file, format!("init_from = 'resume'\nout_dir = '{}'\n", dir.display())).unwrap();
+    let mut args = vec!["train", "--config", file.to_str().unwrap()];
+    args.extend_from_slice(&TINY);
+    assert_has(&one_error_line(&run(&args)), &["init_from = 'resume' continues the run in out_dir: use `vramfit train --resume"]);
+    assert_eq!(std::fs::read(&ckpt).unwrap(), b"the previous run's");
+    std::fs::write(&file, "init_from = 5\n").unwrap();
+    assert_has(&train_err(&dir, &["--config", file.to_str().unwrap()]), &["init_from must be a string"]);
+}
+
 /// out_dir is a file, or the checkpoint's or log's name is a directory: refused before any work
 /// (the run trained, then failed at its first save, exit 1).
 #[test]
@@ -395,6 +474,12 @@ fn out_dir_must_take_the_run() {
     assert_has(&train_err(&out, &["--max-iters", "2"]), &["log.jsonl is a directory, where this run writes its log"]);
     let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["log.jsonl"], "a refused run wrote to its out_dir");
+    std::fs::remove_dir(out.join("log.jsonl")).unwrap();
+    std::fs::create_dir_all(out.join("log.previous.jsonl")).unwrap();
+    assert_has(
+        &train_err(&out, &["--max-iters", "2"]),
+        &["log.previous.jsonl is a directory, where this run writes the previous run's log"],
+    );
 }
 
 /// A thread count in the environment past what --threads takes is a mistake to name, not a
@@ -408,6 +493,25 @@ fn too_many_threads_in_the_environment() {
         let out = vramfit().args(&args).env(var, "99999999").output().unwrap();
         assert_has(&one_error_line(&out), &[&format!("{var}=99999999 is too many threads (at most 1024)")]);
     }
+    // Without --threads: CANDLE_NUM_THREADS counts as the help says (candle's matmuls read only
+    // RAYON_NUM_THREADS), a value that is not a count is ignored (the small default model keeps
+    // its one thread), and `plan --runtime trainer` plans with the same count as `train`.
+    for (var, value, expected) in [("CANDLE_NUM_THREADS", "2", "cpu (2 threads)"), ("RAYON_NUM_THREADS", "abc", "cpu (1 thread)")] {
+        let out = vramfit().args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1"]).env(var, value).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains(expected), "{var}={value}: {}", text(&out.stdout));
+    }
+    let plan = |env: Option<&str>, flag: &[&str]| {
+        let mut cmd = vramfit();
+        cmd.args(["plan", "--runtime", "trainer", "--json", "--max-memory-mib", "1000", "--link", "?v=1&L=1&C=16&H=2&T=16&B=4&V=32"])
+            .args(flag);
+        if let Some(v) = env {
+            cmd.env("RAYON_NUM_THREADS", v);
+        }
+        cmd.output().unwrap()
+    };
+    assert_eq!(plan(Some("3"), &[]).stdout, plan(None, &["--threads", "3"]).stdout);
+    assert_has(&one_error_line(&plan(Some("2000"), &[])), &["RAYON_NUM_THREADS=2000 is too many threads"]);
     // --threads overrides both.
     let out = vramfit()
         .args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1"])

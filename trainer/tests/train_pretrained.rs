@@ -154,7 +154,7 @@ fn weights_that_do_not_fit_the_run_are_one_error_line() {
     let err = error(&["--n-layer", "3"], train_args(o, f, d));
     assert!(err.contains("2 layers, the config's n_layer is 3"), "{err}");
     let err = error(&["--n-embd", "32", "--n-head", "2"], train_args(o, f, d));
-    assert!(err.contains("wte.weight is [50257, 16]"), "{err}");
+    assert!(err.contains("wte.weight is [50257, 16] (vocabulary x width): the config must have the same"), "{err}");
     let err = error(&["--block-size", "64"], train_args(o, f, d));
     assert!(err.contains("fewer than block_size 64 positions"), "{err}");
     let err = error(&["--bias", "false"], train_args(o, f, d));
@@ -194,6 +194,16 @@ fn weights_that_do_not_fit_the_run_are_one_error_line() {
     candle_core::safetensors::save(&map, &ints).unwrap();
     let err = error(&[], train_args(o, ints.to_str().unwrap(), d));
     assert!(err.contains("ln_f.bias is I64"), "{err}");
+    // A NaN or an infinity in any dtype the loader reads: refused before training (it was a
+    // NaN loss at the first evaluation, blamed on the learning rate).
+    for (dtype, bad) in [(DType::F32, f32::NAN), (DType::F16, f32::INFINITY), (DType::BF16, f32::NEG_INFINITY)] {
+        let poisoned_file = dir.join("poisoned.safetensors");
+        let mut poisoned = tensors.clone();
+        poisoned.iter_mut().find(|(n, _, _)| n == "h.1.attn.c_proj.weight").unwrap().2[5] = bad;
+        write_weights_as(&poisoned_file, &poisoned, dtype);
+        let err = error(&[], train_args(o, poisoned_file.to_str().unwrap(), d));
+        assert!(err.contains("h.1.attn.c_proj.weight holds NaN or infinite values"), "{dtype:?}: {err}");
+    }
     let absurd = dir.join("absurd.safetensors");
     let mut named = tensors.clone();
     named.push((format!("h.{}.x", usize::MAX), vec![1], vec![0.0]));

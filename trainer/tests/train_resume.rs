@@ -66,7 +66,7 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
     // 50 ms between iterations (debug builds' hook): the run would take 10 s, so the signal
     // lands before its end even on a loaded machine; the results do not depend on the pause.
     cmd.env("VRAMFIT_TEST_ITERATION_PAUSE_MS", "50");
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     // Interrupt once a few iterations are logged.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -85,6 +85,10 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     let (meta, _) = checkpoint_tensors(&split);
     assert!(meta.iter_num >= 3 && meta.iter_num < 200, "interrupted at {}", meta.iter_num);
+    // Its only evaluation was at iteration 0 (eval_interval 1000): the summary says so.
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("interrupted at iteration {}", meta.iter_num)), "{stdout}");
+    assert!(stdout.contains(" nats at iteration 0, its last evaluation (best "), "{stdout}");
 
     train_ok(&split, &["--resume"]);
     let (_, a) = checkpoint_tensors(&straight);
