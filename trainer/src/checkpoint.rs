@@ -191,23 +191,25 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
     }
     meta.config.validate().map_err(|e| bad(format!("config: {e}")))?;
     check_loop_state(&meta).map_err(bad)?;
-    let tensor = |name: &str| -> Result<Tensor, String> {
+    let tensor = |name: &str, parameter: bool| -> Result<Tensor, String> {
         let view = st.tensor(name).map_err(|_| bad(format!("tensor {name} is missing")))?;
         if view.dtype() != StDtype::F32 {
             return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
         }
         let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        // Sampling would print nothing but newlines, and a resumed run stop at a NaN loss.
-        if !values.iter().all(|v| v.is_finite()) {
+        // Sampling would print nothing but newlines, and a resumed run stop at a NaN loss. (The
+        // moments are AdamW's own: an infinite second moment is a state the run had, and the
+        // resumed run continues it as the uninterrupted one would.)
+        if parameter && !values.iter().all(|v| v.is_finite()) {
             return Err(bad(format!("tensor {name} holds NaN or infinite values")));
         }
         Tensor::from_vec(values, view.shape(), device).map_err(|e| bad(format!("tensor {name}: {e}")))
     };
-    let params = meta.param_names.iter().map(|n| tensor(n)).collect::<Result<Vec<_>, _>>()?;
+    let params = meta.param_names.iter().map(|n| tensor(n, true)).collect::<Result<Vec<_>, _>>()?;
     let (exp_avg, exp_avg_sq) = if meta.optimizer_steps > 0 {
         (
-            meta.param_names.iter().map(|n| tensor(&format!("optimizer.exp_avg.{n}"))).collect::<Result<Vec<_>, _>>()?,
-            meta.param_names.iter().map(|n| tensor(&format!("optimizer.exp_avg_sq.{n}"))).collect::<Result<Vec<_>, _>>()?,
+            meta.param_names.iter().map(|n| tensor(&format!("optimizer.exp_avg.{n}"), false)).collect::<Result<Vec<_>, _>>()?,
+            meta.param_names.iter().map(|n| tensor(&format!("optimizer.exp_avg_sq.{n}"), false)).collect::<Result<Vec<_>, _>>()?,
         )
     } else {
         (Vec::new(), Vec::new())

@@ -118,6 +118,30 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
                 }
             }
             extra.retain(|(k, _)| k != "init_from");
+            // A checkpoint the link starts from overrides the shape the file gave; a block past
+            // its positions is refused, as the link's own would be.
+            if let Some(name) = decoded.state.init_from.as_deref() {
+                if state.config.block_size > nanogpt::PRETRAINED_BLOCK && !decoded.sets("block_size") {
+                    return Err(format!(
+                        "--link: init_from = '{name}': block_size {} is past GPT-2's {} positions, which train.py crops but never extends",
+                        state.config.block_size,
+                        nanogpt::PRETRAINED_BLOCK
+                    ));
+                }
+                let unused: Vec<String> = nanogpt::shape_changes(&state.config, &decoded.state.config)
+                    .into_iter()
+                    // (The decoder counts the checkpoint's shape as the link's; of these only
+                    // the block can be the link's own.)
+                    .filter(|(setting, _, _)| *setting != "block_size" || !decoded.sets("block_size"))
+                    .map(|(setting, was, _)| format!("{setting} {was}"))
+                    .collect();
+                if !unused.is_empty() {
+                    notices.push(format!(
+                        "--link: init_from = '{name}': {} not used; train.py loads GPT-2's shape from the checkpoint",
+                        unused.join(", ")
+                    ));
+                }
+            }
         }
         state = decoded.state;
         link_sets = decoded.given;

@@ -12,7 +12,9 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
     let mut inputs = inputs::resolve(&args.run, &args.card)?;
-    let pretrained = args.runtime != Some(Runtime::Trainer) && keep_pretrained_shape(&mut inputs)?;
+    // Both runtimes: `train` also takes the checkpoint's shape (from --weights, or from
+    // scratch without them).
+    let pretrained = keep_pretrained_shape(&mut inputs)?;
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -165,7 +167,7 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
     };
     let available = match args.max_memory_mib {
         Some(mib) => Some(mib.saturating_mul(1 << 20)),
-        None => vramfit::preflight::available_cpu_bytes(),
+        None => vramfit::preflight::available_cpu_bytes(opts.cpu_threads),
     };
     let plan = trainer_model::plan(cfg, &opts, available).map_err(|e| e.to_string())?;
     if args.json {

@@ -187,39 +187,59 @@ pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis) -> Stri
     format!("pre-flight: predicted peak {} (trainer memory model{}), {room}", predicted(predicted_peak, basis), basis.caveat())
 }
 
-/// What this process may still allocate, in bytes: the least of the machine's free memory
-/// (`MemAvailable`), the room under its cgroup's memory limit (a container's, a systemd
-/// slice's) and the room under its address-space limit (`ulimit -v`). Past either limit a run
-/// the machine's free memory would take is killed, or aborted at an allocation. `None` if
-/// none can be read (not Linux).
-pub fn available_cpu_bytes() -> Option<u64> {
+/// What this process may still allocate, in bytes, for a run on `threads` threads: the least
+/// of the machine's free memory (`MemAvailable`), the room under its cgroup's memory limit (a
+/// container's, a systemd slice's) and the room under its address-space limit (`ulimit -v`).
+/// Past either limit a run the machine's free memory would take is killed, or aborted at an
+/// allocation. `None` if none can be read (not Linux).
+pub fn available_cpu_bytes(threads: u32) -> Option<u64> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let free = read("/proc/meminfo").and_then(|t| parse_mem_available(&t));
     let cgroup = read("/proc/self/cgroup").and_then(|t| cgroup_room(&t, &read));
-    let address_space = read("/proc/self/limits").zip(read("/proc/self/status")).and_then(|(l, s)| address_space_room(&l, &s));
+    let address_space = read("/proc/self/limits")
+        .zip(read("/proc/self/status"))
+        .and_then(|(l, s)| address_space_room(&l, &s))
+        .map(|room| room.saturating_sub(address_space_per_thread(threads)));
     [free, cgroup, address_space].into_iter().flatten().min()
+}
+
+/// Address space a run reserves beyond its heap, which `ulimit -v` counts: glibc gives each
+/// thread that allocates an arena reserving 64 MiB (HEAP_MAX_SIZE on 64-bit), and each pool
+/// thread a stack of up to 8 MiB; the pool starts after the pre-flight. Measured with the
+/// address-space test's model (429 MiB predicted): one thread needed 135 to 184 MiB more than
+/// the heap, two threads more than 184.
+fn address_space_per_thread(threads: u32) -> u64 {
+    (u64::from(threads) + 2) * (64 << 20) + u64::from(threads) * (8 << 20)
 }
 
 /// The least room (limit minus usage) over the process's memory cgroup and its ancestors, from
 /// `/proc/self/cgroup` (`cgroup`) and the files `read` returns: cgroup v2's `memory.max` and
-/// `memory.current`, or v1's `memory.limit_in_bytes` and `memory.usage_in_bytes`. A limit of
-/// `max` (v2) or an unreadable level counts as none.
+/// `memory.current`, or v1's `memory.limit_in_bytes` and `memory.usage_in_bytes`. Usage counts
+/// the page cache, which the kernel reclaims before it kills anything: the inactive file pages
+/// of `memory.stat` are left out of it, as container runtimes leave them out. A limit of `max`
+/// (v2) or an unreadable level counts as none.
 fn cgroup_room(cgroup: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
     let number = |path: String| read(&path).and_then(|t| t.trim().parse::<u64>().ok());
+    let stat = |path: String, key: &str| {
+        read(&path).and_then(|t| t.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse::<u64>().ok()))
+    };
     let mut least: Option<u64> = None;
     for line in cgroup.lines() {
         let mut fields = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else { continue };
-        let (root, limit, usage) = match controllers {
-            "" => ("/sys/fs/cgroup", "memory.max", "memory.current"),
-            c if c.split(',').any(|c| c == "memory") => ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
+        let (root, limit, usage, inactive) = match controllers {
+            "" => ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+            c if c.split(',').any(|c| c == "memory") => {
+                ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+            }
             _ => continue,
         };
         // The cgroup itself, then each parent up to the root of the hierarchy.
         let mut dir = path.trim_end_matches('/').to_string();
         loop {
             if let (Some(max), Some(used)) = (number(format!("{root}{dir}/{limit}")), number(format!("{root}{dir}/{usage}"))) {
-                let room = max.saturating_sub(used);
+                let cache = stat(format!("{root}{dir}/memory.stat"), inactive).unwrap_or(0);
+                let room = max.saturating_sub(used.saturating_sub(cache));
                 least = Some(least.map_or(room, |l| l.min(room)));
             }
             match dir.rfind('/') {
@@ -389,7 +409,7 @@ mod tests {
         assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
         assert_eq!(parse_mem_available("MemAvailable: lots kB\n"), None);
         if cfg!(target_os = "linux") {
-            assert!(available_cpu_bytes().is_some_and(|b| b > 0));
+            assert!(available_cpu_bytes(1).is_some_and(|b| b > 0));
         }
     }
 
@@ -417,8 +437,22 @@ mod tests {
             ("/sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "6000"),
         ]);
         assert_eq!(cgroup_room("12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n", &v1), Some(0));
-        // No limit anywhere, or nothing readable.
+        // The slice alone (its parent, the root, has no limit files).
         assert_eq!(cgroup_room("0::/user.slice\n", &v2), Some(700));
+        // Reclaimable page cache is room: 900 used of 1000, 600 of it inactive file pages.
+        let cached = files(&[
+            ("/sys/fs/cgroup/box/memory.max", "1000"),
+            ("/sys/fs/cgroup/box/memory.current", "900"),
+            ("/sys/fs/cgroup/box/memory.stat", "anon 300\nfile 600\nactive_file 0\ninactive_file 600\n"),
+        ]);
+        assert_eq!(cgroup_room("0::/box\n", &cached), Some(700));
+        let cached_v1 = files(&[
+            ("/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "1000"),
+            ("/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "900"),
+            ("/sys/fs/cgroup/memory/box/memory.stat", "cache 600\ninactive_file 1\ntotal_inactive_file 500\n"),
+        ]);
+        assert_eq!(cgroup_room("5:memory:/box\n", &cached_v1), Some(600));
+        // No limit anywhere, or nothing readable.
         assert_eq!(cgroup_room("0::/elsewhere\n", &files(&[])), None);
         assert_eq!(cgroup_room("garbage", &v2), None);
     }

@@ -395,11 +395,18 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
                 )?;
             }
             // Where evaluation is the peak (a large eval batch), these fit and no micro-batch does.
+            use vramfit_core::trainer_model::{peak_bytes, simulate, TrainerOptions};
             if let Some(e) = plan.fitting_eval_batch {
-                writeln!(out, "  fix: --eval-batch-size {e} (the largest eval batch that fits)")?;
+                let need = peak_bytes(&simulate(&vramfit_core::Config { eval_batch_size: Some(e), ..plan.config.clone() }, &plan.options));
+                writeln!(out, "  fix: --eval-batch-size {e} (the largest eval batch that fits; needs {})", size(need, peak_estimate))?;
             }
             if let Some(rows) = plan.fitting_eval_chunk_rows {
-                writeln!(out, "  fix: --eval-chunk-rows {rows} (the eval batch in pieces of that many rows)")?;
+                let need = peak_bytes(&simulate(&plan.config, &TrainerOptions { eval_chunk_rows: Some(rows), ..plan.options }));
+                writeln!(
+                    out,
+                    "  fix: --eval-chunk-rows {rows} (the eval batch in pieces of that many rows; needs {})",
+                    size(need, peak_estimate)
+                )?;
             }
             if plan.auto_fit.is_none() && plan.fitting_eval_batch.is_none() && plan.fitting_eval_chunk_rows.is_none() {
                 writeln!(

@@ -63,7 +63,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // the run started.
     let out_dir = if args.resume { Some(args.out_dir.clone().unwrap_or_else(|| PathBuf::from("out"))) } else { args.out_dir.clone() };
     if let Some(dir) = &out_dir {
-        check_out_dir(dir, args.out_dir.is_some())?;
+        check_out_dir(dir, args.out_dir.is_some(), args.resume)?;
     }
     let out_dir_name = if args.out_dir.is_some() { "--out-dir" } else { "out_dir" };
     // A resumed run locks its directory before it reads the checkpoint: one read while another
@@ -149,7 +149,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     check_settings(&settings, args, source.as_deref())?;
     if !checked_out_dir {
         // The default, or a config file's out_dir.
-        check_out_dir(&settings.out_dir, false)?;
+        check_out_dir(&settings.out_dir, false, args.resume)?;
     }
     if let Some(ckpt) = &resume {
         check_resume_has_work(ckpt.meta.iter_num, ckpt.meta.evaluated, settings.max_iters)?;
@@ -390,7 +390,8 @@ fn cuda_device() -> Result<Device, Failure> {
 /// limit, if lower); unknown counts as unlimited.
 fn available_memory(device: &Device, max_memory_mib: Option<u64>) -> u64 {
     let limit = max_memory_mib.map_or(u64::MAX, |m| m.saturating_mul(1 << 20));
-    let machine = if device.is_cpu() { available_cpu_bytes() } else { free_device_bytes(device) };
+    let threads = u32::try_from(candle_core::utils::get_num_threads()).unwrap_or(u32::MAX);
+    let machine = if device.is_cpu() { available_cpu_bytes(threads) } else { free_device_bytes(device) };
     machine.unwrap_or(u64::MAX).min(limit)
 }
 
@@ -640,7 +641,7 @@ fn check_seed_flag(saved: u64, flag: Option<u64>) -> Result<(), Failure> {
 
 /// `out_dir` must be a directory, or not exist yet (it is created), and what the run writes there
 /// must be able to go there: checked before any work, not found out at the first save.
-fn check_out_dir(dir: &Path, flag_given: bool) -> Result<(), Failure> {
+fn check_out_dir(dir: &Path, flag_given: bool, resume: bool) -> Result<(), Failure> {
     let name = if flag_given { "--out-dir" } else { "out_dir" };
     match std::fs::metadata(dir) {
         Ok(m) if m.is_file() => return Err(input(format!("{name} {} is a file, not a directory", dir.display()))),
@@ -652,12 +653,13 @@ fn check_out_dir(dir: &Path, flag_given: bool) -> Result<(), Failure> {
     let files = [
         (checkpoint::FILE_NAME, "its checkpoint"),
         (vramfit::progress::LOG_FILE, "its log"),
-        // A new run moves the last run's log there.
+        // A new run moves the last run's log there (a resumed one appends to it instead).
         (vramfit::progress::PREVIOUS_LOG_FILE, "the previous run's log"),
     ];
     for (file, what) in files {
         let path = dir.join(file);
-        if path.is_dir() {
+        let written = file != vramfit::progress::PREVIOUS_LOG_FILE || (!resume && dir.join(vramfit::progress::LOG_FILE).is_file());
+        if written && path.is_dir() {
             return Err(input(format!(
                 "{} is a directory, where this run writes {what}: move it away or pick another {name}",
                 path.display()

@@ -757,3 +757,63 @@ fn plan_json_fixes(args: &[&str]) -> Value {
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// A block past GPT-2's 1024 positions under a checkpoint is one error line whichever way it
+/// comes: a flag (for both runtimes: `train` takes the checkpoint's shape too) or a file under a
+/// link that names the checkpoint. A link's checkpoint over a file of another shape says which
+/// of the file's settings it replaces.
+#[test]
+fn a_checkpoint_refuses_a_longer_block_and_names_what_it_replaces() {
+    for runtime in ["pytorch", "trainer"] {
+        let err = assert_one_error_line(&["plan", "--runtime", runtime, "--init_from=gpt2", "--block-size", "2048"]);
+        assert!(err.contains("block_size 2048: init_from = 'gpt2' loads GPT-2's 1024 positions"), "{err}");
+    }
+    let long = temp_file("long_block.py", "n_layer = 4\nblock_size = 2048\n");
+    let err = assert_one_error_line(&["plan", "--config", long.to_str().unwrap(), "--link", "?v=1&init=gpt2"]);
+    assert!(err.contains("--link: init_from = 'gpt2': block_size 2048 is past GPT-2's 1024 positions"), "{err}");
+    let small = temp_file("small_model.py", "n_layer = 4\nblock_size = 256\n");
+    let out = vramfit(&["plan", "--no-fixes", "--config", small.to_str().unwrap(), "--link", "?v=1&init=gpt2"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--link: init_from = 'gpt2': n_layer 4, vocab_size 50304, bias False not used"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("n_layer 12,"));
+}
+
+/// `plan --runtime trainer` for a run whose eval batch is the peak offers the eval fixes, and
+/// the eval batch it names fits when planned.
+#[test]
+fn the_trainer_plan_offers_eval_fixes_that_fit() {
+    let base = [
+        "plan",
+        "--runtime",
+        "trainer",
+        "--n-layer",
+        "2",
+        "--n-embd",
+        "128",
+        "--n-head",
+        "4",
+        "--block-size",
+        "64",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--max-memory-mib",
+        "30",
+        "--vocab-size",
+        "32",
+        "--gradient-accumulation-steps",
+        "1",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--eval-batch-size", "64"]);
+    let text = String::from_utf8_lossy(&vramfit(&args).stdout).to_string();
+    assert!(text.contains("Does not fit") && text.contains("fix: --eval-chunk-rows "), "{text}");
+    assert!(!text.contains("not even a micro-batch"), "{text}");
+    let e: String =
+        text.split("fix: --eval-batch-size ").nth(1).unwrap_or_else(|| panic!("{text}")).chars().take_while(char::is_ascii_digit).collect();
+    let mut fixed = base.to_vec();
+    fixed.extend(["--eval-batch-size", &e]);
+    assert!(String::from_utf8_lossy(&vramfit(&fixed).stdout).contains("Fits: needs"), "--eval-batch-size {e}");
+}

@@ -112,6 +112,12 @@ fn bad_checkpoints() {
     let nan = ["holds NaN or infinite values"];
     assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &nan);
     assert_has(&train_err(&dir, &["--resume"]), &nan);
+    // An infinite second moment is AdamW's own state, not a broken model: sampling reads it.
+    let mut inf_moment = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    inf_moment.exp_avg_sq[0] = inf_moment.exp_avg_sq[0].affine(0.0, f64::INFINITY).unwrap();
+    vramfit::checkpoint::save(&ckpt, &inf_moment).unwrap();
+    let out = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--max-new-tokens", "5"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     for (chars, why) in
         [("", "vocabulary is empty"), ("aab", "not distinct characters in order"), ("ba", "not distinct characters in order")]
     {
@@ -238,6 +244,16 @@ fn preflight_heeds_the_address_space_limit() {
     let line = one_error_line(&out);
     assert_has(&line, &["this run needs", "MiB is available"]);
     assert!(!dir.exists(), "a refused run created its out_dir");
+    // Room for the heap but not for glibc's arenas and the thread stacks: it was accepted, and
+    // aborted at an allocation (`memory allocation of 8388608 bytes failed`, exit 134).
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -v 550000 && exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_vramfit"), "train", "--out-dir"])
+        .arg(&dir)
+        .args(["--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--block-size", "256", "--batch-size", "32"])
+        .args(["--max-iters", "2", "--eval-iters", "1", "--threads", "1"])
+        .output()
+        .unwrap();
+    assert_has(&one_error_line(&out), &["this run needs", "MiB is available"]);
 }
 
 /// Runs the binary, failing the test (instead of hanging it) if it is still running after `secs`.
@@ -474,12 +490,20 @@ fn out_dir_must_take_the_run() {
     assert_has(&train_err(&out, &["--max-iters", "2"]), &["log.jsonl is a directory, where this run writes its log"]);
     let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["log.jsonl"], "a refused run wrote to its out_dir");
+    // A new run moves an existing log to log.previous.jsonl: a directory there is refused too
+    // (with no log to move, it is left alone).
     std::fs::remove_dir(out.join("log.jsonl")).unwrap();
+    std::fs::write(out.join("log.jsonl"), "").unwrap();
     std::fs::create_dir_all(out.join("log.previous.jsonl")).unwrap();
     assert_has(
         &train_err(&out, &["--max-iters", "2"]),
         &["log.previous.jsonl is a directory, where this run writes the previous run's log"],
     );
+    std::fs::remove_file(out.join("log.jsonl")).unwrap();
+    let mut args = vec!["train", "--out-dir", out.to_str().unwrap(), "--max-iters", "1"];
+    args.extend_from_slice(&TINY);
+    let ran = run(&args);
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
 }
 
 /// A thread count in the environment past what --threads takes is a mistake to name, not a
@@ -496,7 +520,8 @@ fn too_many_threads_in_the_environment() {
     // Without --threads: CANDLE_NUM_THREADS counts as the help says (candle's matmuls read only
     // RAYON_NUM_THREADS), a value that is not a count is ignored (the small default model keeps
     // its one thread), and `plan --runtime trainer` plans with the same count as `train`.
-    for (var, value, expected) in [("CANDLE_NUM_THREADS", "2", "cpu (2 threads)"), ("RAYON_NUM_THREADS", "abc", "cpu (1 thread)")] {
+    // (3: not this machine's core count, which candle would fall back to.)
+    for (var, value, expected) in [("CANDLE_NUM_THREADS", "3", "cpu (3 threads)"), ("RAYON_NUM_THREADS", "abc", "cpu (1 thread)")] {
         let out = vramfit().args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1"]).env(var, value).output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(text(&out.stdout).contains(expected), "{var}={value}: {}", text(&out.stdout));
@@ -506,12 +531,12 @@ fn too_many_threads_in_the_environment() {
         cmd.args(["plan", "--runtime", "trainer", "--json", "--max-memory-mib", "1000", "--link", "?v=1&L=1&C=16&H=2&T=16&B=4&V=32"])
             .args(flag);
         if let Some(v) = env {
-            cmd.env("RAYON_NUM_THREADS", v);
+            cmd.env("CANDLE_NUM_THREADS", v);
         }
         cmd.output().unwrap()
     };
     assert_eq!(plan(Some("3"), &[]).stdout, plan(None, &["--threads", "3"]).stdout);
-    assert_has(&one_error_line(&plan(Some("2000"), &[])), &["RAYON_NUM_THREADS=2000 is too many threads"]);
+    assert_has(&one_error_line(&plan(Some("2000"), &[])), &["CANDLE_NUM_THREADS=2000 is too many threads"]);
     // --threads overrides both.
     let out = vramfit()
         .args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1"])

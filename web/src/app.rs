@@ -583,7 +583,10 @@ pub fn App() -> impl IntoView {
     // load, so they get the same notice instead of being ignored unseen.
     let hash_listener = window_event_listener_untyped("hashchange", move |_| {
         let read = share::read_link(&location_href());
-        state.set(read.state);
+        // The query is the live state: setting it unchanged would clear a number box's complaint.
+        if state.with_untracked(|s| *s != read.state) {
+            state.set(read.state);
+        }
         link_notices.set(read.notices);
     });
     on_cleanup(move || hash_listener.remove());
