@@ -112,6 +112,11 @@ fn bad_checkpoints() {
     let nan = ["holds NaN or infinite values"];
     assert_has(&one_error_line(&run(&["sample", "--out-dir", dir.to_str().unwrap()])), &nan);
     assert_has(&train_err(&dir, &["--resume"]), &nan);
+    // A loop state no run reaches (it asked for a --max-iters past u64::MAX).
+    let mut endless = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    endless.meta.iter_num = u64::MAX;
+    vramfit::checkpoint::save(&ckpt, &endless).unwrap();
+    assert_has(&train_err(&dir, &["--resume"]), &["not a usable vramfit checkpoint: iter_num is 18446744073709551615"]);
     // An infinite second moment is AdamW's own state, not a broken model: sampling reads it.
     let mut inf_moment = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
     inf_moment.exp_avg_sq[0] = inf_moment.exp_avg_sq[0].affine(0.0, f64::INFINITY).unwrap();
@@ -234,26 +239,20 @@ fn preflight_offers_eval_fixes_when_eval_is_the_peak() {
 #[test]
 fn preflight_heeds_the_address_space_limit() {
     let dir = scratch("preflight-ulimit").join("out");
-    let out = std::process::Command::new("sh")
-        .args(["-c", "ulimit -v 400000 && exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_vramfit"), "train", "--out-dir"])
-        .arg(&dir)
-        .args(["--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--block-size", "256", "--batch-size", "32"])
-        .args(["--max-iters", "2", "--eval-iters", "1", "--threads", "1"])
-        .output()
-        .unwrap();
-    let line = one_error_line(&out);
-    assert_has(&line, &["this run needs", "MiB is available"]);
-    assert!(!dir.exists(), "a refused run created its out_dir");
-    // Room for the heap but not for glibc's arenas and the thread stacks: it was accepted, and
-    // aborted at an allocation (`memory allocation of 8388608 bytes failed`, exit 134).
-    let out = std::process::Command::new("sh")
-        .args(["-c", "ulimit -v 550000 && exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_vramfit"), "train", "--out-dir"])
-        .arg(&dir)
-        .args(["--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--block-size", "256", "--batch-size", "32"])
-        .args(["--max-iters", "2", "--eval-iters", "1", "--threads", "1"])
-        .output()
-        .unwrap();
-    assert_has(&one_error_line(&out), &["this run needs", "MiB is available"]);
+    // 400000 KiB: less than the heap the run needs. 550000 KiB: room for the heap but not for
+    // glibc's arenas and the thread stacks, which the first fix accepted and which then aborted
+    // at an allocation (`memory allocation of 8388608 bytes failed`, exit 134).
+    for kib in ["400000", "550000"] {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("ulimit -v {kib} && exec \"$0\" \"$@\""), env!("CARGO_BIN_EXE_vramfit"), "train", "--out-dir"])
+            .arg(&dir)
+            .args(["--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--block-size", "256", "--batch-size", "32"])
+            .args(["--max-iters", "2", "--eval-iters", "1", "--threads", "1"])
+            .output()
+            .unwrap();
+        assert_has(&one_error_line(&out), &["this run needs", "MiB is available"]);
+        assert!(!dir.exists(), "a refused run created its out_dir");
+    }
 }
 
 /// Runs the binary, failing the test (instead of hanging it) if it is still running after `secs`.
