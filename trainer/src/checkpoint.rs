@@ -221,10 +221,6 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
 /// impossible value would otherwise surface as an overflow or a silently wrong run. (Its training
 /// settings are checked by `train` after flags, which may put them right.)
 fn check_loop_state(meta: &CheckpointMeta) -> Result<(), String> {
-    // No --max-iters goes past it: resuming would ask for the impossible.
-    if meta.iter_num == u64::MAX {
-        return Err(format!("iter_num is {}, an iteration no run reaches", meta.iter_num));
-    }
     if meta.optimizer_steps > meta.iter_num {
         return Err(format!(
             "optimizer_steps ({}) exceeds iter_num ({}): a run takes at most one optimizer step per iteration",

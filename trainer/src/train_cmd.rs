@@ -735,6 +735,10 @@ fn tokenizer_name(t: Tokenizer) -> &'static str {
 /// cut off); otherwise it would report "done" having done nothing.
 fn check_resume_has_work(iter_num: u64, evaluated: bool, max_iters: u64) -> Result<(), Failure> {
     if max_iters < iter_num || (max_iters == iter_num && evaluated) {
+        // No --max-iters goes past the last iteration a count holds.
+        if iter_num == u64::MAX {
+            return Err(input(format!("--resume: the checkpoint is at iteration {iter_num}, the last there is: nothing is left to train")));
+        }
         return Err(input(format!(
             "--resume: the checkpoint is already at iteration {iter_num} and max_iters is {max_iters}: \
              pass a --max-iters larger than {iter_num} to continue training"
