@@ -1258,21 +1258,30 @@ pub fn auto_fit(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> Optio
     Some(with_batch(if divisor * 2 >= largest { divisor } else { largest }))
 }
 
+/// A setting's value with which the run fits, and the peak it then needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Fitting<T> {
+    pub value: T,
+    pub needed_bytes: u64,
+}
+
 /// The evaluation's fixes for a run that does not fit `budget_bytes`: the largest eval batch
 /// below the config's, and (when eval is not chunked yet) the most rows per eval forward, in
-/// whole eval sequences, with which the whole run fits. Where evaluation is the peak (a large
-/// eval batch) these are what fits, and no micro-batch does.
-pub fn eval_fixes(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> (Option<u32>, Option<u64>) {
+/// whole eval sequences, with which the whole run fits; each with its need. Where evaluation
+/// is the peak (a large eval batch) these are what fits, and no micro-batch does.
+pub fn eval_fixes(cfg: &Config, opts: &TrainerOptions, budget_bytes: u64) -> (Option<Fitting<u32>>, Option<Fitting<u64>>) {
     let (eb, te) = (cfg.eval_batch(), u64::from(cfg.eval_block()));
     if eb <= 1 {
         return (None, None);
     }
-    let fits = |c: &Config, o: &TrainerOptions| peak_bytes(&simulate(c, o)) <= budget_bytes;
-    let batch = largest_where(1, eb - 1, |e| fits(&Config { eval_batch_size: Some(e), ..cfg.clone() }, opts));
+    let with_batch = |e: u32| peak_bytes(&simulate(&Config { eval_batch_size: Some(e), ..cfg.clone() }, opts));
+    let with_rows = |rows: u64| peak_bytes(&simulate(cfg, &TrainerOptions { eval_chunk_rows: Some(rows), ..*opts }));
+    let batch = largest_where(1, eb - 1, |e| with_batch(e) <= budget_bytes).map(|e| Fitting { value: e, needed_bytes: with_batch(e) });
     let rows = match opts.eval_chunk_rows {
         Some(_) => None,
-        None => largest_where(1, eb - 1, |s| fits(cfg, &TrainerOptions { eval_chunk_rows: Some(u64::from(s) * te), ..*opts }))
-            .map(|s| u64::from(s) * te),
+        None => largest_where(1, eb - 1, |s| with_rows(u64::from(s) * te) <= budget_bytes)
+            .map(|s| u64::from(s) * te)
+            .map(|r| Fitting { value: r, needed_bytes: with_rows(r) }),
     };
     (batch, rows)
 }
@@ -1303,12 +1312,16 @@ mod auto_fit_tests {
         assert_eq!(auto_fit(&cfg, &opts, budget), None);
         let need = |c: &Config, o: &TrainerOptions| peak_bytes(&simulate(c, o));
         let (batch, rows) = eval_fixes(&cfg, &opts, budget);
-        let e = batch.expect("a smaller eval batch fits");
-        assert!(need(&Config { eval_batch_size: Some(e), ..cfg.clone() }, &opts) <= budget);
+        let batch = batch.expect("a smaller eval batch fits");
+        let e = batch.value;
+        assert_eq!(need(&Config { eval_batch_size: Some(e), ..cfg.clone() }, &opts), batch.needed_bytes);
+        assert!(batch.needed_bytes <= budget);
         assert!(need(&Config { eval_batch_size: Some(e + 1), ..cfg.clone() }, &opts) > budget);
-        let r = rows.expect("eval in pieces fits");
+        let rows = rows.expect("eval in pieces fits");
+        let r = rows.value;
         assert_eq!(r % 64, 0, "whole sequences");
-        assert!(need(&cfg, &TrainerOptions { eval_chunk_rows: Some(r), ..opts }) <= budget);
+        assert_eq!(need(&cfg, &TrainerOptions { eval_chunk_rows: Some(r), ..opts }), rows.needed_bytes);
+        assert!(rows.needed_bytes <= budget);
         assert!(need(&cfg, &TrainerOptions { eval_chunk_rows: Some(r + 64), ..opts }) > budget);
         // Chunked already, or an eval batch of 1: nothing more to offer there.
         assert_eq!(eval_fixes(&cfg, &TrainerOptions { eval_chunk_rows: Some(64), ..opts }, budget).1, None);
@@ -1419,10 +1432,10 @@ pub struct TrainerPlan {
     /// With `available_bytes` and no fit: `--auto-fit`'s choice (micro-batch and accumulation).
     pub auto_fit: Option<Config>,
     /// With `available_bytes` and no fit: the largest eval batch (below the config's) that fits.
-    pub fitting_eval_batch: Option<u32>,
+    pub fitting_eval_batch: Option<Fitting<u32>>,
     /// With `available_bytes` and no fit, and eval not chunked: the most rows per eval forward
     /// (whole sequences) that fit.
-    pub fitting_eval_chunk_rows: Option<u64>,
+    pub fitting_eval_chunk_rows: Option<Fitting<u64>>,
     pub notes: Vec<String>,
 }
 

@@ -121,25 +121,11 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             // A checkpoint the link starts from overrides the shape the file gave; a block past
             // its positions is refused, as the link's own would be.
             if let Some(name) = decoded.state.init_from.as_deref() {
-                if state.config.block_size > nanogpt::PRETRAINED_BLOCK && !decoded.sets("block_size") {
-                    return Err(format!(
-                        "--link: init_from = '{name}': block_size {} is past GPT-2's {} positions, which train.py crops but never extends",
-                        state.config.block_size,
-                        nanogpt::PRETRAINED_BLOCK
-                    ));
-                }
-                let unused: Vec<String> = nanogpt::shape_changes(&state.config, &decoded.state.config)
-                    .into_iter()
-                    // (The decoder counts the checkpoint's shape as the link's; of these only
-                    // the block can be the link's own.)
-                    .filter(|(setting, _, _)| *setting != "block_size" || !decoded.sets("block_size"))
-                    .map(|(setting, was, _)| format!("{setting} {was}"))
-                    .collect();
-                if !unused.is_empty() {
-                    notices.push(format!(
-                        "--link: init_from = '{name}': {} not used; train.py loads GPT-2's shape from the checkpoint",
-                        unused.join(", ")
-                    ));
+                // (The decoder counts the checkpoint's shape as the link's; of these only the
+                // block can be the link's own.)
+                let from_file = |setting: &str| setting != "block_size" || !decoded.sets("block_size");
+                if let Some(notice) = replaced_by_checkpoint(name, &state.config, &decoded.state.config, from_file)? {
+                    notices.push(format!("--link: {notice}"));
                 }
             }
         }
@@ -172,6 +158,32 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_sets,
         init_from: state.init_from,
     })
+}
+
+/// What a GPT-2 checkpoint (`init_from = name`) replaced going from `given` to `shaped` (its
+/// shape), among the settings `counts` says the user gave: a note naming them, or an error for
+/// a block past the checkpoint's positions (train.py crops positions, never adds them, and its
+/// first forward would stop). Shared by a link's checkpoint over a file and by `plan`'s flags.
+pub fn replaced_by_checkpoint(
+    name: &str,
+    given: &Config,
+    shaped: &Config,
+    counts: impl Fn(&str) -> bool,
+) -> Result<Option<String>, String> {
+    let positions = nanogpt::PRETRAINED_BLOCK;
+    if given.block_size > positions && counts("block_size") {
+        return Err(format!(
+            "block_size {}: init_from = '{name}' loads GPT-2's {positions} positions, which train.py crops but never extends",
+            given.block_size
+        ));
+    }
+    let unused: Vec<String> = nanogpt::shape_changes(given, shaped)
+        .into_iter()
+        .filter(|(setting, _, _)| counts(setting))
+        .map(|(setting, was, _)| format!("{setting} {was}"))
+        .collect();
+    Ok((!unused.is_empty())
+        .then(|| format!("init_from = '{name}': {} not used; train.py loads GPT-2's shape from the checkpoint", unused.join(", "))))
 }
 
 /// Explicit flags override whatever the file and the link said.

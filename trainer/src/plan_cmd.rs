@@ -84,19 +84,8 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
     if !vramfit_core::nanogpt::take_pretrained_shape(&mut inputs.config, &init_from) {
         return Ok(false);
     }
-    let positions = vramfit_core::nanogpt::PRETRAINED_BLOCK;
-    if given.block_size > positions {
-        return Err(format!(
-            "block_size {}: init_from = '{init_from}' loads GPT-2's {positions} positions, which train.py crops but never extends",
-            given.block_size
-        ));
-    }
-    let unused: Vec<String> =
-        vramfit_core::nanogpt::shape_changes(&given, &inputs.config).into_iter().map(|(name, was, _)| format!("{name} {was}")).collect();
-    if !unused.is_empty() {
-        inputs
-            .notices
-            .push(format!("init_from = '{init_from}': {} not used; train.py loads GPT-2's shape from the checkpoint", unused.join(", ")));
+    if let Some(notice) = inputs::replaced_by_checkpoint(&init_from, &given, &inputs.config, |_| true)? {
+        inputs.notices.push(notice);
     }
     Ok(true)
 }

@@ -136,13 +136,10 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
     // in pieces, fits where no micro-batch does.
     let (eval_batch, eval_rows) = trainer_model::eval_fixes(cfg, opts, available);
     if let Some(e) = eval_batch {
-        let c = Config { eval_batch_size: Some(e), ..cfg.clone() };
-        fixes.push(format!("--eval-batch-size {e} ({})", predicted(trainer_model::peak_bytes(&trainer_model::simulate(&c, opts)), basis)));
+        fixes.push(format!("--eval-batch-size {} ({})", e.value, predicted(e.needed_bytes, basis)));
     }
     if let Some(rows) = eval_rows {
-        let o = TrainerOptions { eval_chunk_rows: Some(rows), ..*opts };
-        fixes
-            .push(format!("--eval-chunk-rows {rows} ({})", predicted(trainer_model::peak_bytes(&trainer_model::simulate(cfg, &o)), basis)));
+        fixes.push(format!("--eval-chunk-rows {} ({})", rows.value, predicted(rows.needed_bytes, basis)));
     }
     // The memory savers, with their predicted peaks: a fix only where that fits (one that merely
     // lowers the peak would fail the same way, a flag later).

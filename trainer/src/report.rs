@@ -395,18 +395,13 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
                 )?;
             }
             // Where evaluation is the peak (a large eval batch), these fit and no micro-batch does.
-            use vramfit_core::trainer_model::{peak_bytes, simulate, TrainerOptions};
             if let Some(e) = plan.fitting_eval_batch {
-                let need = peak_bytes(&simulate(&vramfit_core::Config { eval_batch_size: Some(e), ..plan.config.clone() }, &plan.options));
-                writeln!(out, "  fix: --eval-batch-size {e} (the largest eval batch that fits; needs {})", size(need, peak_estimate))?;
+                let need = size(e.needed_bytes, peak_estimate);
+                writeln!(out, "  fix: --eval-batch-size {} (the largest eval batch that fits; needs {need})", e.value)?;
             }
             if let Some(rows) = plan.fitting_eval_chunk_rows {
-                let need = peak_bytes(&simulate(&plan.config, &TrainerOptions { eval_chunk_rows: Some(rows), ..plan.options }));
-                writeln!(
-                    out,
-                    "  fix: --eval-chunk-rows {rows} (the eval batch in pieces of that many rows; needs {})",
-                    size(need, peak_estimate)
-                )?;
+                let need = size(rows.needed_bytes, peak_estimate);
+                writeln!(out, "  fix: --eval-chunk-rows {} (the eval batch in pieces of that many rows; needs {need})", rows.value)?;
             }
             if plan.auto_fit.is_none() && plan.fitting_eval_batch.is_none() && plan.fitting_eval_chunk_rows.is_none() {
                 writeln!(

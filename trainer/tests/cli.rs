@@ -770,7 +770,7 @@ fn a_checkpoint_refuses_a_longer_block_and_names_what_it_replaces() {
     }
     let long = temp_file("long_block.py", "n_layer = 4\nblock_size = 2048\n");
     let err = assert_one_error_line(&["plan", "--config", long.to_str().unwrap(), "--link", "?v=1&init=gpt2"]);
-    assert!(err.contains("--link: init_from = 'gpt2': block_size 2048 is past GPT-2's 1024 positions"), "{err}");
+    assert!(err.contains("block_size 2048: init_from = 'gpt2' loads GPT-2's 1024 positions"), "{err}");
     let small = temp_file("small_model.py", "n_layer = 4\nblock_size = 256\n");
     let out = vramfit(&["plan", "--no-fixes", "--config", small.to_str().unwrap(), "--link", "?v=1&init=gpt2"]);
     assert!(out.status.success());
