@@ -21,91 +21,118 @@
 //!   (no `empty_cache()` in a training loop that fits).
 
 /// Free blocks of one pool: a request takes the smallest one at least as large (lowest
-/// address among equals). Blocks are kept in size classes (four per power of two), each a
-/// vector sorted by (size, address, index), with a bit per non-empty class: a pool of a
-/// 48-layer model holds hundreds of free blocks, and one sorted vector spent most of the
-/// simulation moving them on every insert and remove.
-#[derive(Clone, Debug, Default)]
+/// address among equals). Blocks are kept in size classes (four per power of two), with a bit
+/// per non-empty class. A class is a short unordered list (under one block on average at a
+/// lookup for GPT-2 124M, a few dozen in the worst class of a 48-layer model): a lookup scans
+/// its class for the best key, and each free block knows its place in its list (`Block::pos`),
+/// so inserting is a push and removing a swap with the last. Sorted lists spent their time in
+/// binary searches and shifting on every insert and remove.
+#[derive(Clone, Debug)]
 struct FreeList {
-    classes: Vec<Vec<(u64, u64, u32)>>,
+    classes: Vec<Vec<Entry>>,
     non_empty: [u64; CLASS_WORDS],
 }
 
+/// A free block as its list holds it: the (size, address) that orders blocks, and its index.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    size: u64,
+    addr: u64,
+    idx: u32,
+}
+
+impl Entry {
+    /// Blocks order by size, then address; addresses are unique, so this is a total order.
+    #[inline(always)]
+    fn key(&self) -> u128 {
+        (self.size as u128) << 64 | self.addr as u128
+    }
+}
+
 const CLASS_WORDS: usize = 4;
+const CLASSES: usize = CLASS_WORDS * 64;
 
 /// The size class of a block: monotonic in `size`, so classes partition sizes in order.
+#[inline(always)]
 fn size_class(size: u64) -> usize {
     let log2 = 63 - size.max(4).leading_zeros() as usize;
     let quarter = ((size >> (log2 - 2)) & 3) as usize;
-    (log2 * 4 + quarter).min(CLASS_WORDS * 64 - 1)
+    (log2 * 4 + quarter).min(CLASSES - 1)
 }
 
 impl FreeList {
-    #[inline(always)]
-    fn insert(&mut self, key: (u64, u64, u32)) {
-        let c = size_class(key.0);
-        if self.classes.len() <= c {
-            self.classes.resize_with(c + 1, Vec::new);
-        }
-        let class = &mut self.classes[c];
-        let at = class.partition_point(|k| *k < key);
-        class.insert(at, key);
-        self.non_empty[c / 64] |= 1 << (c % 64);
-    }
-    #[inline(always)]
-    fn remove(&mut self, key: &(u64, u64, u32)) {
-        let c = size_class(key.0);
-        let Some(class) = self.classes.get_mut(c) else { return };
-        if let Ok(at) = class.binary_search(key) {
-            self.remove_at(c, at);
-        }
+    fn new() -> FreeList {
+        FreeList { classes: vec![Vec::new(); CLASSES], non_empty: [0; CLASS_WORDS] }
     }
 
-    /// Removes the `at`-th block of class `c`.
-    #[inline]
-    fn remove_at(&mut self, c: usize, at: usize) {
+    /// Adds free block `idx` (its size and address as `blocks` has them).
+    #[inline(always)]
+    fn insert(&mut self, blocks: &mut [Block], idx: u32) {
+        let b = &mut blocks[idx as usize];
+        let c = size_class(b.size);
         let class = &mut self.classes[c];
-        if at + 1 == class.len() {
-            // The last one (often the only one): no shifting.
-            class.pop();
-        } else {
-            class.remove(at);
-        }
-        if class.is_empty() {
+        b.pos = class.len() as u32;
+        b.class = c as u8;
+        class.push(Entry { size: b.size, addr: b.addr, idx });
+        self.non_empty[c / 64] |= 1 << (c % 64);
+    }
+
+    /// Takes free block `idx` out of the list.
+    #[inline(always)]
+    fn remove(&mut self, blocks: &mut [Block], idx: u32) {
+        let b = blocks[idx as usize];
+        self.remove_at(blocks, b.class as usize, b.pos as usize);
+    }
+
+    /// Removes the `at`-th entry of class `c`: the last entry takes its place.
+    #[inline(always)]
+    fn remove_at(&mut self, blocks: &mut [Block], c: usize, at: usize) {
+        let class = &mut self.classes[c];
+        class.swap_remove(at);
+        if let Some(moved) = class.get(at) {
+            blocks[moved.idx as usize].pos = at as u32;
+        } else if class.is_empty() {
             self.non_empty[c / 64] &= !(1 << (c % 64));
         }
     }
 
-    /// [`FreeList::best_fit`], taken out of the list.
-    fn take_best_fit(&mut self, size: u64) -> Option<(u64, u64, u32)> {
+    /// The smallest free block of at least `size` bytes (lowest address among equals), taken
+    /// out of the list.
+    #[inline]
+    fn take_best_fit(&mut self, blocks: &mut [Block], size: u64) -> Option<u32> {
         let (c, at) = self.find_best_fit(size)?;
-        let key = self.classes[c][at];
-        self.remove_at(c, at);
-        Some(key)
-    }
-    /// The smallest free block of at least `size` bytes (lowest address among equals).
-    #[cfg(test)]
-    fn best_fit(&self, size: u64) -> Option<(u64, u64, u32)> {
-        self.find_best_fit(size).map(|(c, at)| self.classes[c][at])
+        let idx = self.classes[c][at].idx;
+        self.remove_at(blocks, c, at);
+        Some(idx)
     }
 
-    /// Where [`FreeList::best_fit`]'s block is: its class and its place in it.
+    /// The best entry of class `c` among those of at least `size` bytes: its place.
+    #[inline(always)]
+    fn best_in(&self, c: usize, size: u64) -> Option<usize> {
+        let mut best: Option<(usize, u128)> = None;
+        for (at, e) in self.classes[c].iter().enumerate() {
+            if e.size >= size && best.is_none_or(|(_, k)| e.key() < k) {
+                best = Some((at, e.key()));
+            }
+        }
+        best.map(|(at, _)| at)
+    }
+
+    /// Where the best fit for `size` is: its class and its place in it.
     #[inline]
     fn find_best_fit(&self, size: u64) -> Option<(usize, usize)> {
         let first = size_class(size);
         // In the request's own class some blocks may be smaller than it.
-        if let Some(class) = self.classes.get(first) {
-            let at = class.partition_point(|k| k.0 < size);
-            if at < class.len() {
-                return Some((first, at));
-            }
+        if let Some(at) = self.best_in(first, size) {
+            return Some((first, at));
         }
         // Any block of a higher class is large enough: the first non-empty class has the best.
         let mut c = first + 1;
-        while c < CLASS_WORDS * 64 {
+        while c < CLASSES {
             let bits = self.non_empty[c / 64] >> (c % 64);
             if bits != 0 {
-                return Some((c + bits.trailing_zeros() as usize, 0));
+                let c = c + bits.trailing_zeros() as usize;
+                return self.best_in(c, 0).map(|at| (c, at));
             }
             c = (c / 64 + 1) * 64;
         }
@@ -128,6 +155,10 @@ struct Block {
     addr: u64,
     prev: u32,
     next: u32,
+    /// Its place in its free list's class, while it is free.
+    pos: u32,
+    /// Its size class, while it is free.
+    class: u8,
     free: bool,
     small: bool,
 }
@@ -135,7 +166,7 @@ struct Block {
 const NONE: u32 = u32::MAX;
 
 /// The allocator's state.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CachingAllocator {
     blocks: Vec<Block>,
     /// Free blocks by (size, address, index), per pool.
@@ -174,7 +205,17 @@ fn segment_size(size: u64) -> u64 {
 
 impl CachingAllocator {
     pub fn new() -> Self {
-        CachingAllocator { tail: NONE, ..Self::default() }
+        CachingAllocator {
+            blocks: Vec::new(),
+            free_small: FreeList::new(),
+            free_large: FreeList::new(),
+            spare: Vec::new(),
+            segments: 0,
+            allocated: 0,
+            reserved: 0,
+            expandable: false,
+            tail: NONE,
+        }
     }
 
     /// The allocator with or without `expandable_segments`, as the config asks.
@@ -188,7 +229,7 @@ impl CachingAllocator {
 
     /// The allocator under `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
     pub fn expandable() -> Self {
-        CachingAllocator { expandable: true, tail: NONE, ..Self::default() }
+        CachingAllocator { expandable: true, ..Self::new() }
     }
 
     /// Grows the expandable large segment so that a block of `size` exists at its end.
@@ -197,7 +238,7 @@ impl CachingAllocator {
         if tail != NONE && self.blocks[tail as usize].free {
             // The free block at the end grows by the pages it lacks.
             let t = self.blocks[tail as usize];
-            self.free_large.remove(&(t.size, t.addr, tail));
+            self.free_large.remove(&mut self.blocks, tail);
             let grow = (size - t.size).div_ceil(ROUND_LARGE) * ROUND_LARGE;
             self.reserved += grow;
             self.blocks[tail as usize].size += grow;
@@ -206,7 +247,7 @@ impl CachingAllocator {
         let pages = size.div_ceil(ROUND_LARGE) * ROUND_LARGE;
         self.reserved += pages;
         let addr = if tail == NONE { 1 << 62 } else { self.blocks[tail as usize].addr + self.blocks[tail as usize].size };
-        let b = self.new_block(Block { size: pages, addr, prev: tail, next: NONE, free: true, small: false });
+        let b = self.new_block(Block { size: pages, addr, prev: tail, next: NONE, pos: NONE, class: 0, free: true, small: false });
         if tail != NONE {
             self.blocks[tail as usize].next = b;
         }
@@ -214,11 +255,13 @@ impl CachingAllocator {
         b
     }
 
-    fn pool(&mut self, small: bool) -> &mut FreeList {
+    /// The free list of a pool, and the blocks (which its entries point into).
+    #[inline(always)]
+    fn pool(&mut self, small: bool) -> (&mut FreeList, &mut Vec<Block>) {
         if small {
-            &mut self.free_small
+            (&mut self.free_small, &mut self.blocks)
         } else {
-            &mut self.free_large
+            (&mut self.free_large, &mut self.blocks)
         }
     }
 
@@ -236,16 +279,17 @@ impl CachingAllocator {
     pub fn malloc(&mut self, bytes: u64) -> (u32, u64) {
         let size = round_size(bytes);
         let small = size <= SMALL_SIZE;
-        let found = self.pool(small).take_best_fit(size);
+        let (list, blocks) = self.pool(small);
+        let found = list.take_best_fit(blocks, size);
         let idx = match found {
-            Some(key) => key.2,
+            Some(idx) => idx,
             None if self.expandable && !small => self.grow(size),
             None => {
                 let seg = segment_size(size);
                 let addr = self.segments << 40;
                 self.segments += 1;
                 self.reserved += seg;
-                self.new_block(Block { size: seg, addr, prev: NONE, next: NONE, free: true, small })
+                self.new_block(Block { size: seg, addr, prev: NONE, next: NONE, pos: NONE, class: 0, free: true, small })
             }
         };
         let block = self.blocks[idx as usize];
@@ -253,7 +297,8 @@ impl CachingAllocator {
         let split = if small || self.expandable { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
         if split {
             // The request keeps the front; the rest becomes a free block after it.
-            let rest = Block { size: remaining, addr: block.addr + size, prev: idx, next: block.next, free: true, small };
+            let rest =
+                Block { size: remaining, addr: block.addr + size, prev: idx, next: block.next, pos: NONE, class: 0, free: true, small };
             let r = self.new_block(rest);
             if block.next != NONE {
                 self.blocks[block.next as usize].prev = r;
@@ -264,7 +309,8 @@ impl CachingAllocator {
             let b = &mut self.blocks[idx as usize];
             b.size = size;
             b.next = r;
-            self.pool(small).insert((remaining, rest.addr, r));
+            let (list, blocks) = self.pool(small);
+            list.insert(blocks, r);
         }
         let b = &mut self.blocks[idx as usize];
         b.free = false;
@@ -290,7 +336,8 @@ impl CachingAllocator {
         if b.prev != NONE && self.blocks[b.prev as usize].free {
             let p = b.prev;
             let pb = self.blocks[p as usize];
-            self.pool(small).remove(&(pb.size, pb.addr, p));
+            let (list, blocks) = self.pool(small);
+            list.remove(blocks, p);
             b.size += pb.size;
             b.addr = pb.addr;
             b.prev = pb.prev;
@@ -303,7 +350,8 @@ impl CachingAllocator {
         if b.next != NONE && self.blocks[b.next as usize].free {
             let n = b.next;
             let nb = self.blocks[n as usize];
-            self.pool(small).remove(&(nb.size, nb.addr, n));
+            let (list, blocks) = self.pool(small);
+            list.remove(blocks, n);
             b.size += nb.size;
             b.next = nb.next;
             if nb.next != NONE {
@@ -316,7 +364,8 @@ impl CachingAllocator {
         }
         b.free = true;
         self.blocks[idx as usize] = b;
-        self.pool(small).insert((b.size, b.addr, idx));
+        let (list, blocks) = self.pool(small);
+        list.insert(blocks, idx);
     }
 }
 
@@ -326,9 +375,11 @@ mod tests {
 
     #[test]
     fn free_list_best_fit_matches_a_plain_sorted_list() {
-        // Random inserts, removes and queries over sizes from 512 B to 4 GiB, against the
-        // definition: the smallest (size, address, index) with size >= the request.
-        let mut list = FreeList::default();
+        // Random inserts, removes, queries and takes over sizes from 512 B to 4 GiB, against
+        // the definition: the smallest (size, address) with size >= the request. Addresses
+        // repeat in their high bits (the segment) so that equal sizes tie on them.
+        let mut list = FreeList::new();
+        let mut blocks: Vec<Block> = Vec::new();
         let mut plain: Vec<(u64, u64, u32)> = Vec::new();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
@@ -339,19 +390,29 @@ mod tests {
         };
         for i in 0..20_000u32 {
             let size = 512 * (1 + next() % (1 << (next() % 23)));
-            match next() % 3 {
+            match next() % 4 {
                 0 => {
-                    let key = (size, next() % 64, i);
-                    list.insert(key);
+                    let key = (size, (next() % 64) << 40 | i as u64, blocks.len() as u32);
+                    blocks.push(Block { size, addr: key.1, prev: NONE, next: NONE, pos: NONE, class: 0, free: true, small: false });
+                    list.insert(&mut blocks, key.2);
                     plain.push(key);
                 }
                 1 if !plain.is_empty() => {
                     let key = plain.swap_remove((next() % plain.len() as u64) as usize);
-                    list.remove(&key);
+                    list.remove(&mut blocks, key.2);
+                }
+                2 => {
+                    let best = plain.iter().enumerate().filter(|(_, k)| k.0 >= size).min_by_key(|(_, k)| (k.0, k.1));
+                    let expected = best.map(|(at, k)| (at, k.2));
+                    assert_eq!(list.take_best_fit(&mut blocks, size), expected.map(|e| e.1), "take {size}");
+                    if let Some((at, _)) = expected {
+                        plain.swap_remove(at);
+                    }
                 }
                 _ => {
-                    let expected = plain.iter().filter(|k| k.0 >= size).min().copied();
-                    assert_eq!(list.best_fit(size), expected, "request {size}");
+                    let expected = plain.iter().filter(|k| k.0 >= size).min().map(|k| k.2);
+                    let found = list.find_best_fit(size).map(|(c, at)| list.classes[c][at].idx);
+                    assert_eq!(found, expected, "request {size}");
                 }
             }
         }
