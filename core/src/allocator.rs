@@ -203,6 +203,12 @@ fn segment_size(size: u64) -> u64 {
     }
 }
 
+impl Default for CachingAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl CachingAllocator {
     pub fn new() -> Self {
         CachingAllocator {
