@@ -432,8 +432,10 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
         // Training on a default in place of a setting the file meant to change loses the run.
         return Err(input(format!("{what} (train needs every training setting it is given)")));
     }
-    // What a file's eval_only means for train.py's plan; `train` says its own (it trains).
-    let notices: Vec<String> = resolved.notices.iter().filter(|n| !n.contains("eval_only = True: train.py")).cloned().collect();
+    // What a file's eval_only and init_from = 'resume' mean for train.py's plan; `train` says
+    // its own (it trains; a resume in a file is an error, or a note under --weights).
+    let plan_only = |n: &String| n.contains("eval_only = True: train.py") || n.contains("init_from = 'resume': train.py");
+    let notices: Vec<String> = resolved.notices.iter().filter(|n| !plan_only(n)).cloned().collect();
     crate::print_input_notes(&notices);
     let link_gives = |name: &str| resolved.link_sets.contains(&name);
     if let (true, Some(name), None) = (link_gives("init_from"), &resolved.init_from, &args.weights) {

@@ -456,7 +456,11 @@ fn a_config_file_asking_to_resume_is_refused() {
     std::fs::write(&file, format!("init_from = 'resume'\nout_dir = '{}'\n", dir.display())).unwrap();
     let mut args = vec!["train", "--config", file.to_str().unwrap()];
     args.extend_from_slice(&TINY);
-    assert_has(&one_error_line(&run(&args)), &["init_from = 'resume' continues the run in out_dir: use `vramfit train --resume"]);
+    let out = run(&args);
+    assert_has(&one_error_line(&out), &["init_from = 'resume' continues the run in out_dir: use `vramfit train --resume"]);
+    // Not plan's note that the file's settings are used, before the error that they are not.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("uses this file's settings"), "{stderr}");
     assert_eq!(std::fs::read(&ckpt).unwrap(), b"the previous run's");
     std::fs::write(&file, "init_from = 5\n").unwrap();
     assert_has(&train_err(&dir, &["--config", file.to_str().unwrap()]), &["init_from must be a string"]);
