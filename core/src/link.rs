@@ -231,8 +231,7 @@ pub fn encode(state: &LinkState) -> String {
         (Field::Dtype, dtype_key(c.dtype).to_string()),
         (Field::Attention, c.attention.name().to_string()),
         (Field::Bias, bool_key(c.bias).to_string()),
-        // `{}` on f64 prints the shortest decimal that parses back to the same value.
-        (Field::Dropout, format!("{}", c.dropout + 0.0)),
+        (Field::Dropout, dropout_text(c.dropout)),
         (Field::Compile, bool_key(c.compile).to_string()),
         (Field::Checkpointing, bool_key(c.activation_checkpointing).to_string()),
         (Field::Optimizer, c.optimizer.name().to_string()),
@@ -384,6 +383,18 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         "0" | "false" | "no" | "off" => Ok(false),
         "" => Err("empty value".into()),
         _ => Err("expected 0 or 1".into()),
+    }
+}
+
+/// A dropout as the link and the command line write it: the shortest decimal that reads back
+/// to the same value (`0`, `0.2`), in exponent form below 1e-4 (`1e-320` rather than 320
+/// zeros; `{}` on f64 never uses an exponent). -0 is written as 0: clap reads `-0` as a flag.
+pub fn dropout_text(dropout: f64) -> String {
+    let d = dropout + 0.0;
+    if d != 0.0 && d.abs() < 1e-4 {
+        format!("{d:e}")
+    } else {
+        format!("{d}")
     }
 }
 
@@ -794,6 +805,22 @@ pub(crate) mod tests {
             assert_eq!(d.state, s);
             assert!(d.notices.is_empty(), "{:?}", d.notices);
         }
+    }
+
+    #[test]
+    fn tiny_dropouts_are_written_with_an_exponent_and_read_back() {
+        for d in [1e-320, 5e-324, 1.5e-7, 9.99e-5] {
+            let text = dropout_text(d);
+            assert!(text.len() <= 12 && text.contains('e'), "{d}: {text}");
+            assert_eq!(parse_dropout(&text), Ok(d), "{text}");
+            let link = encode(&state(Config { dropout: d, ..Config::default() }));
+            assert!(!link.contains("00000"), "{link}");
+            assert_eq!(decode_strict(&link).map(|s| s.config.dropout), Ok(d), "{link}");
+        }
+        assert_eq!(
+            (dropout_text(0.0), dropout_text(-0.0), dropout_text(0.2), dropout_text(1e-4)),
+            ("0".into(), "0".into(), "0.2".into(), "0.0001".into())
+        );
     }
 
     #[test]

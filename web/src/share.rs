@@ -57,8 +57,7 @@ pub fn train_command_flags(state: &LinkState) -> String {
     flag("block-size", c.block_size.to_string());
     flag("vocab-size", c.vocab_size.to_string());
     flag("bias", c.bias.to_string());
-    // `+ 0.0` writes -0 (which a link may carry) as 0: clap reads `--dropout -0` as a flag.
-    flag("dropout", format!("{}", c.dropout + 0.0));
+    flag("dropout", link::dropout_text(c.dropout));
     flag("batch-size", c.batch_size.to_string());
     flag("gradient-accumulation-steps", c.gradient_accumulation_steps.to_string());
     if let Some(eb) = c.eval_batch_size {
