@@ -388,13 +388,14 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 
 /// A dropout as the link and the command line write it: the shortest decimal that reads back
 /// to the same value (`0`, `0.2`), in exponent form below 1e-4 (`1e-320` rather than 320
-/// zeros; `{}` on f64 never uses an exponent). -0 is written as 0: clap reads `-0` as a flag.
+/// zeros: `{}` on f64 never uses an exponent, `{:?}` does there, and the page links it already
+/// for the exported config). -0 is written as 0: clap reads `-0` as a flag.
 pub fn dropout_text(dropout: f64) -> String {
     let d = dropout + 0.0;
-    if d != 0.0 && d.abs() < 1e-4 {
-        format!("{d:e}")
+    if d == 0.0 {
+        "0".into()
     } else {
-        format!("{d}")
+        format!("{d:?}")
     }
 }
 
