@@ -22,11 +22,12 @@
 
 /// Free blocks of one pool: a request takes the smallest one at least as large (lowest
 /// address among equals). Blocks are kept in size classes (four per power of two), with a bit
-/// per non-empty class. A class is a short unordered list (under one block on average at a
-/// lookup for GPT-2 124M, a few dozen in the worst class of a 48-layer model): a lookup scans
-/// its class for the best key, and each free block knows its place in its list (`Block::pos`),
-/// so inserting is a push and removing a swap with the last. Sorted lists spent their time in
-/// binary searches and shifting on every insert and remove.
+/// per non-empty class. A class is a short unordered list: at a lookup the request's class
+/// holds 0.7 blocks on average for GPT-2 124M eager, 6.5 for the 48-layer 1.5B (whose largest
+/// class reaches about 200), 14 for 1,024 layers. A lookup scans its class for the best key, and
+/// each free block knows its place in its list (`Block::pos`), so inserting is a push and
+/// removing a swap with the last. Sorted lists spent their time in binary searches (whose
+/// branches the CPU cannot predict) and shifting on every insert and remove.
 #[derive(Clone, Debug)]
 struct FreeList {
     classes: Vec<Vec<Entry>>,
