@@ -474,4 +474,90 @@ mod tests {
         assert_eq!(a.reserved, 20 << 20);
         assert_eq!(a.allocated, 20 << 20);
     }
+
+    /// Every invariant the allocator's tables must keep, checked from scratch: each segment's
+    /// blocks tile it in address order through prev/next, no two free blocks are neighbours (a
+    /// free merges them), each free block is in its pool's list at the place and class it
+    /// records, the lists hold nothing else, and `allocated` is the sum of the blocks in use.
+    fn check_tables(a: &CachingAllocator, live: &[u32]) {
+        let mut dead: Vec<u32> = a.spare.clone();
+        dead.sort_unstable();
+        let is_dead = |i: u32| dead.binary_search(&i).is_ok();
+        let mut in_lists = 0;
+        for (small, list) in [(true, &a.free_small), (false, &a.free_large)] {
+            for (c, class) in list.classes.iter().enumerate() {
+                assert_eq!(class.is_empty(), list.non_empty[c / 64] & (1 << (c % 64)) == 0, "class {c}'s bit");
+                for (at, e) in class.iter().enumerate() {
+                    let b = a.blocks[e.idx as usize];
+                    assert!(b.free && b.small == small && !is_dead(e.idx), "entry {e:?} is a free block of its pool");
+                    assert_eq!((b.size, b.addr, b.pos as usize, b.class as usize), (e.size, e.addr, at, c), "entry {e:?}");
+                    assert_eq!(size_class(b.size), c);
+                    in_lists += 1;
+                }
+            }
+        }
+        let mut free_blocks = 0;
+        let mut used = 0;
+        for (i, b) in a.blocks.iter().enumerate() {
+            let i = i as u32;
+            if is_dead(i) {
+                continue;
+            }
+            if b.free {
+                free_blocks += 1;
+            } else {
+                used += b.size;
+            }
+            if b.next != NONE {
+                let n = a.blocks[b.next as usize];
+                assert_eq!((n.prev, n.addr), (i, b.addr + b.size), "block {i} and the next");
+                assert!(!(b.free && n.free), "free neighbours {i} and {} were not merged", b.next);
+            }
+            if b.prev != NONE {
+                assert_eq!(a.blocks[b.prev as usize].next, i);
+            }
+        }
+        assert_eq!(free_blocks, in_lists, "every free block is listed once");
+        assert_eq!(used, a.allocated);
+        assert!(live.iter().all(|&h| !a.blocks[h as usize].free));
+    }
+
+    #[test]
+    fn random_requests_keep_every_table_consistent() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for mut a in [CachingAllocator::new(), CachingAllocator::expandable()] {
+            let mut live: Vec<u32> = Vec::new();
+            for step in 0..6_000 {
+                // Sizes from a few bytes to ~64 MiB, many repeated, as a training loop's are.
+                let bytes = match next() % 4 {
+                    0 => 1 + next() % 4096,
+                    1 => (1 + next() % 8) << 18,
+                    2 => (1 + next() % 6) * (3 << 20),
+                    _ => 1 + next() % (64 << 20),
+                };
+                if live.is_empty() || next() % 5 < 3 {
+                    let (h, counted) = a.malloc(bytes);
+                    assert!(counted >= round_size(bytes));
+                    live.push(h);
+                } else {
+                    let h = live.swap_remove((next() % live.len() as u64) as usize);
+                    a.free(h);
+                }
+                if step % 97 == 0 {
+                    check_tables(&a, &live);
+                }
+            }
+            for h in live.drain(..) {
+                a.free(h);
+            }
+            check_tables(&a, &live);
+            assert_eq!(a.allocated, 0);
+        }
+    }
 }
