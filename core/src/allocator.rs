@@ -380,6 +380,16 @@ impl CachingAllocator {
 mod tests {
     use super::*;
 
+    /// A deterministic stream of pseudo-random numbers (xorshift64) for the randomized tests.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     #[test]
     fn free_list_best_fit_matches_a_plain_sorted_list() {
         // Random inserts, removes, queries and takes over sizes from 512 B to 4 GiB, against
@@ -388,13 +398,7 @@ mod tests {
         let mut list = FreeList::new();
         let mut blocks: Vec<Block> = Vec::new();
         let mut plain: Vec<(u64, u64, u32)> = Vec::new();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for i in 0..20_000u32 {
             let size = 512 * (1 + next() % (1 << (next() % 23)));
             match next() % 4 {
@@ -524,13 +528,7 @@ mod tests {
 
     #[test]
     fn random_requests_keep_every_table_consistent() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         for mut a in [CachingAllocator::new(), CachingAllocator::expandable()] {
             let mut live: Vec<u32> = Vec::new();
             for step in 0..6_000 {
