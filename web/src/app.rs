@@ -901,7 +901,7 @@ pub fn App() -> impl IntoView {
                                 min="0"
                                 max="0.99"
                                 step="0.05"
-                                prop:value=move || state.with(|s| s.config.dropout.to_string())
+                                prop:value=move || state.with(|s| link::dropout_text(s.config.dropout))
                                 on:input=move |ev| {
                                     let t = event_target_value(&ev);
                                     match t.trim().parse::<f64>() {

@@ -205,6 +205,16 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     assert_eq!(vramfit_core::link::decode(&query()).state.config, fixes[0].config);
 }
 
+/// A tiny dropout shows in its box, and goes back into the link, as 1e-320, not 320 zeros.
+#[wasm_bindgen_test]
+async fn a_tiny_dropout_is_written_with_an_exponent() {
+    let page = mount_with("?v=1&drop=1e-320").await;
+    let input: HtmlInputElement = page.el("input[name=dropout]").dyn_into().unwrap();
+    assert_eq!(input.value(), "1e-320");
+    assert!(query().contains("drop=1e-320"), "{}", query());
+    assert_eq!(vramfit_core::link::decode(&query()).state.config.dropout, 1e-320);
+}
+
 /// A fine-tuning link: the checkpoint's shape is locked, its fixes keep it, a block past its
 /// 1024 positions is refused with a notice, and back to scratch frees the shape.
 #[wasm_bindgen_test]
