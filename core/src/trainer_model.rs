@@ -12,8 +12,11 @@
 //! Measured on CPU (f32, a counting allocator): see `trainer/benches/trainer_memory.rs` and
 //! `tests/reference/data/trainer-cpu.json`. On CUDA the same tensors are allocated from CUDA's pool,
 //! except that the fused kernels are CPU-only: there candle's op-by-op compositions run, with more
-//! temporaries ([`TrainerOptions::unfused_ops`], as before the fused kernels, when they were
-//! measured on CPU too). CUDA figures are estimates (not measured on a GPU).
+//! temporaries ([`TrainerOptions::unfused_ops`]), and gemm's CPU buffers do not exist
+//! ([`TrainerOptions::cuda`]). Measured on an H100 by the pool's high-water mark in f32, bf16 and
+//! f16 (`tests/reference/data/trainer-cuda-h100-*.json`): every window within 0.02%. What CUDA
+//! itself holds beside the tensors (context, cuBLAS workspace, the pool's cached blocks) is not
+//! modelled here.
 
 use crate::config::Config;
 use crate::params::param_tensors;
@@ -55,6 +58,10 @@ pub struct TrainerOptions {
     /// floats, each weight cast for the op that uses it; float16 adds loss scaling. `None` (or
     /// float32): everything in f32. Attention and GELU then run as candle ops even on the CPU.
     pub mixed_precision: Option<crate::config::Dtype>,
+    /// The run is on CUDA (`vramfit train --device cuda`): cuBLAS multiplies, so none of gemm's
+    /// CPU buffers exist (its per-thread slabs, the packed dlogits, the f32 copies of f16
+    /// operands). Set together with [`Self::unfused_ops`], as the trainer does.
+    pub cuda: bool,
 }
 
 impl TrainerOptions {
@@ -380,6 +387,8 @@ struct Dims {
     mixed: bool,
     /// Bytes per element of the compute dtype: 4, or 2 with mixed precision.
     cb: u64,
+    /// See [`TrainerOptions::cuda`].
+    cuda: bool,
 }
 
 /// Mixed precision's cast of `id` (an f32 tensor of `elems`) to the compute dtype, or back
@@ -400,7 +409,7 @@ fn cast(m: &mut Tracker, d: &Dims, id: Id, elems: u64, cat: Category, to_f32: bo
 /// They are freed when it returns. Measured with the counting allocator (`trainer_memory --
 /// --probe-f16` and `--trace`); cuBLAS on CUDA makes no such copies. Mixed precision on the CPU only.
 fn f16_lhs_copy(m: &mut Tracker, d: &Dims, rows: u64, k: u64, rhs_t_cols: u64) {
-    if d.mixed && !d.unfused {
+    if d.mixed && !d.unfused && !d.cuda {
         let kc = k.div_ceil(k.div_ceil(512).max(1));
         let copy = m.alloc_f32(Category::Workspace, (rows + rhs_t_cols) * kc);
         m.free(copy);
@@ -1043,8 +1052,11 @@ fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, siz
         }
     }
     // On CPU the step updates parameters and moments in place (`fused::adamw_step`): no
-    // temporaries. As candle ops, per parameter: m*b1, g*(1-b1), new m; v*b2, g^2, *(1-b2), new v;
-    // sqrt, denom; p*decay, m/denom, *lr, p'.
+    // temporaries. As candle ops (optim.rs), per parameter: m*b1, g*(1-b1), new m; v*b2, g^2,
+    // *(1-b2), new v; sqrt, denom; p*decay, m/denom, *lr, p'. An operand taken by value (`x *
+    // f64`, `x + y`) is freed as the operator returns, after its result exists: g^2 and m/denom
+    // are gone before the new v and p' are made (measured on CUDA, trainer-cuda-*.json, where
+    // this step is the peak of a 50304-vocabulary model: one wte-sized temporary fewer).
     if d.unfused {
         for (i, &s) in sizes.iter().enumerate() {
             let t1 = m.alloc(Temporaries, s);
@@ -1052,18 +1064,20 @@ fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, siz
             let new_m = m.alloc(OptimizerState, s);
             m.free_all(&[t1, t2]);
             let t3 = m.alloc(Temporaries, s);
-            let t4 = m.alloc(Temporaries, s);
+            let g_sq = m.alloc(Temporaries, s);
             let t5 = m.alloc(Temporaries, s);
+            m.free(g_sq);
             let new_v = m.alloc(OptimizerState, s);
-            m.free_all(&[t3, t4, t5]);
+            m.free_all(&[t3, t5]);
             let sq = m.alloc(Temporaries, s);
             let denom = m.alloc(Temporaries, s);
             m.free(sq);
             let u1 = m.alloc(Temporaries, s);
-            let u2 = m.alloc(Temporaries, s);
+            let ratio = m.alloc(Temporaries, s);
             let u3 = m.alloc(Temporaries, s);
+            m.free(ratio);
             let u4 = m.alloc(Temporaries, s);
-            m.free_all(&[u1, u2, u3, u4, denom]);
+            m.free_all(&[u1, u3, u4, denom]);
             m.free_all(&[state[2 * i], state[2 * i + 1]]);
             state[2 * i] = new_m;
             state[2 * i + 1] = new_v;
@@ -1140,13 +1154,14 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         block: u64::from(cfg.block_size),
         bias: cfg.bias,
         dropout: cfg.dropout > 0.0,
-        packs_dlogits: packs_dlogits(cfg.n_embd, opts),
+        packs_dlogits: !opts.cuda && packs_dlogits(cfg.n_embd, opts),
         gemm_rows: if opts.gemm_kernel_rows == 0 { 16 } else { u64::from(opts.gemm_kernel_rows) },
         caches: opts.cpu_caches,
         one_thread: opts.cpu_threads <= 1,
         unfused: opts.unfused_ops,
         mixed: opts.mixed(),
         cb: if opts.mixed() { 2 } else { F32 },
+        cuda: opts.cuda,
     };
     let sizes = param_sizes(cfg);
     let mut m = Tracker::new(timeline);
@@ -1154,8 +1169,10 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
     for &s in &sizes {
         m.alloc(Parameters, s);
     }
-    m.at(Phase::Init, "gemm's per-thread packing buffers");
-    m.alloc(Category::Workspace, gemm_slabs(opts.cpu_threads, smallest_product(cfg, opts)) * gemm_slab_bytes(opts) / F32);
+    if !opts.cuda {
+        m.at(Phase::Init, "gemm's per-thread packing buffers");
+        m.alloc(Category::Workspace, gemm_slabs(opts.cpu_threads, smallest_product(cfg, opts)) * gemm_slab_bytes(opts) / F32);
+    }
     let (eb, et) = (u64::from(cfg.eval_batch()), u64::from(cfg.eval_block()));
     m.new_window();
     eval_batch(&mut m, &d, eb, et, opts.eval_chunk_rows);
@@ -1220,6 +1237,7 @@ mod tests {
                 cpu_caches: CpuCaches::default(),
                 unfused_ops: true,
                 mixed_precision: Some(crate::config::Dtype::Float16),
+                cuda: true,
             },
         );
         for w in [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start] {
@@ -1475,8 +1493,9 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         gemm_slab_bytes(opts) as f64 / (1u64 << 20) as f64
     ));
     notes.push(
-        "On CUDA (`vramfit train --device cuda`, fp32) the trainer allocates the same tensors from CUDA's memory pool: \
-         about these figures without the gemm buffers, plus the CUDA context and cuBLAS workspace. An estimate: not measured."
+        "On CUDA (`vramfit train --device cuda`) the trainer allocates its tensors from CUDA's memory pool: these figures \
+         without the gemm buffers, with candle's op-by-op kernels (measured on an H100 within 0.02%), plus CUDA's own memory \
+         (context, cuBLAS workspace, the pool's cache; up to 1 GiB beyond the context on the H100, an estimate)."
             .to_string(),
     );
     if cfg.dtype != crate::Dtype::Float32 {

@@ -44,8 +44,15 @@ pub fn data_files() -> Vec<PathBuf> {
 /// Data files that are not PyTorch measurements core's PyTorch model is held to: the harness's
 /// own prediction of CUDA behaviour, and `vramfit train`'s measured peaks (compared with
 /// `trainer_model` in trainer's tests). Any other file must yield comparisons.
-pub const NOT_PYTORCH_MEASUREMENTS: &[&str] =
-    &["cpu-fake-cudalike.json", "trainer-cpu.json", "trainer-cpu-f16.json", "trainer-cpu-unfused-avx2.json"];
+pub const NOT_PYTORCH_MEASUREMENTS: &[&str] = &[
+    "cpu-fake-cudalike.json",
+    "trainer-cpu.json",
+    "trainer-cpu-f16.json",
+    "trainer-cpu-unfused-avx2.json",
+    "trainer-cuda-h100-f32.json",
+    "trainer-cuda-h100-bf16.json",
+    "trainer-cuda-h100-f16.json",
+];
 
 /// The measured allocated-peak keys of a row, by the window they measure.
 pub const ALLOCATED_KEYS: [(&str, &str); 4] = [

@@ -7,11 +7,15 @@
 //! rows committed in tests/reference/data/trainer-cpu.json; `RAYON_NUM_THREADS=2` for two threads).
 //! Each config runs in a fresh child process, so one-time heap (gemm's per-thread buffers) counts.
 //! `-- --mixed`: the f16 mixed-precision configs instead (trainer-cpu-f16.json).
+//! `-- --cuda f32|bf16|f16` (a build with `--features cuda`, on a GPU): the f32 configs on CUDA
+//! device 0, in f32 or mixed precision, measured by the CUDA memory pool's high-water mark
+//! ([`vramfit::gpu_mem`]) instead of the heap (trainer-cuda-*.json).
 //! Tools for keeping core in step with model.rs: `-- --trace I` lines up config I's allocations in
 //! a steady iteration (with `TRACE_EVAL=1`, in the eval after it) with core's events;
 //! `-- --probe-gemm` and `-- --probe-f16` print what one matmul allocates beyond its output.
 
 use candle_core::{Device, Tensor};
+use vramfit::gpu_mem;
 use vramfit::mem::{self, CountingAlloc};
 use vramfit::model::{Gpt, HostRng, ModelOptions};
 use vramfit::optim::{clip_grad_norm, AdamW, AdamWSettings};
@@ -31,6 +35,9 @@ struct Case {
 /// The configs measured: f32 ones (tests/reference/data/trainer-cpu.json), or with `--mixed` f16
 /// mixed precision ones (trainer-cpu-f16.json).
 fn cases() -> Vec<Case> {
+    if let Some(dtype) = cuda_dtype() {
+        return cuda_cases(dtype);
+    }
     if std::env::args().any(|a| a == "--mixed") {
         mixed_cases()
     } else {
@@ -45,6 +52,42 @@ fn mixed_cases() -> Vec<Case> {
     let f16 = |c: Case| Case { opts: TrainerOptions { mixed_precision: Some(vramfit_core::Dtype::Float16), ..c.opts }, ..c };
     let all = f32_cases();
     [0, 1, 2, 3, 4, 5, 6, 7, 8, 11].into_iter().filter_map(|i| all.get(i).cloned()).map(f16).collect()
+}
+
+/// `--cuda f32|bf16|f16`: `Some(None)` for f32, `Some(Some(dtype))` for mixed precision.
+fn cuda_dtype() -> Option<Option<vramfit_core::Dtype>> {
+    let arg = std::env::args().skip_while(|a| a != "--cuda").nth(1)?;
+    match arg.as_str() {
+        "f32" => Some(None),
+        "bf16" => Some(Some(vramfit_core::Dtype::Bfloat16)),
+        "f16" => Some(Some(vramfit_core::Dtype::Float16)),
+        other => {
+            eprintln!("error: --cuda takes f32, bf16 or f16, not {other:?}");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// The f32 configs as `vramfit train --device cuda` runs them: candle's op-by-op compositions
+/// (the fused kernels are CPU-only), cuBLAS, and mixed precision for bf16 and f16.
+fn cuda_cases(dtype: Option<vramfit_core::Dtype>) -> Vec<Case> {
+    let cuda =
+        |c: Case| Case { opts: TrainerOptions { unfused_ops: true, cuda: true, mixed_precision: dtype, cpu_threads: 0, ..c.opts }, ..c };
+    f32_cases().into_iter().map(cuda).collect()
+}
+
+/// The device the cases run on: CUDA device 0 with `--cuda`, else the CPU.
+fn device() -> Device {
+    if cuda_dtype().is_none() {
+        return Device::Cpu;
+    }
+    match Device::new_cuda(0) {
+        Ok(device) => device,
+        Err(e) => {
+            eprintln!("error: --cuda: {e}");
+            std::process::exit(2)
+        }
+    }
 }
 
 fn f32_cases() -> Vec<Case> {
@@ -140,10 +183,10 @@ fn f32_cases() -> Vec<Case> {
     ]
 }
 
-fn batch(cfg: &Config, b: usize, t: usize, rng: &mut HostRng) -> (Tensor, Tensor) {
+fn batch(cfg: &Config, b: usize, t: usize, rng: &mut HostRng, device: &Device) -> (Tensor, Tensor) {
     let mut ids = || -> Vec<u32> { (0..b * t).map(|_| (rng.next_u64() % u64::from(cfg.vocab_size)) as u32).collect() };
-    let x = Tensor::from_vec(ids(), (b, t), &Device::Cpu).expect("batch");
-    let y = Tensor::from_vec(ids(), (b, t), &Device::Cpu).expect("batch");
+    let x = Tensor::from_vec(ids(), (b, t), device).expect("batch");
+    let y = Tensor::from_vec(ids(), (b, t), device).expect("batch");
     (x, y)
 }
 
@@ -157,13 +200,14 @@ fn compute_dtype(opts: &TrainerOptions) -> candle_core::DType {
 
 /// One training iteration as train.rs runs it; returns nothing, the allocator measures.
 fn iteration(model: &Gpt, cfg: &Config, opts: &TrainerOptions, optimizer: &mut AdamW, rng: &mut HostRng) {
+    let device = model.device();
     let (b, t) = (cfg.batch_size as usize, cfg.block_size as usize);
     let ga = cfg.gradient_accumulation_steps.max(1);
     let mut acc: Vec<Tensor> = Vec::new();
     // f16: train.rs's loss scaling (GradScaler's initial scale), its unscaling and overflow check.
     let loss_scale = if compute_dtype(opts) == candle_core::DType::F16 { vramfit::optim::LossScaler::INIT_SCALE } else { 1.0 };
     for _ in 0..ga {
-        let (x, y) = batch(cfg, b, t, rng);
+        let (x, y) = batch(cfg, b, t, rng, &device);
         let (_, grads) = model.loss_and_grads_scaled(&x, &y, rng.next_u64(), loss_scale).expect("step");
         drop((x, y));
         acc = if acc.is_empty() {
@@ -187,14 +231,22 @@ fn iteration(model: &Gpt, cfg: &Config, opts: &TrainerOptions, optimizer: &mut A
 }
 
 fn eval(model: &Gpt, cfg: &Config, rng: &mut HostRng) {
-    let (x, y) = batch(cfg, cfg.eval_batch() as usize, cfg.eval_block() as usize, rng);
+    let device = model.device();
+    let (x, y) = batch(cfg, cfg.eval_batch() as usize, cfg.eval_block() as usize, rng, &device);
     model.eval_loss(&x, &y).expect("eval");
 }
 
-fn measure(window: impl FnOnce(), baseline: u64) -> u64 {
-    mem::reset_peak();
+/// The high-water mark of `window` above `baseline`: heap bytes on the CPU, the CUDA pool's used
+/// bytes on a GPU (after the queued kernels have finished).
+fn measure(window: impl FnOnce(), baseline: u64, device: &Device) -> u64 {
+    if device.is_cpu() {
+        mem::reset_peak();
+        window();
+        return mem::peak().saturating_sub(baseline);
+    }
+    gpu_mem::reset_peak(device).expect("the CUDA pool's counters");
     window();
-    mem::peak().saturating_sub(baseline)
+    gpu_mem::bytes(device).expect("the CUDA pool's counters").used_high.saturating_sub(baseline)
 }
 
 /// Extra bytes one matmul allocates beyond its output (gemm's packing buffers), by shape.
@@ -390,7 +442,37 @@ fn probe_f16() {
     }
 }
 
+/// `--probe-dropout` (on a GPU): the masks CUDA draws ([`vramfit::dropout_cuda`]) against the
+/// host's formula, element by element, for a few seeds, sizes and probabilities.
+fn probe_dropout() {
+    let device = match Device::new_cuda(0) {
+        Ok(device) => device,
+        Err(e) => return eprintln!("error: --probe-dropout needs a CUDA device: {e}"),
+    };
+    let anchor = Tensor::zeros(1, candle_core::DType::F32, &device).expect("anchor");
+    let mut all_equal = true;
+    for (seed, p, n) in [(1u64, 0.1, 1usize), (0xDEAD_BEEF, 0.2, 12_345), (u64::MAX - 7, 0.5, 1 << 20), (7, 0.9, 3 << 22)] {
+        let scale = (1.0 / (1.0 - p)) as f32;
+        let started = std::time::Instant::now();
+        let mask = vramfit::dropout_cuda::mask(&anchor, seed, p, scale, &[n]).expect("on CUDA").expect("mask");
+        let got: Vec<f32> = mask.to_vec1().expect("copy back");
+        let secs = started.elapsed().as_secs_f64();
+        let differ = got
+            .iter()
+            .enumerate()
+            .filter(|&(i, &v)| v.to_bits() != vramfit::dropout_cuda::element(seed, i as u64, p, scale).to_bits())
+            .count();
+        let dropped = got.iter().filter(|&&v| v == 0.0).count() as f64 / n as f64;
+        println!("dropout mask seed {seed:#x} p {p} n {n}: {differ} elements differ from the host's, {dropped:.4} dropped, {:.1} ms with the copy back", secs * 1e3);
+        all_equal &= differ == 0;
+    }
+    println!("dropout masks: {}", if all_equal { "identical to the host's" } else { "DIFFERENT from the host's" });
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--probe-dropout") {
+        return probe_dropout();
+    }
     if std::env::args().any(|a| a == "--probe-f16") {
         return probe_f16();
     }
@@ -419,8 +501,12 @@ fn main() {
     for (i, case) in cases().iter().enumerate() {
         // A fresh process per config: one-time heap (gemm's per-thread L2 slabs) counts as it
         // would in `vramfit train`, and no config inherits another's.
-        let mixed = if std::env::args().any(|a| a == "--mixed") { "--mixed" } else { "--f32" };
-        let out = match std::process::Command::new(&exe).args(["--case", &i.to_string(), mixed]).output() {
+        let mut child_args = vec!["--case".to_string(), i.to_string()];
+        child_args.push(if std::env::args().any(|a| a == "--mixed") { "--mixed" } else { "--f32" }.to_string());
+        if let Some(arg) = std::env::args().skip_while(|a| a != "--cuda").nth(1) {
+            child_args.extend(["--cuda".to_string(), arg]);
+        }
+        let out = match std::process::Command::new(&exe).args(&child_args).output() {
             Ok(out) if out.status.success() => out,
             Ok(out) => return eprintln!("error: case {i} failed: {}", String::from_utf8_lossy(&out.stderr)),
             Err(e) => return eprintln!("error: cannot run case {i}: {e}"),
@@ -470,22 +556,29 @@ fn main() {
 /// `--case I` (in a child process): measures config I and prints its JSON row.
 fn measure_case(i: usize) {
     let Some(Case { name, cfg, mut opts }) = cases().into_iter().nth(i) else { return };
-    opts.cpu_threads = candle_core::utils::get_num_threads() as u32;
-    let baseline = mem::live();
+    let device = device();
+    if device.is_cpu() {
+        opts.cpu_threads = candle_core::utils::get_num_threads() as u32;
+    }
+    let baseline = if device.is_cpu() { mem::live() } else { gpu_mem::bytes(&device).expect("the CUDA pool's counters").used };
     let model_opts = ModelOptions {
         activation_checkpointing: cfg.activation_checkpointing,
         chunked_loss: opts.chunked_loss,
         eval_chunk_rows: opts.eval_chunk_rows.map(|r| r as usize),
     };
-    let model = Gpt::new_mixed(&cfg, model_opts, &Device::Cpu, 1, compute_dtype(&opts)).expect("model");
+    let model = Gpt::new_mixed(&cfg, model_opts, &device, 1, compute_dtype(&opts)).expect("model");
     let mut optimizer = AdamW::new(model.params(), AdamWSettings { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 });
     let mut rng = HostRng::new(2);
-    let eval_at_start = measure(|| eval(&model, &cfg, &mut rng), baseline);
-    let first_iter = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline);
-    let eval_after = measure(|| eval(&model, &cfg, &mut rng), baseline);
-    let train = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline);
+    let eval_at_start = measure(|| eval(&model, &cfg, &mut rng), baseline, &device);
+    let first_iter = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline, &device);
+    let eval_after = measure(|| eval(&model, &cfg, &mut rng), baseline, &device);
+    let train = measure(|| iteration(&model, &cfg, &opts, &mut optimizer, &mut rng), baseline, &device);
     drop((model, optimizer));
-    let one_time_heap = mem::live().saturating_sub(baseline);
+    let one_time_heap = if device.is_cpu() {
+        mem::live().saturating_sub(baseline)
+    } else {
+        gpu_mem::bytes(&device).expect("the CUDA pool's counters").used.saturating_sub(baseline)
+    };
     let sim = trainer_model::simulate(&cfg, &opts);
     let row = serde_json::json!({
         "name": name, "config": cfg, "options": opts, "one_time_heap": one_time_heap,

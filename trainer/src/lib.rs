@@ -3,7 +3,8 @@
 //! - [`model`] — nanoGPT's GPT on candle with a hand-written backward (explicit tensor lifetimes);
 //!   [`fused`] — one-pass CPU kernels for its layer norms, GELU and softmaxes.
 //! - [`preflight`] — predicts the run's memory with core before allocating; refuses or `--auto-fit`s.
-//! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks.
+//! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks;
+//!   [`gpu_mem`] — the same two figures from the CUDA memory pool.
 //! - [`data`] (with [`corpus`], the built-in text) — tokens, vocabularies and nanoGPT's random batches.
 //! - [`optim`] — AdamW with nanoGPT's parameter groups, gradient clipping, the learning-rate schedule.
 //! - [`train`] — train.py's loop; [`checkpoint`] — atomic safetensors checkpoints for `--resume` and `sample`;
@@ -14,7 +15,9 @@ pub mod attention;
 pub mod checkpoint;
 pub mod corpus;
 pub mod data;
+pub mod dropout_cuda;
 pub mod fused;
+pub mod gpu_mem;
 pub mod lossplot;
 pub mod mem;
 pub mod model;

@@ -159,14 +159,22 @@ fn site_seed(seed: u64, site: u64) -> u64 {
 }
 
 impl DropoutDraw {
-    /// A mask of 0 and 1/(1-p), or `None` when dropout is off.
-    fn mask(&self, site: u64, shape: &[usize], device: &Device) -> Result<Option<Tensor>> {
+    /// A mask of 0 and 1/(1-p), or `None` when dropout is off, on `near`'s device (its values are
+    /// not read). On CUDA the GPU draws it (`dropout_cuda`), the same numbers as the host's.
+    fn mask(&self, site: u64, shape: &[usize], near: &Tensor) -> Result<Option<Tensor>> {
         let Some(p) = (self.p > 0.0).then_some(self.p) else { return Ok(None) };
-        let mut rng = HostRng::new(site_seed(self.seed, site));
+        let seed = site_seed(self.seed, site);
         let keep_scale = (1.0 / (1.0 - p)) as f32;
-        let n: usize = shape.iter().product();
-        let data: Vec<f32> = (0..n).map(|_| if rng.uniform() < p { 0.0 } else { keep_scale }).collect();
-        Ok(Some(Tensor::from_vec(data, shape, device)?.to_dtype(self.dtype)?))
+        let f32_mask = match crate::dropout_cuda::mask(near, seed, p, keep_scale, shape) {
+            Some(on_gpu) => on_gpu?,
+            None => {
+                let mut rng = HostRng::new(seed);
+                let n: usize = shape.iter().product();
+                let data: Vec<f32> = (0..n).map(|_| if rng.uniform() < p { 0.0 } else { keep_scale }).collect();
+                Tensor::from_vec(data, shape, near.device())?
+            }
+        };
+        Ok(Some(f32_mask.to_dtype(self.dtype)?))
     }
 }
 
@@ -380,6 +388,11 @@ impl Gpt {
         &self.params
     }
 
+    /// The device the parameters live on.
+    pub fn device(&self) -> Device {
+        self.device.clone()
+    }
+
     /// The first parameter holding a NaN or an infinity, if any (one sum per parameter: a NaN
     /// or an infinity anywhere makes it non-finite).
     pub fn first_non_finite_param(&self) -> candle_core::Result<Option<&str>> {
@@ -461,7 +474,7 @@ impl Gpt {
         drop(tok);
         let x = x.reshape((b * t, self.n_embd))?;
         let mask = match dropout {
-            Some(d) => d.mask(0, &[b * t, self.n_embd], &self.device)?,
+            Some(d) => d.mask(0, &[b * t, self.n_embd], &x)?,
             None => None,
         };
         mul_opt(x, &mask)
@@ -490,7 +503,7 @@ impl Gpt {
         let dropout = dropout.map(|d| DropoutDraw { dtype: self.compute, ..d });
         let draw = |s: u64, shape: &[usize]| -> Result<Option<Tensor>> {
             match dropout {
-                Some(d) => d.mask(s, shape, &self.device),
+                Some(d) => d.mask(s, shape, x),
                 None => Ok(None),
             }
         };
@@ -826,7 +839,7 @@ impl Gpt {
         drop(mask);
 
         // Embedding backward: dropout, then position rows and token rows.
-        let demb = match drop_draw.map(|d| d.mask(0, &[n, self.n_embd], &self.device)).transpose()?.flatten() {
+        let demb = match drop_draw.map(|d| d.mask(0, &[n, self.n_embd], &dx)).transpose()?.flatten() {
             Some(mask) => {
                 let masked = dx.mul(&mask)?;
                 drop((dx, mask));

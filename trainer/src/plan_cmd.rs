@@ -153,6 +153,7 @@ fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, St
         unfused_ops: false,
         // On the CPU the trainer computes in f32 whatever the config's dtype.
         mixed_precision: None,
+        cuda: false,
     };
     let available = match args.max_memory_mib {
         Some(mib) => Some(mib.saturating_mul(1 << 20)),

@@ -93,6 +93,21 @@ pub fn memory() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// Where a measured peak comes from.
+pub enum PeakSource {
+    /// The counting global allocator ([`crate::mem`]): a CPU run's tensors.
+    Heap,
+    /// The CUDA device's memory pool ([`crate::gpu_mem`]): a CUDA run's tensors.
+    CudaPool(candle_core::Device),
+}
+
+struct MemoryCheck {
+    iter: u64,
+    baseline: u64,
+    predicted: u64,
+    source: PeakSource,
+}
+
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
@@ -104,9 +119,11 @@ pub struct Progress {
     interactive: bool,
     log: Option<File>,
     log_interval: u64,
-    /// (iteration, heap bytes live before the model, predicted peak): print measured vs predicted
-    /// after that iteration.
-    memory_check: Option<(u64, u64, u64)>,
+    /// The iteration, the bytes live before the model, the predicted peak and where to measure:
+    /// measured vs predicted is printed after that iteration.
+    memory_check: Option<MemoryCheck>,
+    /// A CUDA device whose memory pool each iteration's line and record report ([`crate::gpu_mem`]).
+    gpu: Option<candle_core::Device>,
 }
 
 impl Progress {
@@ -125,12 +142,12 @@ impl Progress {
         } else {
             ProgressBar::hidden()
         };
-        Ok(Progress { bar, interactive, log: Some(log), log_interval: log_interval.max(1), memory_check: None })
+        Ok(Progress { bar, interactive, log: Some(log), log_interval: log_interval.max(1), memory_check: None, gpu: None })
     }
 
     /// A progress that shows and records nothing (library callers and tests).
     pub fn silent() -> Progress {
-        Progress { bar: ProgressBar::hidden(), interactive: false, log: None, log_interval: u64::MAX, memory_check: None }
+        Progress { bar: ProgressBar::hidden(), interactive: false, log: None, log_interval: u64::MAX, memory_check: None, gpu: None }
     }
 
     /// Prints a line on stdout without tearing the bar.
@@ -154,28 +171,44 @@ impl Progress {
                 map.insert("mem_bytes".into(), live.into());
                 map.insert("mem_peak_bytes".into(), peak.into());
             }
+            if let Some(pool) = self.gpu.as_ref().and_then(crate::gpu_mem::bytes) {
+                map.insert("gpu_bytes".into(), pool.used.into());
+                map.insert("gpu_peak_bytes".into(), pool.used_high.into());
+            }
         }
         // A full disk must not stop training; the checkpoint write reports its own errors.
         let _ = writeln!(log, "{object}");
     }
 
-    /// After iteration `iter`, print the counting allocator's peak since `baseline` beside the
-    /// pre-flight's prediction.
-    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64) {
-        self.memory_check = Some((iter, baseline, predicted));
+    /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or the CUDA
+    /// pool's used bytes: see [`PeakSource`]) beside the pre-flight's prediction.
+    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64, source: PeakSource) {
+        self.memory_check = Some(MemoryCheck { iter, baseline, predicted, source });
+    }
+
+    /// Report `device`'s memory pool too (a CUDA run: the tensors live there, not on the heap).
+    pub fn watch_gpu(&mut self, device: &candle_core::Device) {
+        self.gpu = Some(device.clone());
     }
 
     pub fn iter(&mut self, rec: &IterRecord) {
         self.record("iter", rec);
-        if let Some((at, baseline, predicted)) = self.memory_check {
-            if rec.iter == at {
-                let measured = crate::mem::peak().saturating_sub(baseline);
-                self.line(&crate::preflight::measured_line(measured, predicted));
+        if let Some(check) = self.memory_check.as_ref().filter(|c| c.iter == rec.iter) {
+            let peak = match &check.source {
+                PeakSource::Heap => Some(crate::mem::peak()),
+                PeakSource::CudaPool(device) => crate::gpu_mem::bytes(device).map(|b| b.used_high),
+            };
+            if let Some(peak) = peak {
+                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted);
+                self.line(&line);
             }
         }
         // The whole process (data, tokenizer and all), where the memory line's measured peak is
         // the training run's own, from the baseline before the model was built.
-        let mem = memory().map(|(live, peak)| format!(", process mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
+        let mut mem = memory().map(|(live, peak)| format!(", process mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
+        if let Some(pool) = self.gpu.as_ref().and_then(crate::gpu_mem::bytes) {
+            mem.push_str(&format!(", gpu tensors {} (peak {})", mib(pool.used), mib(pool.used_high)));
+        }
         let text = format!("loss {:.4}, {:.0} tok/s{mem}", rec.loss, rec.tokens_per_s);
         if self.interactive {
             self.bar.set_message(text);

@@ -24,7 +24,7 @@ use vramfit::checkpoint::{self, Checkpoint};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
 use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
 use vramfit::pretrained;
-use vramfit::progress::Progress;
+use vramfit::progress::{PeakSource, Progress};
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
 use vramfit_core::trainer_model::TrainerOptions;
@@ -231,6 +231,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         cpu_caches: vramfit::preflight::cpu_caches(),
         // The fused kernels are CPU-only; on CUDA candle's compositions keep more temporaries.
         unfused_ops: !device.is_cpu(),
+        // cuBLAS, not gemm: none of gemm's CPU buffers.
+        cuda: !device.is_cpu(),
         // On CUDA a bfloat16 or float16 config trains in mixed precision (`train::compute_dtype`).
         mixed_precision: (vramfit::train::compute_dtype(&cfg, &device) != candle_core::DType::F32).then_some(cfg.dtype),
     };
@@ -269,6 +271,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     let entropy = data.unigram_entropy();
     vramfit::mem::reset_peak();
     let baseline = vramfit::mem::live();
+    // On CUDA the tensors live in the device's memory pool, whose counters play the same part.
+    let gpu_baseline = vramfit::gpu_mem::reset_peak(&device).and_then(|()| vramfit::gpu_mem::bytes(&device)).map(|b| b.used);
 
     let (model, mut optimizer) = train::build(&cfg, &settings, &device, resume.as_ref()).map_err(input)?;
     if let (Some(weights), Some(path)) = (&weights, &args.weights) {
@@ -300,10 +304,14 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         crate::print_note(&note);
     }
     let mut progress = Progress::new(&settings.out_dir, start, settings.max_iters, settings.log_interval).map_err(failed)?;
+    // After the second iteration the AdamW state exists and an evaluation has run: every
+    // window the prediction covers has been through once.
+    let check_at = start.saturating_add(1);
     if device.is_cpu() && vramfit::mem::installed() {
-        // After the second iteration the AdamW state exists and an evaluation has run: every
-        // window the prediction covers has been through once.
-        progress.compare_memory_after(start.saturating_add(1), baseline, checked.predicted_peak);
+        progress.compare_memory_after(check_at, baseline, checked.predicted_peak, PeakSource::Heap);
+    } else if let Some(gpu_baseline) = gpu_baseline {
+        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak, PeakSource::CudaPool(device.clone()));
+        progress.watch_gpu(&device);
     }
     let summary = train::run(
         Run {
@@ -395,8 +403,8 @@ fn available_memory(device: &Device, max_memory_mib: Option<u64>) -> u64 {
     machine.unwrap_or(u64::MAX).min(limit)
 }
 
-/// Free memory on the CUDA device (cudarc's `cuMemGetInfo` through candle's context). Not built
-/// or run on the development machine (no nvcc).
+/// Free memory on the CUDA device (cudarc's `cuMemGetInfo` through candle's context), after the
+/// context exists. Built by `scripts/check-cuda-build`; run on an H100 (tests/reference/data/trainer-cuda-h100-runs.txt).
 #[cfg(feature = "cuda")]
 fn free_device_bytes(device: &Device) -> Option<u64> {
     let cuda = device.as_cuda_device().ok()?;

@@ -47,6 +47,7 @@ fn trainer_json_matches_core_for_the_same_settings() {
         cpu_caches: vramfit::preflight::cpu_caches(),
         unfused_ops: false,
         mixed_precision: None,
+        cuda: false,
     };
     let sim = trainer_model::simulate(&cfg, &opts);
     assert_eq!(plan["train"]["peak_bytes"].as_u64(), Some(sim.train.bytes));

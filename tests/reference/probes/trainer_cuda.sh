@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# vramfit's own trainer on a GPU: does it train, how much CUDA memory do its tensors take against
+# core's trainer model, and how fast is it beside PyTorch eager on the same card.
+#
+# Run from the repository root on the GPU machine, with the binaries built elsewhere by
+# `scripts/check-cuda-build 90` (H100) and copied into $BIN:
+#     $BIN/vramfit          target/cuda-sm90/release/vramfit
+#     $BIN/trainer_memory   the trainer_memory bench executable of the same build
+#                           (cargo bench --no-run -p vramfit --features cuda --bench trainer_memory)
+# Needs python3 with torch (the PyTorch side of the speed comparison) and the CUDA 13 libraries
+# (cuBLAS, cuRAND, NVRTC). Writes six files to $OUT: runs.log (environment, three short training
+# runs), dropout.txt, trainer-cuda-{f32,bf16,f16}.txt (bench tables, then the JSON rows), speed.txt.
+set -u
+BIN="${BIN:-.cuda-bin}"
+OUT="${OUT:-/tmp/trainer-cuda}"
+mkdir -p "$OUT"
+chmod +x "$BIN"/* 2>/dev/null
+
+# The CUDA 13 libraries candle loads: the toolkit's.
+LIBS=$(dirname "$(find /usr/local /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
+export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
+    echo "libraries: $LIBS"
+    ldd "$BIN/vramfit" | grep -E 'cuda|cublas|curand|nvrtc|not found'
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+    # 1. Short training runs: the built-in corpus, a small char model, each dtype, dropout 0.1.
+    for dtype in float32 bfloat16 float16; do
+        echo "== train --dtype $dtype --dropout 0.1"
+        timeout 120 "$BIN/vramfit" train --device cuda --dtype "$dtype" --dropout 0.1 --max-iters 100 \
+            --eval-interval 50 --eval-iters 5 --log-interval 25 --out-dir "/tmp/run-$dtype" 2>&1
+    done
+} >"$OUT/runs.log" 2>&1
+tail -n 30 "$OUT/runs.log"
+
+# 2. The GPU's dropout masks against the host's.
+timeout 60 "$BIN/trainer_memory" --probe-dropout 2>&1 | tee "$OUT/dropout.txt"
+
+# 3. Memory: core's trainer model against the CUDA pool's high-water marks, per window.
+for dtype in f32 bf16 f16; do
+    echo "== trainer_memory --cuda $dtype"
+    timeout 150 "$BIN/trainer_memory" --cuda "$dtype" --json >"$OUT/trainer-cuda-$dtype.txt" 2>&1
+    echo "exit $?"
+    grep -E '^[a-zA-Z+]' "$OUT/trainer-cuda-$dtype.txt" | head -n 20
+done
+
+# 4. Speed and memory of whole runs, beside PyTorch eager (nanoGPT's loop) on the same GPU:
+# nanoGPT's shakespeare-char model (6 layers, 384 wide, context 256, batch 64, dropout 0.2) and
+# GPT-2 124M (context 1024, batch 8, no dropout). nvidia-smi's line for vramfit's process is
+# sampled while it trains (the only process on the GPU).
+run_pair() {  # name dtype iters vramfit-flags json-config
+    echo "== vramfit train, $1, $2"
+    timeout 150 "$BIN/vramfit" train --device cuda --dtype "$2" $4 --gradient-accumulation-steps 1 --max-iters "$3" \
+        --eval-interval 100000 --eval-iters 2 --log-interval 10 --out-dir "/tmp/speed-$1-$2" 2>&1 &
+    local pid=$! most=0
+    while kill -0 "$pid" 2>/dev/null; do
+        # The only process on the GPU (vramfit, under timeout's pid).
+        used=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits 2>/dev/null | awk '{s += $1} END {print s + 0}')
+        [ -n "$used" ] && [ "$used" -gt "$most" ] && most=$used
+        sleep 0.5
+    done
+    wait "$pid"
+    echo "nvidia-smi: vramfit's process used at most $most MiB"
+    echo "== PyTorch eager, $1, $2"
+    (cd tests/reference && timeout 120 python3 train_speed.py "{$5,\"iters\":30,\"warmup\":5,\"device\":\"cuda\",\"dtype\":\"$2\",\"attention\":\"flash\"}")
+}
+{
+    CHAR='--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2'
+    CHAR_JSON='"n_layer":6,"n_head":6,"n_embd":384,"block_size":256,"vocab_size":65,"batch_size":64,"gradient_accumulation_steps":1,"dropout":0.2'
+    GPT2='--n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --batch-size 8 --dropout 0 --vocab-size 50304 --data /tmp/gpt2-tokens'
+    GPT2_JSON='"n_layer":12,"n_head":12,"n_embd":768,"block_size":1024,"vocab_size":50304,"batch_size":8,"gradient_accumulation_steps":1,"dropout":0.0'
+    # GPT-2's run reads nanoGPT-style train.bin / val.bin of random token ids (speed and memory
+    # do not depend on the text).
+    mkdir -p /tmp/gpt2-tokens
+    python3 -c 'import numpy as n; r=n.random.default_rng(1); [r.integers(0,50257,s,dtype=n.uint16).tofile(f"/tmp/gpt2-tokens/{f}.bin") for f,s in (("train",2_000_000),("val",200_000))]'
+    for dtype in float32 bfloat16; do run_pair char "$dtype" 60 "$CHAR" "$CHAR_JSON"; done
+    for dtype in bfloat16 float32; do run_pair gpt2 "$dtype" 30 "$GPT2" "$GPT2_JSON"; done
+} 2>&1 | tee "$OUT/speed.txt"
