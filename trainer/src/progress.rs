@@ -174,6 +174,8 @@ impl Progress {
             if let Some(pool) = self.gpu.as_ref().and_then(crate::gpu_mem::bytes) {
                 map.insert("gpu_bytes".into(), pool.used.into());
                 map.insert("gpu_peak_bytes".into(), pool.used_high.into());
+                // What the pool held from the driver at most (tensors and its cache): nvidia-smi's part.
+                map.insert("gpu_reserved_peak_bytes".into(), pool.reserved_high.into());
             }
         }
         // A full disk must not stop training; the checkpoint write reports its own errors.

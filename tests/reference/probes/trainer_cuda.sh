@@ -8,8 +8,9 @@
 #     $BIN/trainer_memory   the trainer_memory bench executable of the same build
 #                           (cargo bench --no-run -p vramfit --features cuda --bench trainer_memory)
 # Needs python3 with torch (the PyTorch side of the speed comparison) and the CUDA 13 libraries
-# (cuBLAS, cuRAND, NVRTC). Writes six files to $OUT: runs.log (environment, three short training
-# runs), dropout.txt, trainer-cuda-{f32,bf16,f16}.txt (bench tables, then the JSON rows), speed.txt.
+# (cuBLAS, cuRAND, NVRTC), and transformers for part 5. Writes up to seven files to $OUT: runs.log
+# (environment, three short training runs), dropout.txt, trainer-cuda-{f32,bf16,f16}.txt (bench
+# tables, then the JSON rows), speed.txt, weights.txt. PARTS="4 5" runs only those parts.
 set -u
 BIN="${BIN:-.cuda-bin}"
 OUT="${OUT:-/tmp/trainer-cuda}"
@@ -19,6 +20,8 @@ chmod +x "$BIN"/* 2>/dev/null
 # The CUDA 13 libraries candle loads: the toolkit's.
 LIBS=$(dirname "$(find /usr/local /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)")
 export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+PARTS=" ${PARTS:-1 2 3 4 5} "   # which numbered parts below to run
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
@@ -26,7 +29,7 @@ export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
     ldd "$BIN/vramfit" | grep -E 'cuda|cublas|curand|nvrtc|not found'
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
     # 1. Short training runs: the built-in corpus, a small char model, each dtype, dropout 0.1.
-    for dtype in float32 bfloat16 float16; do
+    part 1 && for dtype in float32 bfloat16 float16; do
         echo "== train --dtype $dtype --dropout 0.1"
         timeout 120 "$BIN/vramfit" train --device cuda --dtype "$dtype" --dropout 0.1 --max-iters 100 \
             --eval-interval 50 --eval-iters 5 --log-interval 25 --out-dir "/tmp/run-$dtype" 2>&1
@@ -35,10 +38,10 @@ export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 tail -n 30 "$OUT/runs.log"
 
 # 2. The GPU's dropout masks against the host's.
-timeout 60 "$BIN/trainer_memory" --probe-dropout 2>&1 | tee "$OUT/dropout.txt"
+part 2 && timeout 60 "$BIN/trainer_memory" --probe-dropout 2>&1 | tee "$OUT/dropout.txt"
 
 # 3. Memory: core's trainer model against the CUDA pool's high-water marks, per window.
-for dtype in f32 bf16 f16; do
+part 3 && for dtype in f32 bf16 f16; do
     echo "== trainer_memory --cuda $dtype"
     timeout 150 "$BIN/trainer_memory" --cuda "$dtype" --json >"$OUT/trainer-cuda-$dtype.txt" 2>&1
     echo "exit $?"
@@ -65,7 +68,7 @@ run_pair() {  # name dtype iters vramfit-flags json-config
     echo "== PyTorch eager, $1, $2"
     (cd tests/reference && timeout 120 python3 train_speed.py "{$5,\"iters\":30,\"warmup\":5,\"device\":\"cuda\",\"dtype\":\"$2\",\"attention\":\"flash\"}")
 }
-{
+part 4 && {
     CHAR='--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2'
     CHAR_JSON='"n_layer":6,"n_head":6,"n_embd":384,"block_size":256,"vocab_size":65,"batch_size":64,"gradient_accumulation_steps":1,"dropout":0.2'
     GPT2='--n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --batch-size 8 --dropout 0 --vocab-size 50304 --data /tmp/gpt2-tokens'
@@ -77,3 +80,30 @@ run_pair() {  # name dtype iters vramfit-flags json-config
     for dtype in float32 bfloat16; do run_pair char "$dtype" 60 "$CHAR" "$CHAR_JSON"; done
     for dtype in bfloat16 float32; do run_pair gpt2 "$dtype" 30 "$GPT2" "$GPT2_JSON"; done
 } 2>&1 | tee "$OUT/speed.txt"
+
+# 5. `--weights` on CUDA with a real Hugging Face GPT-2 file (made by transformers here, trained on
+# a repeating pattern: see pretrained_check.py): vramfit's step-0 val loss must match the file's.
+if part 5; then
+    {
+        echo "== pretrained_check.py"
+        python3 tests/reference/probes/pretrained_check.py /tmp/hf-tiny
+        echo "== vramfit train --weights (cuda, float32)"
+        timeout 120 "$BIN/vramfit" train --device cuda --dtype float32 --weights /tmp/hf-tiny/model/model.safetensors \
+            --data /tmp/hf-tiny/data --n-layer 2 --n-head 4 --n-embd 128 --bias true --vocab-size 50257 --dropout 0 \
+            --block-size 128 --batch-size 32 --gradient-accumulation-steps 1 --max-iters 2 --eval-interval 1 \
+            --eval-iters 20 --learning-rate 1e-5 --out-dir /tmp/weights-run 2>&1
+        echo "== the same without --weights (random init)"
+        timeout 120 "$BIN/vramfit" train --device cuda --dtype float32 \
+            --data /tmp/hf-tiny/data --n-layer 2 --n-head 4 --n-embd 128 --bias true --vocab-size 50257 --dropout 0 \
+            --block-size 128 --batch-size 32 --gradient-accumulation-steps 1 --max-iters 1 --eval-interval 1 \
+            --eval-iters 20 --out-dir /tmp/random-run 2>&1 | grep -E 'step 0'
+        echo "== GPT-2 124M bf16 (T1024, B8), 12 iterations: the pool's counters in its last records"
+        mkdir -p /tmp/gpt2-tokens
+        python3 -c 'import numpy as n; r=n.random.default_rng(1); [r.integers(0,50257,s,dtype=n.uint16).tofile(f"/tmp/gpt2-tokens/{f}.bin") for f,s in (("train",2_000_000),("val",200_000))]'
+        timeout 120 "$BIN/vramfit" train --device cuda --dtype bfloat16 --n-layer 12 --n-head 12 --n-embd 768 \
+            --block-size 1024 --batch-size 8 --dropout 0 --vocab-size 50304 --data /tmp/gpt2-tokens \
+            --gradient-accumulation-steps 1 --max-iters 12 --eval-interval 100000 --eval-iters 2 --log-interval 4 \
+            --out-dir /tmp/pool-gpt2 2>&1 | grep -E 'pre-flight|memory:|iter 8'
+        tail -n 3 /tmp/pool-gpt2/log.jsonl
+    } 2>&1 | tee "$OUT/weights.txt"
+fi
