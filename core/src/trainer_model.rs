@@ -1051,13 +1051,13 @@ fn iteration(m: &mut Tracker, cfg: &Config, d: &Dims, opts: &TrainerOptions, siz
             state.push(m.alloc(OptimizerState, s));
         }
     }
-    // On CPU the step updates parameters and moments in place (`fused::adamw_step`): no
-    // temporaries. As candle ops (optim.rs), per parameter: m*b1, g*(1-b1), new m; v*b2, g^2,
+    // On CPU and on CUDA the step updates parameters and moments in place (`fused::adamw_step`,
+    // three kernels on CUDA): no temporaries. As candle ops (optim.rs; the CPU's unfused path), per parameter: m*b1, g*(1-b1), new m; v*b2, g^2,
     // *(1-b2), new v; sqrt, denom; p*decay, m/denom, *lr, p'. An operand taken by value (`x *
     // f64`, `x + y`) is freed as the operator returns, after its result exists: g^2 and m/denom
     // are gone before the new v and p' are made (measured on CUDA, trainer-cuda-*.json, where
     // this step is the peak of a 50304-vocabulary model: one wte-sized temporary fewer).
-    if d.unfused {
+    if d.unfused && !d.cuda {
         for (i, &s) in sizes.iter().enumerate() {
             let t1 = m.alloc(Temporaries, s);
             let t2 = m.alloc(Temporaries, s);

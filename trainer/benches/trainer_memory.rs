@@ -469,9 +469,58 @@ fn probe_dropout() {
     println!("dropout masks: {}", if all_equal { "identical to the host's" } else { "DIFFERENT from the host's" });
 }
 
+/// `--probe-adamw` (on a GPU): one fused AdamW step on CUDA (`cuda_kernels`) against the same step
+/// on the CPU, element by element, for a few sizes and both parameter groups.
+fn probe_adamw() {
+    let device = match Device::new_cuda(0) {
+        Ok(device) => device,
+        Err(e) => return eprintln!("error: --probe-adamw needs a CUDA device: {e}"),
+    };
+    let mut rng = HostRng::new(5);
+    let mut all_equal = true;
+    for (n, decay) in [(1usize, 1.0f32), (1000, 0.9999), (1 << 20, 0.9999), (38_633_472, 1.0)] {
+        let mut draw = |scale: f64| -> Vec<f32> { (0..n).map(|_| (rng.normal() * scale) as f32).collect() };
+        let (p, g, m) = (draw(0.02), draw(0.01), draw(0.001));
+        let v: Vec<f32> = draw(0.001).iter().map(|x| x * x).collect();
+        let k = vramfit::fused::AdamWStep {
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            decay,
+            step_size: 6e-4 / 0.1,
+            bias_correction2_sqrt: 0.05f32.sqrt(),
+        };
+        let mut results = Vec::new();
+        for dev in [&Device::Cpu, &device] {
+            let t = |x: &Vec<f32>| Tensor::from_vec(x.clone(), n, dev).expect("tensor");
+            let (tp, tg, tm, tv) = (t(&p), t(&g), t(&m), t(&v));
+            let started = std::time::Instant::now();
+            vramfit::fused::adamw_step(&tp, &tg, &tm, &tv, k).expect("fused on this device").expect("step");
+            dev.synchronize().expect("sync");
+            let secs = started.elapsed().as_secs_f64();
+            let back = |x: &Tensor| x.to_vec1::<f32>().expect("copy back");
+            results.push(((back(&tp), back(&tm), back(&tv)), secs));
+        }
+        let ((cp, cm, cv), cpu_s) = &results[0];
+        let ((gp, gm, gv), gpu_s) = &results[1];
+        let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+        let (dp, dm, dv) = (differ(cp, gp), differ(cm, gm), differ(cv, gv));
+        println!(
+            "adamw n {n} decay {decay}: elements differing from the CPU's: p {dp}, m {dm}, v {dv}; CPU {:.2} ms, CUDA {:.3} ms",
+            cpu_s * 1e3,
+            gpu_s * 1e3
+        );
+        all_equal &= dp + dm + dv == 0;
+    }
+    println!("adamw on CUDA: {}", if all_equal { "identical to the CPU's" } else { "DIFFERENT from the CPU's" });
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--probe-dropout") {
         return probe_dropout();
+    }
+    if std::env::args().any(|a| a == "--probe-adamw") {
+        return probe_adamw();
     }
     if std::env::args().any(|a| a == "--probe-f16") {
         return probe_f16();

@@ -8,10 +8,10 @@
 //! integer arithmetic, and the same mask comes out on either device (checked by
 //! `the_host_stream_is_counter_based` here and, on a GPU, by `trainer_memory --probe-dropout`).
 //!
-//! The kernel is compiled once per process by NVRTC (the CUDA toolkit's runtime compiler, which
-//! candle links with `--features cuda`), and the mask is made by a custom op so it is a normal
-//! candle tensor from the device's memory pool: an f32 tensor of the mask's shape, as the host
-//! path's `Tensor::from_vec` makes, so the memory model is the same on both paths.
+//! The kernel is compiled once per process by NVRTC ([`crate::cuda_kernels`]), and the mask is
+//! made by a custom op so it is a normal candle tensor from the device's memory pool: an f32
+//! tensor of the mask's shape, as the host path's `Tensor::from_vec` makes, so the memory model
+//! is the same on both paths.
 
 /// SplitMix64's increment (Steele, Lea and Flood 2014), as [`crate::model::HostRng`] uses it.
 pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -68,24 +68,14 @@ pub fn mask(
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
-    use candle_core::cuda_backend::cudarc::nvrtc;
+    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
     use candle_core::{CpuStorage, CudaStorage, CustomOp1, Layout, Result, Shape};
-    use std::sync::OnceLock;
 
     pub struct MaskOp {
         pub seed: u64,
         pub p: f64,
         pub keep_scale: f32,
         pub shape: Vec<usize>,
-    }
-
-    /// The kernel's PTX, compiled on first use.
-    fn ptx() -> Result<&'static str> {
-        static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-        PTX.get_or_init(|| nvrtc::compile_ptx(super::KERNEL_SOURCE).map(|p| p.to_src()).map_err(|e| format!("{e:?}")))
-            .as_deref()
-            .map_err(|e| candle_core::Error::Msg(format!("cannot compile the dropout kernel with NVRTC: {e}")))
     }
 
     impl CustomOp1 for MaskOp {
@@ -100,18 +90,16 @@ mod imp {
         fn cuda_fwd(&self, anchor: &CudaStorage, _: &Layout) -> Result<(CudaStorage, Shape)> {
             let device = anchor.device.clone();
             let n: usize = self.shape.iter().product();
-            let func = device.get_or_load_custom_func("vramfit_dropout_mask", "vramfit_dropout", ptx()?)?;
+            let func = crate::cuda_kernels::function(&device, "vramfit_dropout_mask")?;
             // SAFETY: the kernel writes each of the n elements before anything reads them.
             let mut out = unsafe { device.alloc::<f32>(n) }?;
             if n > 0 {
-                let threads = 256u32;
-                let blocks = u32::try_from(n.div_ceil(threads as usize)).unwrap_or(u32::MAX).min(65_535 * 8);
-                let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
                 let (len, seed, p, scale) = (n as u64, self.seed, self.p, self.keep_scale);
-                let mut launch = func.builder();
+                let stream = device.cuda_stream();
+                let mut launch = stream.launch_builder(&func);
                 launch.arg(&mut out).arg(&len).arg(&seed).arg(&p).arg(&scale);
                 // SAFETY: the arguments match the kernel's parameters in number, order and type.
-                unsafe { launch.launch(config) }.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+                unsafe { launch.launch(crate::cuda_kernels::launch_config(n)) }.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
             }
             Ok((CudaStorage::wrap_cuda_slice(out, device), Shape::from(self.shape.clone())))
         }

@@ -10,6 +10,8 @@
 //! CUDA). Both paths compute the same formulas; `tests` below hold them to each other.
 //! `core::trainer_model` follows the fused path's allocations, which are the ones measured.
 
+#[cfg(feature = "cuda")]
+use candle_core::CudaStorage;
 use candle_core::{CpuStorage, DType, Device, InplaceOp2, InplaceOp3, Layout, Result, Storage, StorageRef, Tensor};
 use gemm::Parallelism;
 use std::mem::MaybeUninit;
@@ -564,6 +566,30 @@ impl InplaceOp2 for MovingAverage {
         }
         Ok(())
     }
+
+    /// The same arithmetic in one kernel (`cuda_kernels::ADAMW_SOURCE`).
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s1: &mut CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout) -> Result<()> {
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+        let ((a0, a1), (g0, g1)) = (cuda_range(l1)?, cuda_range(l2)?);
+        let device = s1.device.clone();
+        let func = crate::cuda_kernels::function(&device, "vramfit_adamw_moment")?;
+        let g = s2.as_cuda_slice::<f32>()?.slice(g0..g1);
+        let mut avg = s1.as_cuda_slice_mut::<f32>()?.slice_mut(a0..a1);
+        let (n, beta, rest, square) = ((a1 - a0) as u64, self.beta, 1.0 - self.beta, i32::from(self.square));
+        let stream = device.cuda_stream();
+        let mut launch = stream.launch_builder(&func);
+        launch.arg(&mut avg).arg(&g).arg(&n).arg(&beta).arg(&rest).arg(&square);
+        // SAFETY: the arguments match the kernel's parameters; both views hold n f32 elements.
+        unsafe { launch.launch(crate::cuda_kernels::launch_config(a1 - a0)) }.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+        Ok(())
+    }
+}
+
+/// A contiguous f32 tensor's element range in its CUDA storage.
+#[cfg(feature = "cuda")]
+fn cuda_range(l: &Layout) -> Result<(usize, usize)> {
+    l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("in-place AdamW needs contiguous tensors".into()))
 }
 
 /// p <- p * decay - step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), in place.
@@ -583,13 +609,36 @@ impl InplaceOp3 for AdamWUpdate {
         }
         Ok(())
     }
+
+    /// The same arithmetic in one kernel (`cuda_kernels::ADAMW_SOURCE`).
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s1: &mut CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout, s3: &CudaStorage, l3: &Layout) -> Result<()> {
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+        let ((p0, p1), (m0, m1), (v0, v1)) = (cuda_range(l1)?, cuda_range(l2)?, cuda_range(l3)?);
+        let AdamWStep { eps, decay, step_size, bias_correction2_sqrt, .. } = self.0;
+        let inv_bc2 = 1.0 / bias_correction2_sqrt;
+        let device = s1.device.clone();
+        let func = crate::cuda_kernels::function(&device, "vramfit_adamw_update")?;
+        let m = s2.as_cuda_slice::<f32>()?.slice(m0..m1);
+        let v = s3.as_cuda_slice::<f32>()?.slice(v0..v1);
+        let mut p = s1.as_cuda_slice_mut::<f32>()?.slice_mut(p0..p1);
+        let n = (p1 - p0) as u64;
+        let stream = device.cuda_stream();
+        let mut launch = stream.launch_builder(&func);
+        launch.arg(&mut p).arg(&m).arg(&v).arg(&n).arg(&decay).arg(&step_size).arg(&inv_bc2).arg(&eps);
+        // SAFETY: the arguments match the kernel's parameters; the three views hold n f32 elements.
+        unsafe { launch.launch(crate::cuda_kernels::launch_config(p1 - p0)) }.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+        Ok(())
+    }
 }
 
 /// One AdamW step for parameter `p` with gradient `g` and moments `m`, `v`, updating `p`, `m` and
-/// `v` in place in three passes and allocating nothing, if all four are contiguous f32 CPU
-/// tensors of one shape; `None` (nothing changed) otherwise.
+/// `v` in place in three passes and allocating nothing, if all four are contiguous f32 tensors of
+/// one shape on the CPU, or on CUDA in a build with `--features cuda` (three kernels:
+/// `cuda_kernels`); `None` (nothing changed) otherwise.
 pub fn adamw_step(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, k: AdamWStep) -> Option<Result<()>> {
-    let fusable = |t: &Tensor| t.dims() == p.dims() && view(t).is_some();
+    let on_cuda = |t: &Tensor| cfg!(feature = "cuda") && t.device().is_cuda() && t.dtype() == DType::F32 && t.is_contiguous();
+    let fusable = |t: &Tensor| t.dims() == p.dims() && t.device().same_device(p.device()) && (view(t).is_some() || on_cuda(t));
     if !(fusable(p) && fusable(g) && fusable(m) && fusable(v)) {
         return None;
     }

@@ -14,6 +14,7 @@
 pub mod attention;
 pub mod checkpoint;
 pub mod corpus;
+pub mod cuda_kernels;
 pub mod data;
 pub mod dropout_cuda;
 pub mod fused;

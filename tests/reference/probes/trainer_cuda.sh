@@ -37,8 +37,8 @@ part() { [[ "$PARTS" == *" $1 "* ]]; }
 } >"$OUT/runs.log" 2>&1
 tail -n 30 "$OUT/runs.log"
 
-# 2. The GPU's dropout masks against the host's.
-part 2 && timeout 60 "$BIN/trainer_memory" --probe-dropout 2>&1 | tee "$OUT/dropout.txt"
+# 2. The GPU's dropout masks against the host's, and its AdamW step against the CPU's.
+part 2 && { timeout 60 "$BIN/trainer_memory" --probe-dropout; timeout 120 "$BIN/trainer_memory" --probe-adamw; } 2>&1 | tee "$OUT/dropout.txt"
 
 # 3. Memory: core's trainer model against the CUDA pool's high-water marks, per window.
 part 3 && for dtype in f32 bf16 f16; do
