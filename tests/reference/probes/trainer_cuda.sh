@@ -8,9 +8,10 @@
 #     $BIN/trainer_memory   the trainer_memory bench executable of the same build
 #                           (cargo bench --no-run -p vramfit --features cuda --bench trainer_memory)
 # Needs python3 with torch (the PyTorch side of the speed comparison) and the CUDA 13 libraries
-# (cuBLAS, cuRAND, NVRTC), and transformers for part 5. Writes up to seven files to $OUT: runs.log
+# (cuBLAS, cuRAND, NVRTC), and transformers for part 5. Writes to $OUT (fetch at most 8 at once): runs.log
 # (environment, three short training runs), dropout.txt, trainer-cuda-{f32,bf16,f16}.txt (bench
-# tables, then the JSON rows), speed.txt, weights.txt. PARTS="4 5" runs only those parts.
+# tables, then the JSON rows), speed.txt, weights.txt, resume.txt and ckpt-cuda.safetensors.
+# PARTS="4 5" runs only those parts.
 set -u
 BIN="${BIN:-.cuda-bin}"
 OUT="${OUT:-/tmp/trainer-cuda}"
@@ -106,4 +107,21 @@ if part 5; then
             --out-dir /tmp/pool-gpt2 2>&1 | grep -E 'pre-flight|memory:|iter 8'
         tail -n 3 /tmp/pool-gpt2/log.jsonl
     } 2>&1 | tee "$OUT/weights.txt"
+fi
+
+# 6. Resume and sample on CUDA: 40 iterations straight against 20 + --resume 20 (dropout 0.1, so
+# the GPU's masks must follow the seeds too), then sampling from the CUDA checkpoint on CUDA; the
+# checkpoint is copied to $OUT for sampling on a CPU elsewhere.
+if part 6; then
+    {
+        common="--device cuda --dtype float32 --dropout 0.1 --eval-interval 20 --eval-iters 5 --log-interval 20"
+        echo "== 40 straight"
+        timeout 120 "$BIN/vramfit" train $common --max-iters 40 --out-dir /tmp/straight 2>&1 | grep -E 'step|done'
+        echo "== 20, then --resume to 40"
+        timeout 120 "$BIN/vramfit" train $common --max-iters 20 --out-dir /tmp/halves 2>&1 | grep -E 'step|done'
+        timeout 120 "$BIN/vramfit" train --resume --device cuda --max-iters 40 --out-dir /tmp/halves 2>&1 | grep -E 'step|done'
+        echo "== sample on CUDA from the resumed run"
+        timeout 60 "$BIN/vramfit" sample --device cuda --out-dir /tmp/halves --num-samples 1 --max-new-tokens 80 --temperature 0.8 --seed 7 2>&1
+        cp /tmp/halves/ckpt.safetensors "$OUT/ckpt-cuda.safetensors"
+    } 2>&1 | tee "$OUT/resume.txt"
 fi
