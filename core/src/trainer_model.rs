@@ -51,7 +51,8 @@ pub struct TrainerOptions {
     /// The trainer runs candle's op-by-op compositions instead of its fused CPU kernels
     /// (`trainer/src/fused.rs`, `trainer/src/attention.rs`): on CUDA, where those kernels do not
     /// exist. Layer norm, GELU's backward, attention (per-head copies of q, k, v, the masked
-    /// softmax, its backward, the heads merged) and AdamW then keep more temporaries.
+    /// softmax, its backward, the heads merged) and, on the CPU, AdamW then keep more
+    /// temporaries (on CUDA AdamW runs in place: see [`Self::cuda`]).
     pub unfused_ops: bool,
     /// Mixed precision (`vramfit train --device cuda` with dtype bfloat16 or float16): f32 master
     /// weights, residual stream, layer norms and loss; linears, attention and GELU in 2-byte
@@ -60,7 +61,8 @@ pub struct TrainerOptions {
     pub mixed_precision: Option<crate::config::Dtype>,
     /// The run is on CUDA (`vramfit train --device cuda`): cuBLAS multiplies, so none of gemm's
     /// CPU buffers exist (its per-thread slabs, the packed dlogits, the f32 copies of f16
-    /// operands). Set together with [`Self::unfused_ops`], as the trainer does.
+    /// operands), and AdamW runs in place (`trainer/src/cuda_kernels.rs`). Set together with
+    /// [`Self::unfused_ops`], as the trainer does.
     pub cuda: bool,
 }
 

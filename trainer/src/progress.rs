@@ -93,19 +93,10 @@ pub fn memory() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// Where a measured peak comes from.
-pub enum PeakSource {
-    /// The counting global allocator ([`crate::mem`]): a CPU run's tensors.
-    Heap,
-    /// The CUDA device's memory pool ([`crate::gpu_mem`]): a CUDA run's tensors.
-    CudaPool(candle_core::Device),
-}
-
 struct MemoryCheck {
     iter: u64,
     baseline: u64,
     predicted: u64,
-    source: PeakSource,
 }
 
 fn mib(bytes: u64) -> String {
@@ -119,10 +110,12 @@ pub struct Progress {
     interactive: bool,
     log: Option<File>,
     log_interval: u64,
-    /// The iteration, the bytes live before the model, the predicted peak and where to measure:
-    /// measured vs predicted is printed after that iteration.
+    /// The iteration, the bytes live before the model and the predicted peak: measured vs
+    /// predicted is printed after that iteration.
     memory_check: Option<MemoryCheck>,
-    /// A CUDA device whose memory pool each iteration's line and record report ([`crate::gpu_mem`]).
+    /// A CUDA run's device: its memory pool ([`crate::gpu_mem`]), where the tensors live, is
+    /// what the memory check measures and each iteration's line and record report; `None`: the
+    /// heap ([`crate::mem`]).
     gpu: Option<candle_core::Device>,
 }
 
@@ -182,13 +175,13 @@ impl Progress {
         let _ = writeln!(log, "{object}");
     }
 
-    /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or the CUDA
-    /// pool's used bytes: see [`PeakSource`]) beside the pre-flight's prediction.
-    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64, source: PeakSource) {
-        self.memory_check = Some(MemoryCheck { iter, baseline, predicted, source });
+    /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or with
+    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction.
+    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64) {
+        self.memory_check = Some(MemoryCheck { iter, baseline, predicted });
     }
 
-    /// Report `device`'s memory pool too (a CUDA run: the tensors live there, not on the heap).
+    /// Measure and report `device`'s memory pool (a CUDA run: the tensors live there, not on the heap).
     pub fn watch_gpu(&mut self, device: &candle_core::Device) {
         self.gpu = Some(device.clone());
     }
@@ -196,9 +189,9 @@ impl Progress {
     pub fn iter(&mut self, rec: &IterRecord) {
         self.record("iter", rec);
         if let Some(check) = self.memory_check.as_ref().filter(|c| c.iter == rec.iter) {
-            let peak = match &check.source {
-                PeakSource::Heap => Some(crate::mem::peak()),
-                PeakSource::CudaPool(device) => crate::gpu_mem::bytes(device).map(|b| b.used_high),
+            let peak = match &self.gpu {
+                None => Some(crate::mem::peak()),
+                Some(device) => crate::gpu_mem::bytes(device).map(|b| b.used_high),
             };
             if let Some(peak) = peak {
                 let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted);

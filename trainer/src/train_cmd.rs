@@ -24,7 +24,7 @@ use vramfit::checkpoint::{self, Checkpoint};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
 use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
 use vramfit::pretrained;
-use vramfit::progress::{PeakSource, Progress};
+use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
 use vramfit_core::trainer_model::TrainerOptions;
@@ -229,7 +229,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         cpu_threads: candle_core::utils::get_num_threads() as u32,
         gemm_kernel_rows: vramfit::preflight::gemm_kernel_rows(),
         cpu_caches: vramfit::preflight::cpu_caches(),
-        // The fused kernels are CPU-only; on CUDA candle's compositions keep more temporaries.
+        // The fused layer norm, GELU, softmax and attention kernels are CPU-only: on CUDA candle's
+        // compositions run, with more temporaries (AdamW runs in place on both).
         unfused_ops: !device.is_cpu(),
         // cuBLAS, not gemm: none of gemm's CPU buffers.
         cuda: !device.is_cpu(),
@@ -308,10 +309,10 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // window the prediction covers has been through once.
     let check_at = start.saturating_add(1);
     if device.is_cpu() && vramfit::mem::installed() {
-        progress.compare_memory_after(check_at, baseline, checked.predicted_peak, PeakSource::Heap);
+        progress.compare_memory_after(check_at, baseline, checked.predicted_peak);
     } else if let Some(gpu_baseline) = gpu_baseline {
-        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak, PeakSource::CudaPool(device.clone()));
         progress.watch_gpu(&device);
+        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak);
     }
     let summary = train::run(
         Run {
