@@ -104,8 +104,8 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
                 notes.push(format!("{flag}: plan predicts a CUDA GPU's memory (for the trainer on this CPU, --runtime trainer)"))
             }
             "device" if runtime == Runtime::Trainer && value.starts_with("cuda") => notes.push(format!(
-                "{flag}: --runtime trainer plans the trainer's CPU run; on CUDA it keeps more temporaries (train's pre-flight \
-                 there is an estimate)"
+                "{flag}: --runtime trainer plans the trainer's CPU run; on CUDA it runs candle's op-by-op kernels, with more \
+                 temporaries, which `vramfit train --device cuda`'s pre-flight counts (measured on an H100)"
             )),
             "eval_only" if value == "true" || value == "1" => {
                 notes.push(format!("{flag}: train.py evaluates once and exits, so of this plan only the eval at start applies"))
