@@ -125,3 +125,23 @@ if part 6; then
         cp /tmp/halves/ckpt.safetensors "$OUT/ckpt-cuda.safetensors"
     } 2>&1 | tee "$OUT/resume.txt"
 fi
+
+# 7. Whole runs of bigger models with the memory savers: the memory line (pool high-water mark vs
+# prediction) of GPT-2 124M with checkpointing, the chunked loss and accumulation, and of GPT-2
+# 350M's shape (24 layers, 1024 wide), in bf16 and f16.
+if part 7; then
+    {
+        mkdir -p /tmp/gpt2-tokens
+        python3 -c 'import numpy as n; r=n.random.default_rng(1); [r.integers(0,50257,s,dtype=n.uint16).tofile(f"/tmp/gpt2-tokens/{f}.bin") for f,s in (("train",2_000_000),("val",200_000))]'
+        run() {  # name dtype flags
+            echo "== $1, $2"
+            timeout 150 "$BIN/vramfit" train --device cuda --dtype "$2" --data /tmp/gpt2-tokens --vocab-size 50304 \
+                --dropout 0.1 --max-iters 4 --eval-interval 2 --eval-iters 2 --log-interval 2 --out-dir "/tmp/big-$1-$2" $3 2>&1 |
+                grep -E 'model:|pre-flight|memory:|done:|error'
+        }
+        for dtype in bfloat16 float16; do
+            run gpt2-savers "$dtype" "--n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --batch-size 16 --gradient-accumulation-steps 4 --activation-checkpointing true --chunked-loss true --eval-chunk-rows 4096 --eval-batch-size 32"
+            run gpt2-350m "$dtype" "--n-layer 24 --n-head 16 --n-embd 1024 --block-size 1024 --batch-size 8 --gradient-accumulation-steps 2"
+        done
+    } 2>&1 | tee "$OUT/big.txt"
+fi
