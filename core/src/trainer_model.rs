@@ -1430,7 +1430,7 @@ fn trainer_window(p: &Peak) -> TrainerWindow {
 pub struct TrainerPlan {
     pub schema_version: u32,
     pub runtime: String,
-    /// `cpu`: the figures are the trainer's f32 heap on CPU.
+    /// `cpu`: the figures are the trainer's f32 heap on CPU; `cuda`: its tensors in CUDA's memory pool.
     pub device: String,
     /// `validated`: checked against the counting allocator (tests/reference/data/trainer-cpu.json).
     pub source: crate::device::Source,
@@ -1474,6 +1474,37 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         (Some(a), Some(false)) => auto_fit(cfg, opts, a),
         _ => None,
     };
+    let notes = if opts.cuda { cuda_notes(cfg, opts) } else { cpu_notes(cfg, opts) };
+    let (fitting_eval_batch, fitting_eval_chunk_rows) = match (available_bytes, fits) {
+        (Some(a), Some(false)) => eval_fixes(cfg, opts, a),
+        _ => (None, None),
+    };
+    Ok(TrainerPlan {
+        schema_version: crate::plan::PLAN_SCHEMA_VERSION,
+        runtime: "trainer".to_string(),
+        device: if opts.cuda { "cuda" } else { "cpu" }.to_string(),
+        source: crate::device::Source::Validated,
+        config: cfg.clone(),
+        options: *opts,
+        params: crate::params::count(cfg),
+        tokens_per_iter: cfg.tokens_per_iter(),
+        peak_bytes: peak,
+        train: trainer_window(&sim.train),
+        eval: trainer_window(&sim.eval),
+        first_iter: trainer_window(&sim.first_iter),
+        eval_at_start: trainer_window(&sim.eval_at_start),
+        available_bytes,
+        fits,
+        largest_micro_batch,
+        auto_fit: auto,
+        fitting_eval_batch,
+        fitting_eval_chunk_rows,
+        notes,
+    })
+}
+
+/// The notes of a CPU plan: what was validated, the estimates, the settings that do not apply.
+fn cpu_notes(cfg: &Config, opts: &TrainerOptions) -> Vec<String> {
     // The figures below are tests/reference/data/trainer-cpu.json's, against today's model.
     let mut notes = vec!["Figures are vramfit's own trainer (candle, hand-written backward) on CPU in f32: every tensor it allocates, \
          validated against a counting allocator on 30 runs (peaks 29 MiB to 4.1 GiB, 15 at 1 thread and 15 at 2): every window \
@@ -1495,14 +1526,44 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         gemm_slab_bytes(opts) as f64 / (1u64 << 20) as f64
     ));
     notes.push(
-        "On CUDA (`vramfit train --device cuda`) the trainer allocates its tensors from CUDA's memory pool: these figures \
-         without the gemm buffers, with candle's op-by-op kernels (measured on an H100 within 0.02%), plus CUDA's own memory \
-         (context, cuBLAS workspace, the pool's cache: GPT-2 124M's pool held 1.3 GiB beyond its tensors on an H100; an estimate)."
+        "On CUDA (`vramfit train --device cuda`) the trainer's tensors differ (no gemm buffers, candle's op-by-op kernels, \
+         mixed precision for bfloat16 and float16): `vramfit plan --runtime trainer --device=cuda` plans that run."
             .to_string(),
     );
     if cfg.dtype != crate::Dtype::Float32 {
         notes.push(format!("dtype = {}: the trainer computes in float32 on CPU, which these figures show.", cfg.dtype.name()));
     }
+    notes.extend(not_applying(cfg));
+    notes
+}
+
+/// The notes of a CUDA plan (`vramfit train --device cuda`).
+fn cuda_notes(cfg: &Config, opts: &TrainerOptions) -> Vec<String> {
+    let precision = if opts.mixed() {
+        format!("{} mixed precision (f32 master weights, layer norms and loss)", cfg.dtype.name())
+    } else {
+        "float32".to_string()
+    };
+    // The figures below are tests/reference/data/trainer-cuda-h100-*.json's and the whole runs of
+    // trainer-cuda-h100-runs.txt.
+    let mut notes = vec![
+        format!(
+            "Figures are vramfit's own trainer (candle, hand-written backward) on CUDA in {precision}: every tensor in CUDA's \
+             memory pool, validated against the pool's high-water mark on an H100 (15 configs in float32, bfloat16 and \
+             float16, every window within 0.02%; whole GPT-2 124M and 350M runs to 0.1 MiB)."
+        ),
+        "~ CUDA's own memory comes on top and is not modelled: the context, cuBLAS's workspace and the pool's cached \
+         blocks (GPT-2 124M in bfloat16: the pool held 1.3 GiB beyond its 9.7 GiB of tensors on an H100). Compare with the \
+         memory nvidia-smi shows free after a CUDA program started, with room to spare."
+            .to_string(),
+    ];
+    notes.extend(not_applying(cfg));
+    notes
+}
+
+/// Notes on the config's settings that the trainer does not have.
+fn not_applying(cfg: &Config) -> Vec<String> {
+    let mut notes = Vec::new();
     if cfg.attention == crate::Attention::Flash || cfg.compile {
         notes.push("attention and compile do not apply: the trainer always runs explicit causal attention, uncompiled.".to_string());
     }
@@ -1512,32 +1573,7 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
     if cfg.expandable_segments {
         notes.push("expandable_segments does not apply: it is a setting of PyTorch's CUDA allocator.".to_string());
     }
-    let (fitting_eval_batch, fitting_eval_chunk_rows) = match (available_bytes, fits) {
-        (Some(a), Some(false)) => eval_fixes(cfg, opts, a),
-        _ => (None, None),
-    };
-    Ok(TrainerPlan {
-        schema_version: crate::plan::PLAN_SCHEMA_VERSION,
-        runtime: "trainer".to_string(),
-        device: "cpu".to_string(),
-        source: crate::device::Source::Validated,
-        config: cfg.clone(),
-        options: *opts,
-        params: crate::params::count(cfg),
-        tokens_per_iter: cfg.tokens_per_iter(),
-        peak_bytes: peak,
-        train: trainer_window(&sim.train),
-        eval: trainer_window(&sim.eval),
-        first_iter: trainer_window(&sim.first_iter),
-        eval_at_start: trainer_window(&sim.eval_at_start),
-        available_bytes,
-        fits,
-        largest_micro_batch,
-        auto_fit: auto,
-        fitting_eval_batch,
-        fitting_eval_chunk_rows,
-        notes,
-    })
+    notes
 }
 
 #[cfg(test)]

@@ -103,10 +103,8 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
             "device" if runtime == Runtime::Pytorch && !value.starts_with("cuda") => {
                 notes.push(format!("{flag}: plan predicts a CUDA GPU's memory (for the trainer on this CPU, --runtime trainer)"))
             }
-            "device" if runtime == Runtime::Trainer && value.starts_with("cuda") => notes.push(format!(
-                "{flag}: --runtime trainer plans the trainer's CPU run; on CUDA it runs candle's op-by-op kernels, with more \
-                 temporaries, which `vramfit train --device cuda`'s pre-flight counts (measured on an H100)"
-            )),
+            // --runtime trainer plans a CUDA run with it (`run_trainer`).
+            "device" if runtime == Runtime::Trainer && value.starts_with("cuda") => {}
             "eval_only" if value == "true" || value == "1" => {
                 notes.push(format!("{flag}: train.py evaluates once and exits, so of this plan only the eval at start applies"))
             }
@@ -119,6 +117,40 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
     notes
 }
 
+/// `vramfit plan --runtime trainer --device=cuda`: the trainer's tensors on a CUDA GPU, against
+/// `--max-memory-mib` (the memory free on the card once a CUDA program runs, as `train`'s
+/// pre-flight reads it) if given.
+fn run_trainer_cuda(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, String> {
+    use vramfit_core::trainer_model::{self, TrainerOptions};
+    if !args.card.gpu.is_empty() || args.card.other_usage_mib.is_some() {
+        crate::print_note(
+            "--gpu and --other-usage-mib do not apply to --runtime trainer: give --max-memory-mib, the memory nvidia-smi shows \
+             free on the card once a CUDA program runs",
+        );
+    }
+    if args.threads.is_some() {
+        crate::print_note("--threads does not apply to a CUDA run");
+    }
+    let opts = TrainerOptions {
+        chunked_loss: args.chunked_loss.unwrap_or(false),
+        eval_chunk_rows: args.eval_chunk_rows,
+        grad_clip: args.grad_clip.unwrap_or(true),
+        // As `train` sets them on CUDA (train_cmd.rs): candle's op-by-op kernels, no gemm, and
+        // mixed precision for a bfloat16 or float16 config.
+        unfused_ops: true,
+        cuda: true,
+        mixed_precision: (cfg.dtype != vramfit_core::Dtype::Float32).then_some(cfg.dtype),
+        ..TrainerOptions::default()
+    };
+    let available = args.max_memory_mib.map(|mib| mib.saturating_mul(1 << 20));
+    let plan = trainer_model::plan(cfg, &opts, available).map_err(|e| e.to_string())?;
+    if args.json {
+        to_json(&plan)
+    } else {
+        Ok(report::render_trainer(&plan))
+    }
+}
+
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
     serde_json::to_string_pretty(value)
         .map(|mut s| {
@@ -128,11 +160,19 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
         .map_err(|e| format!("cannot write JSON: {e}"))
 }
 
-/// `vramfit plan --runtime trainer`: the trainer's own memory on this CPU.
+/// `vramfit plan --runtime trainer`: the trainer's own memory on this CPU, or with train.py's
+/// `device = 'cuda'` (`--device=cuda`) on a CUDA GPU, as `vramfit train --device cuda` runs it.
 fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, String> {
     use vramfit_core::trainer_model::{self, TrainerOptions};
+    let cuda = args
+        .training_only
+        .iter()
+        .any(|(name, value)| name == "device" && value.trim().trim_matches(['\'', '"']).to_ascii_lowercase().starts_with("cuda"));
+    if cuda {
+        return run_trainer_cuda(args, cfg);
+    }
     if !args.card.gpu.is_empty() {
-        crate::print_note("--gpu does not apply to --runtime trainer (it plans for this CPU's memory)");
+        crate::print_note("--gpu does not apply to --runtime trainer (it plans for this CPU's memory; --device=cuda plans a CUDA run)");
     }
     if args.card.other_usage_mib.is_some() {
         crate::print_note("--other-usage-mib does not apply to --runtime trainer (--max-memory-mib sets the memory to plan for)");

@@ -319,7 +319,13 @@ pub fn render_trainer(plan: &vramfit_core::trainer_model::TrainerPlan) -> String
 
 fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPlan) -> std::fmt::Result {
     let (c, p, o) = (&plan.config, &plan.params, &plan.options);
-    writeln!(out, "Runtime: vramfit's trainer (`vramfit train`) on CPU, float32")?;
+    let cuda = plan.device == "cuda";
+    if cuda {
+        let precision = o.mixed_precision.map_or("float32".to_string(), |d| format!("{} mixed precision", d.name()));
+        writeln!(out, "Runtime: vramfit's trainer (`vramfit train --device cuda`) on CUDA, {precision}")?;
+    } else {
+        writeln!(out, "Runtime: vramfit's trainer (`vramfit train`) on CPU, float32")?;
+    }
     writeln!(out, "  number of parameters: {} ({} with position embeddings)", p.printed_millions(), thousands(p.total))?;
     write_model_line(out, c)?;
     writeln!(
@@ -332,14 +338,14 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         c.eval_block()
     )?;
     let eval_chunks = o.eval_chunk_rows.map_or("whole batch".to_string(), |r| format!("{r} rows"));
+    let threads = if cuda { String::new() } else { format!(", {} matmul thread(s)", o.cpu_threads.max(1)) };
     writeln!(
         out,
-        "  activation_checkpointing {}, chunked loss {}, eval in chunks of {}, grad clipping {}, {} matmul thread(s)",
+        "  activation_checkpointing {}, chunked loss {}, eval in chunks of {}, grad clipping {}{threads}",
         py_bool(c.activation_checkpointing),
         py_bool(o.chunked_loss),
         eval_chunks,
         py_bool(o.grad_clip),
-        o.cpu_threads.max(1)
     )?;
     // Each window with whether its peak is an estimate: eval at start with a thread pool is an
     // upper bound (the pool's gemm buffers may not exist yet; see the notes).
@@ -351,7 +357,8 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
     ];
     let peak_estimate = !windows.iter().any(|(_, w, estimate)| !estimate && w.peak_bytes == plan.peak_bytes);
     writeln!(out)?;
-    writeln!(out, "Peak heap per window (validated against measured peaks; ~ marks an estimate, see the notes)")?;
+    let memory = if cuda { "CUDA memory pool (tensors only)" } else { "heap" };
+    writeln!(out, "Peak {memory} per window (validated against measured peaks; ~ marks an estimate, see the notes)")?;
     for (name, w, estimate) in windows {
         let phase = w.phase.map_or("init", |ph| ph.label());
         let micro = if w.micro_step > 0 { format!(", micro-step {}", w.micro_step) } else { String::new() };
@@ -414,6 +421,9 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
     }
     if let Some(b) = plan.largest_micro_batch {
         writeln!(out, "  largest micro-batch that fits: {b}")?;
+    }
+    if cuda && plan.available_bytes.is_some() {
+        writeln!(out, "  ~ tensors only: CUDA's own memory (context, cuBLAS, the pool's cache) comes on top, see the notes")?;
     }
     writeln!(out)?;
     writeln!(out, "Notes")?;

@@ -121,3 +121,42 @@ fn a_bad_runtime_is_one_error_line() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("error:") && stderr.contains("pytorch or trainer"), "{stderr}");
 }
+
+/// `--device=cuda` (train.py's setting) plans `vramfit train --device cuda`: CUDA's options
+/// (candle's op-by-op kernels, no gemm buffers, mixed precision for bfloat16 and float16), the
+/// same figures core gives for them, and a report that says the figures are tensors only.
+#[test]
+fn trainer_on_cuda_plans_what_train_runs_there() {
+    for (dtype, mixed) in
+        [("float32", None), ("bfloat16", Some(vramfit_core::Dtype::Bfloat16)), ("float16", Some(vramfit_core::Dtype::Float16))]
+    {
+        let mut args = vec!["plan", "--json", "--runtime", "trainer", "--device=cuda", "--dtype", dtype, "--max-memory-mib", "64"];
+        args.extend_from_slice(&SMALL);
+        let plan = json(&args);
+        assert_eq!(plan["device"], "cuda", "{dtype}");
+        let opts: TrainerOptions = serde_json::from_value(plan["options"].clone()).expect("options");
+        assert!(opts.cuda && opts.unfused_ops, "{dtype}");
+        assert_eq!(opts.mixed_precision, mixed, "{dtype}");
+        let cfg: Config = serde_json::from_value(plan["config"].clone()).expect("config");
+        let sim = trainer_model::simulate(&cfg, &opts);
+        assert_eq!(plan["peak_bytes"].as_u64(), Some(trainer_model::peak_bytes(&sim)), "{dtype}");
+        // Without --device=cuda the same settings plan the CPU run: f32, the fused kernels, gemm.
+        let mut cpu_args = vec!["plan", "--json", "--runtime", "trainer", "--threads", "1", "--dtype", dtype];
+        cpu_args.extend_from_slice(&SMALL);
+        let cpu = json(&cpu_args);
+        assert_eq!(cpu["device"], "cpu");
+        let cpu_opts: TrainerOptions = serde_json::from_value(cpu["options"].clone()).expect("options");
+        assert!(!cpu_opts.cuda && !cpu_opts.unfused_ops && cpu_opts.mixed_precision.is_none(), "{dtype}");
+        assert_ne!(cpu["peak_bytes"], plan["peak_bytes"], "{dtype}");
+    }
+    let mut args = vec!["plan", "--runtime", "trainer", "--device", "cuda", "--max-memory-mib", "64", "--gpu", "RTX 3060"];
+    args.extend_from_slice(&SMALL);
+    let out = vramfit(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("on CUDA, bfloat16 mixed precision"), "{text}");
+    assert!(text.contains("tensors only") && text.contains("CUDA's own memory"), "{text}");
+    assert!(!text.contains("matmul thread"), "{text}");
+    let notes = String::from_utf8_lossy(&out.stderr);
+    assert!(notes.contains("--gpu and --other-usage-mib do not apply"), "{notes}");
+}
