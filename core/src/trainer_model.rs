@@ -1550,7 +1550,7 @@ fn cuda_notes(cfg: &Config, opts: &TrainerOptions) -> Vec<String> {
         format!(
             "Figures are vramfit's own trainer (candle, hand-written backward) on CUDA in {precision}: every tensor in CUDA's \
              memory pool, validated against the pool's high-water mark on an H100 (15 configs in float32, bfloat16 and \
-             float16, every window within 0.02%; whole GPT-2 124M and 350M runs to 0.1 MiB)."
+             float16, every window within 0.02%; whole GPT-2 124M and 350M runs within 0.2 MiB)."
         ),
         "~ CUDA's own memory comes on top and is not modelled: the context, cuBLAS's workspace and the pool's cached \
          blocks (GPT-2 124M in bfloat16: the pool held 1.3 GiB beyond its 9.7 GiB of tensors on an H100). Compare with the \
