@@ -90,6 +90,11 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
     Ok(true)
 }
 
+/// A train.py setting's value as compared: unquoted (`'cuda'` as a config file writes it), lower case.
+fn setting_value(value: &str) -> String {
+    value.trim().trim_matches(['\'', '"']).to_ascii_lowercase()
+}
+
 /// What `plan` says of the train.py settings it took out of the command line and does not use:
 /// one line for those that do not change memory, one each for those that change what runs
 /// (`dataset` and `init_from` are not among them: they are read as the config file's).
@@ -98,7 +103,7 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
     let mut notes = Vec::new();
     for (name, value) in taken {
         let flag = format!("--{name}={value}");
-        let value = value.trim().trim_matches(['\'', '"']).to_ascii_lowercase();
+        let value = setting_value(value);
         match name.as_str() {
             "device" if runtime == Runtime::Pytorch && !value.starts_with("cuda") => {
                 notes.push(format!("{flag}: plan predicts a CUDA GPU's memory (for the trainer on this CPU, --runtime trainer)"))
@@ -164,10 +169,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
 /// `device = 'cuda'` (`--device=cuda`) on a CUDA GPU, as `vramfit train --device cuda` runs it.
 fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, String> {
     use vramfit_core::trainer_model::{self, TrainerOptions};
-    let cuda = args
-        .training_only
-        .iter()
-        .any(|(name, value)| name == "device" && value.trim().trim_matches(['\'', '"']).to_ascii_lowercase().starts_with("cuda"));
+    let cuda = args.training_only.iter().any(|(name, value)| name == "device" && setting_value(value).starts_with("cuda"));
     if cuda {
         return run_trainer_cuda(args, cfg);
     }

@@ -155,7 +155,18 @@ impl Progress {
         });
     }
 
+    /// The CUDA pool's counters of a run with [`Progress::watch_gpu`] (reading them waits for the
+    /// device: once per record).
+    fn pool(&self) -> Option<crate::gpu_mem::PoolBytes> {
+        self.gpu.as_ref().and_then(crate::gpu_mem::bytes)
+    }
+
     fn record<T: Serialize>(&mut self, kind: &str, value: &T) {
+        let pool = self.pool();
+        self.record_with(kind, value, pool);
+    }
+
+    fn record_with<T: Serialize>(&mut self, kind: &str, value: &T, pool: Option<crate::gpu_mem::PoolBytes>) {
         let Some(log) = self.log.as_mut() else { return };
         let mut object = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
         if let serde_json::Value::Object(map) = &mut object {
@@ -164,7 +175,7 @@ impl Progress {
                 map.insert("mem_bytes".into(), live.into());
                 map.insert("mem_peak_bytes".into(), peak.into());
             }
-            if let Some(pool) = self.gpu.as_ref().and_then(crate::gpu_mem::bytes) {
+            if let Some(pool) = pool {
                 map.insert("gpu_bytes".into(), pool.used.into());
                 map.insert("gpu_peak_bytes".into(), pool.used_high.into());
                 // What the pool held from the driver at most (tensors and its cache): nvidia-smi's part.
@@ -187,11 +198,12 @@ impl Progress {
     }
 
     pub fn iter(&mut self, rec: &IterRecord) {
-        self.record("iter", rec);
+        let pool = self.pool();
+        self.record_with("iter", rec, pool);
         if let Some(check) = self.memory_check.as_ref().filter(|c| c.iter == rec.iter) {
             let peak = match &self.gpu {
                 None => Some(crate::mem::peak()),
-                Some(device) => crate::gpu_mem::bytes(device).map(|b| b.used_high),
+                Some(_) => pool.map(|b| b.used_high),
             };
             if let Some(peak) = peak {
                 let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted);
@@ -201,7 +213,7 @@ impl Progress {
         // The whole process (data, tokenizer and all), where the memory line's measured peak is
         // the training run's own, from the baseline before the model was built.
         let mut mem = memory().map(|(live, peak)| format!(", process mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
-        if let Some(pool) = self.gpu.as_ref().and_then(crate::gpu_mem::bytes) {
+        if let Some(pool) = pool {
             mem.push_str(&format!(", gpu tensors {} (peak {})", mib(pool.used), mib(pool.used_high)));
         }
         let text = format!("loss {:.4}, {:.0} tok/s{mem}", rec.loss, rec.tokens_per_s);
