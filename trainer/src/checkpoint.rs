@@ -58,6 +58,10 @@ pub struct CheckpointMeta {
     /// checkpoints written before mixed precision).
     #[serde(default)]
     pub loss_scaler: Option<crate::optim::LossScaler>,
+    /// The data as it was when this was written, for `--resume` to notice edits (absent in
+    /// checkpoints written before fingerprints).
+    #[serde(default)]
+    pub data_fingerprint: Option<crate::data::DataFingerprint>,
 }
 
 /// A checkpoint in memory: the metadata and f32 tensors in `param_names` order.
@@ -299,6 +303,10 @@ mod tests {
                 optimizer_steps: steps,
                 param_names: vec!["w".into(), "b".into()],
                 loss_scaler: Some(crate::optim::LossScaler { scale: 512.0, good_steps: 17 }),
+                data_fingerprint: Some(crate::data::DataFingerprint {
+                    train: crate::data::SplitFingerprint { tokens: 9, hash: "0123456789abcdef".into() },
+                    val: crate::data::SplitFingerprint { tokens: 1, hash: "fedcba9876543210".into() },
+                }),
             },
             exp_avg_sq: moments.clone(),
             exp_avg: moments,

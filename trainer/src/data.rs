@@ -18,6 +18,8 @@ use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// GPT-2's vocabulary: 50,256 BPE merges' tokens plus `<|endoftext|>`.
 pub const GPT2_VOCAB: usize = 50257;
@@ -166,21 +168,134 @@ impl Tokens {
             }
         }
     }
+}
 
+/// What a checkpoint keeps of its data: the splits' lengths and a hash of every token id, so
+/// that `--resume` can say when the data changed under it (an edited text file, new `.bin`s).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFingerprint {
+    pub train: SplitFingerprint,
+    pub val: SplitFingerprint,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitFingerprint {
+    pub tokens: u64,
+    /// 16 hex digits (a JSON number could not hold every u64 for every reader).
+    pub hash: String,
+}
+
+/// One pass over both splits: what `check`, the unigram entropy and the fingerprint need. A
+/// nanoGPT `train.bin` can hold billions of ids (OpenWebText: 9 billion), so they are read once,
+/// on every core, and counted in a table rather than a map.
+struct DataScan {
+    train: SplitScan,
+    val: SplitScan,
+}
+
+struct SplitScan {
     /// The largest id and where it first occurs.
-    fn max_id(&self) -> Option<(u32, usize)> {
-        let mut best: Option<(u32, usize)> = None;
-        let mut consider = |id: u32, at: usize| {
-            if best.is_none_or(|(b, _)| id > b) {
-                best = Some((id, at));
-            }
-        };
-        match self {
-            Tokens::Ids(v) => v.iter().enumerate().for_each(|(i, &id)| consider(id, i)),
-            Tokens::U16(m) => m.chunks_exact(2).enumerate().for_each(|(i, b)| consider(u16::from_le_bytes([b[0], b[1]]) as u32, i)),
+    max_id: Option<(u32, usize)>,
+    /// Unigram entropy in nats (the counts it comes from are not kept: 512 KiB for GPT-2 ids).
+    entropy: f64,
+    hash: u64,
+}
+
+/// Ids per piece of work: 8 MiB of a uint16 file.
+const SCAN_CHUNK: usize = 1 << 22;
+
+/// One step of the split's hash. `(h ^ id) * K` with K odd, then a rotation, is a bijection of
+/// `h` for each id: two sequences of the same length that differ in one id always hash
+/// differently (more differences could cancel, with a chance of about 2^-64).
+#[inline(always)]
+fn hash_step(h: u64, id: u64) -> u64 {
+    (h ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(27)
+}
+
+/// What a piece of a split yields: its largest id (first position, counted from the split's
+/// start) and its hash. Its counts go into its thread's table.
+type PieceScan = (Option<(u32, usize)>, u64);
+
+fn scan_piece(ids: impl Iterator<Item = u32>, first: usize, counts: &mut Vec<u64>) -> PieceScan {
+    let mut max: Option<(u32, usize)> = None;
+    let mut h = 0u64;
+    for (i, id) in ids.enumerate() {
+        let slot = id as usize;
+        if slot >= counts.len() {
+            counts.resize(slot + 1, 0);
         }
-        best
+        counts[slot] += 1;
+        if max.is_none_or(|(m, _)| id > m) {
+            max = Some((id, first + i));
+        }
+        h = hash_step(h, id as u64);
     }
+    (max, h)
+}
+
+/// Scans a split on up to `threads` threads. `table` is the count table's length: every id of
+/// the split is below it (65,536 for uint16 ids, the vocabulary's size for ids made from text).
+fn scan_split(tokens: &Tokens, threads: usize, table: usize) -> SplitScan {
+    let n = tokens.len();
+    let pieces = n.div_ceil(SCAN_CHUNK);
+    let threads = threads.clamp(1, pieces.max(1));
+    // Thread t takes a contiguous run of pieces; results are combined in piece order, so the
+    // hash and the position of the largest id do not depend on the number of threads.
+    let per_thread = pieces.div_ceil(threads);
+    let scan_run = |t: usize, (counts, results): &mut (Vec<u64>, Vec<PieceScan>)| {
+        for piece in (t * per_thread..((t + 1) * per_thread).min(pieces)).map(|p| p * SCAN_CHUNK) {
+            let end = (piece + SCAN_CHUNK).min(n);
+            results.push(match tokens {
+                Tokens::Ids(v) => scan_piece(v[piece..end].iter().copied(), piece, counts),
+                Tokens::U16(m) => {
+                    scan_piece(m[2 * piece..2 * end].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as u32), piece, counts)
+                }
+            });
+        }
+    };
+    // Each thread's memory is allocated here, so the scan threads never call malloc: glibc would
+    // give each its own arena, 64 MiB of address space that outlives the thread and that the
+    // pre-flight's `ulimit -v` room counts only for the run's own threads.
+    let runs: Vec<Mutex<(Vec<u64>, Vec<PieceScan>)>> =
+        (0..threads).map(|_| Mutex::new((vec![0u64; table], Vec::with_capacity(per_thread)))).collect();
+    // Threads claim runs until none is left, so the calling thread does whatever the others do not.
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        let Some(run) = runs.get(t) else { break };
+        scan_run(t, &mut run.lock().unwrap_or_else(|e| e.into_inner()));
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            // No thread to be had (a process or address-space limit): this one scans more.
+            if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
+                break;
+            }
+        }
+        work();
+    });
+    let runs = runs.into_iter().map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let mut counts: Vec<u64> = Vec::new();
+    let mut max_id: Option<(u32, usize)> = None;
+    let mut hash = n as u64;
+    for (thread_counts, results) in runs {
+        if thread_counts.len() > counts.len() {
+            counts.resize(thread_counts.len(), 0);
+        }
+        counts.iter_mut().zip(&thread_counts).for_each(|(c, t)| *c += t);
+        for (piece_max, piece_hash) in results {
+            if let Some((id, at)) = piece_max {
+                if max_id.is_none_or(|(m, _)| id > m) {
+                    max_id = Some((id, at));
+                }
+            }
+            hash = hash_step(hash, piece_hash);
+        }
+    }
+    let total = n as f64;
+    // In id order, so the sum (and the printed figure) is the same on every run.
+    let entropy = counts.iter().filter(|&&c| c > 0).map(|&c| c as f64 / total).map(|p| -p * p.ln()).sum();
+    SplitScan { max_id, entropy, hash }
 }
 
 /// The two splits and their vocabulary.
@@ -189,9 +304,33 @@ pub struct Dataset {
     pub val: Tokens,
     pub vocab: Vocabulary,
     pub source: DataSource,
+    /// One pass over both splits, made the first time anything asks (see [`DataScan`]).
+    scan: std::sync::OnceLock<DataScan>,
 }
 
 impl Dataset {
+    pub fn new(train: Tokens, val: Tokens, vocab: Vocabulary, source: DataSource) -> Dataset {
+        Dataset { train, val, vocab, source, scan: std::sync::OnceLock::new() }
+    }
+
+    /// Both splits scanned once: checks, entropy and fingerprint all read this.
+    fn scan(&self) -> &DataScan {
+        self.scan.get_or_init(|| {
+            // As many threads as the run's matmuls get (`--threads`, RAYON_NUM_THREADS, all cores).
+            let threads = candle_core::utils::get_num_threads();
+            let table = |tokens: &Tokens| if matches!(tokens, Tokens::U16(_)) { 1 << 16 } else { self.vocab.size() };
+            DataScan { train: scan_split(&self.train, threads, table(&self.train)), val: scan_split(&self.val, threads, table(&self.val)) }
+        })
+    }
+
+    /// What a checkpoint records of the data, for `--resume` to tell whether it changed.
+    pub fn fingerprint(&self) -> DataFingerprint {
+        let scan = self.scan();
+        let split =
+            |tokens: &Tokens, scanned: &SplitScan| SplitFingerprint { tokens: tokens.len() as u64, hash: format!("{:016x}", scanned.hash) };
+        DataFingerprint { train: split(&self.train, &scan.train), val: split(&self.val, &scan.val) }
+    }
+
     /// Reads (or generates) the data.
     pub fn load(source: &DataSource) -> Result<Dataset, String> {
         match source {
@@ -216,7 +355,7 @@ impl Dataset {
             DataSource::Bin { dir } => {
                 let train = map_u16(&dir.join("train.bin"))?;
                 let val = map_u16(&dir.join("val.bin"))?;
-                Ok(Dataset { train, val, vocab: Vocabulary::Gpt2, source: source.clone() })
+                Ok(Dataset::new(train, val, Vocabulary::Gpt2, source.clone()))
             }
         }
     }
@@ -233,7 +372,8 @@ impl Dataset {
                     tokens.len()
                 ));
             }
-            if let Some((id, at)) = tokens.max_id() {
+            let scanned = if split == "train" { &self.scan().train } else { &self.scan().val };
+            if let Some((id, at)) = scanned.max_id {
                 if id >= vocab_size {
                     return Err(format!(
                         "token id {id} at position {at} of the {split} split of {} is not below vocab_size {vocab_size}",
@@ -247,21 +387,7 @@ impl Dataset {
 
     /// Unigram entropy of the train split in nats: the loss of a model that ignores context.
     pub fn unigram_entropy(&self) -> f64 {
-        let mut counts = std::collections::HashMap::<u32, u64>::new();
-        let mut buf = Vec::new();
-        let n = self.train.len();
-        let mut start = 0;
-        while start < n {
-            let len = (n - start).min(1 << 20);
-            buf.clear();
-            self.train.extend_into(start, len, &mut buf);
-            for &id in &buf {
-                *counts.entry(id).or_default() += 1;
-            }
-            start += len;
-        }
-        let total = n as f64;
-        counts.values().map(|&c| c as f64 / total).map(|p| -p * p.ln()).sum()
+        self.scan().train.entropy
     }
 }
 
@@ -314,7 +440,7 @@ fn from_text(text: &str, tokenizer: Tokenizer, source: DataSource) -> Result<Dat
     };
     let train = Tokens::Ids(vocab.encode(train_text)?);
     let val = Tokens::Ids(vocab.encode(val_text)?);
-    Ok(Dataset { train, val, vocab, source })
+    Ok(Dataset::new(train, val, vocab, source))
 }
 
 fn map_u16(path: &Path) -> Result<Tokens, String> {
@@ -402,7 +528,7 @@ mod tests {
         let mut all = Vec::new();
         data.train.extend_into(0, 4, &mut all);
         assert_eq!(all, vec![1, 256, 2, 65535]);
-        assert_eq!(data.train.max_id(), Some((65535, 3)));
+        assert_eq!(data.scan().train.max_id, Some((65535, 3)));
         assert!(data.check(50304, 2, 2).unwrap_err().contains("token id 65535 at position 3"));
         text_file("odd.bin", &[1, 2, 3]);
         assert!(map_u16(&dir.join("odd.bin")).is_err());
@@ -414,11 +540,13 @@ mod tests {
     /// over more than the 1 Mi tokens counted at a time); one id alone, 0. Only the train split counts.
     #[test]
     fn unigram_entropy_is_the_train_splits_in_nats() {
-        let data = |train: Vec<u32>| Dataset {
-            train: Tokens::Ids(train),
-            val: Tokens::Ids(vec![2; 10]),
-            vocab: Vocabulary::Chars { chars: "abcde".into() },
-            source: DataSource::Builtin { version: crate::corpus::CORPUS_VERSION },
+        let data = |train: Vec<u32>| {
+            Dataset::new(
+                Tokens::Ids(train),
+                Tokens::Ids(vec![2; 10]),
+                Vocabulary::Chars { chars: "abcde".into() },
+                DataSource::Builtin { version: crate::corpus::CORPUS_VERSION },
+            )
         };
         let aab = -(2.0 / 3.0 * (2.0f64 / 3.0).ln() + 1.0 / 3.0 * (1.0f64 / 3.0).ln());
         assert!((data(vec![0, 0, 1]).unigram_entropy() - aab).abs() < 1e-12);
@@ -441,5 +569,69 @@ mod tests {
             }
             assert!(xs[0] < 92);
         }
+    }
+
+    /// The scan, split into pieces on threads, against one plain pass: the same entropy, the same
+    /// first position of the largest id (which occurs in two pieces here), and a hash that is
+    /// the pieces' hashes folded in order.
+    #[test]
+    fn the_threaded_scan_is_one_plain_pass() {
+        let n = 2 * SCAN_CHUNK + 12_345;
+        let mut ids: Vec<u32> = (0..n as u64).map(|i| (i.wrapping_mul(2_654_435_761) % 1000) as u32).collect();
+        ids[SCAN_CHUNK + 17] = 5000;
+        ids[2 * SCAN_CHUNK + 3] = 5000;
+        let scan = scan_split(&Tokens::Ids(ids.clone()), 2, 5001);
+        let one_thread = scan_split(&Tokens::Ids(ids.clone()), 1, 0);
+        assert_eq!((one_thread.max_id, one_thread.hash, one_thread.entropy), (scan.max_id, scan.hash, scan.entropy));
+        let mut counts = std::collections::BTreeMap::<u32, u64>::new();
+        ids.iter().for_each(|&id| *counts.entry(id).or_default() += 1);
+        let entropy: f64 = counts.values().map(|&c| c as f64 / n as f64).map(|p| -p * p.ln()).sum();
+        assert_eq!(scan.entropy, entropy);
+        assert_eq!(scan.max_id, Some((5000, SCAN_CHUNK + 17)));
+        let mut hash = n as u64;
+        for piece in ids.chunks(SCAN_CHUNK) {
+            hash = hash_step(hash, piece.iter().fold(0, |h, &id| hash_step(h, id as u64)));
+        }
+        assert_eq!(scan.hash, hash);
+        // A uint16 file scans as the same ids.
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as u16).to_le_bytes()).collect();
+        let path = text_file("scan.bin", &bytes);
+        let Tokens::U16(map) = map_u16(&path).unwrap() else { panic!("a uint16 map") };
+        let mapped = scan_split(&Tokens::U16(map), 3, 1 << 16);
+        assert_eq!((mapped.max_id, mapped.hash, mapped.entropy), (scan.max_id, scan.hash, scan.entropy));
+    }
+
+    /// Any single changed id changes the split's fingerprint (each hash step is a bijection of
+    /// the state); the same ids give the same one.
+    #[test]
+    fn one_changed_id_changes_the_fingerprint() {
+        let data = |train: Vec<u32>| {
+            Dataset::new(
+                Tokens::Ids(train),
+                Tokens::Ids(vec![1, 2, 3]),
+                Vocabulary::Chars { chars: "abcd".into() },
+                DataSource::Builtin { version: crate::corpus::CORPUS_VERSION },
+            )
+        };
+        let base: Vec<u32> = (0..1000).map(|i| i % 4).collect();
+        let reference = data(base.clone()).fingerprint();
+        assert_eq!(data(base.clone()).fingerprint(), reference);
+        assert_eq!(reference.train.hash.len(), 16);
+        for at in [0, 1, 499, 999] {
+            for id in 0..4 {
+                if id == base[at] {
+                    continue;
+                }
+                let mut edited = base.clone();
+                edited[at] = id;
+                let f = data(edited).fingerprint();
+                assert_ne!(f.train, reference.train, "id {id} at {at}");
+                assert_eq!(f.val, reference.val);
+            }
+        }
+        // Two ids swapped: same counts, other order.
+        let mut swapped = base.clone();
+        swapped.swap(10, 11);
+        assert_ne!(data(swapped).fingerprint().train, reference.train);
     }
 }

@@ -454,6 +454,7 @@ fn save(
             optimizer_steps: steps,
             param_names: model.params().iter().map(|(n, _)| n.clone()).collect(),
             loss_scaler: state.scaler,
+            data_fingerprint: Some(data.fingerprint()),
         },
         params: model.params().iter().map(|(_, v)| v.as_tensor().clone()).collect(),
         exp_avg: m.to_vec(),

@@ -20,13 +20,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use vramfit::checkpoint::{self, Checkpoint};
+use vramfit::checkpoint::{self, Checkpoint, CheckpointMeta};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
 use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
 use vramfit::pretrained;
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
+use vramfit_core::params::thousands;
 use vramfit_core::trainer_model::TrainerOptions;
 use vramfit_core::{Config, Dtype};
 
@@ -219,6 +220,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     }
     cfg.validate().map_err(|e| input(e.to_string()))?;
     data.check(cfg.vocab_size, cfg.block_size, cfg.eval_block()).map_err(input)?;
+    if let Some(note) = resume.as_ref().and_then(|ckpt| data_changed(&ckpt.meta, &data)) {
+        crate::print_note(&note);
+    }
 
     // Pre-flight: core's model of this trainer against the memory there is, before allocating.
     let trainer_opts = TrainerOptions {
@@ -474,6 +478,38 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
 /// A fresh run's config, settings, whether vocab_size was explicit, and the GPT-2 checkpoint the
 /// config file or link names (`init_from`), if any.
 type Fresh = (Config, TrainSettings, bool, Option<String>);
+
+/// A resumed run's data is read again from where the checkpoint says (or from `--data`): when it
+/// is not what the checkpoint was trained on, the run goes on (continuing on new text is
+/// legitimate), but the user hears which split changed and, for the val split, that the best
+/// val loss so far was measured on the old one. Checkpoints from before fingerprints say nothing.
+fn data_changed(meta: &CheckpointMeta, data: &Dataset) -> Option<String> {
+    let then = meta.data_fingerprint.as_ref()?;
+    let now = data.fingerprint();
+    let changed: Vec<String> = [("train", &then.train, &now.train), ("val", &then.val, &now.val)]
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(split, a, b)| {
+            if a.tokens == b.tokens {
+                format!("the {split} split has other ids in its {} tokens", thousands(b.tokens))
+            } else {
+                format!("the {split} split has {} tokens where it had {}", thousands(b.tokens), thousands(a.tokens))
+            }
+        })
+        .collect();
+    if changed.is_empty() {
+        return None;
+    }
+    let best = match meta.best_val_loss {
+        Some(l) if then.val != now.val => format!("; the best val loss so far, {l:.4}, was measured on the old val split"),
+        _ => String::new(),
+    };
+    Some(format!(
+        "{} changed since this checkpoint was written: {}. The run continues on the data as it is now{best}.",
+        data.source.describe(),
+        changed.join("; ")
+    ))
+}
 
 /// With `--resume`, flags may not change the model the checkpoint holds.
 fn check_shape_flags(cfg: &Config, run: &RunArgs) -> Result<(), Failure> {

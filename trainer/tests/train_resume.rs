@@ -137,3 +137,46 @@ fn memory_savers_train_the_same_model() {
     assert!(meta.config.activation_checkpointing && meta.settings.chunked_loss);
     assert_eq!(meta.settings.eval_chunk_rows, Some(16));
 }
+
+/// A checkpoint records its data's fingerprint; resumed on data that changed since (an edited
+/// text file, new `.bin`s), the run goes on and says which split changed, and for the val split
+/// that the best val loss was measured on the old one. Unchanged data says nothing.
+#[test]
+fn resume_says_when_the_data_changed() {
+    let dir = scratch("resume-data-changed");
+    let bins = dir.join("bins");
+    std::fs::create_dir_all(&bins).unwrap();
+    let ids = |n: u16, salt: u16| -> Vec<u8> { (0..n).map(|i| (i * 7 + salt) % 97).flat_map(|i| i.to_le_bytes()).collect() };
+    std::fs::write(bins.join("train.bin"), ids(400, 0)).unwrap();
+    std::fs::write(bins.join("val.bin"), ids(200, 0)).unwrap();
+    let out = dir.join("out");
+    let data = ["--data", bins.to_str().unwrap(), "--vocab-size", "97", "--eval-interval", "1"];
+    let mut first = data.to_vec();
+    first.extend(["--max-iters", "1"]);
+    train_ok(&out, &first);
+    let fingerprint = checkpoint_tensors(&out).0.data_fingerprint.expect("a new checkpoint has its data's fingerprint");
+    assert_eq!((fingerprint.train.tokens, fingerprint.val.tokens), (400, 200));
+    assert_ne!(fingerprint.train.hash, fingerprint.val.hash);
+
+    // The same data: no note.
+    let same = train_ok(&out, &["--resume", "--max-iters", "2"]);
+    assert!(!text(&same.stderr).contains("changed since"), "{}", text(&same.stderr));
+
+    // One id of the train split changed, lengths kept.
+    let mut train = ids(400, 0);
+    train[2 * 123] = (train[2 * 123] + 1) % 97;
+    std::fs::write(bins.join("train.bin"), &train).unwrap();
+    let edited = train_ok(&out, &["--resume", "--max-iters", "3"]);
+    let stderr = text(&edited.stderr);
+    assert!(stderr.contains("changed since this checkpoint was written: the train split has other ids in its 400 tokens."), "{stderr}");
+    assert!(!stderr.contains("val split"), "{stderr}");
+
+    // A longer val split: its length, and the best val loss's caveat.
+    std::fs::write(bins.join("val.bin"), ids(300, 5)).unwrap();
+    let longer = train_ok(&out, &["--resume", "--max-iters", "4"]);
+    let stderr = text(&longer.stderr);
+    assert!(stderr.contains("the val split has 300 tokens where it had 200"), "{stderr}");
+    assert!(stderr.contains("was measured on the old val split"), "{stderr}");
+    assert!(!stderr.contains("train split"), "the previous resume's checkpoint records the edited train split: {stderr}");
+    assert_eq!(checkpoint_tensors(&out).0.iter_num, 4);
+}
