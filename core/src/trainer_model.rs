@@ -1457,6 +1457,86 @@ pub struct TrainerPlan {
     /// (whole sequences) that fit.
     pub fitting_eval_chunk_rows: Option<Fitting<u64>>,
     pub notes: Vec<String>,
+    /// A CUDA plan for a card ([`plan_on_card`]): the card and how `available_bytes` was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card: Option<TrainerCard>,
+}
+
+/// CUDA memory a `vramfit train --device cuda` process holds before its first tensor (the
+/// context with candle's cuBLAS and cuRAND handles): the H100's 81,079 MiB total less the
+/// 80,484.2 MiB its pre-flight found free, in every run of
+/// tests/reference/data/trainer-cuda-h100-runs.txt (CUDA 13). PyTorch's is 758 MiB there; other
+/// cards and drivers take the H100's figure as an estimate.
+pub const CUDA_CONTEXT_BYTES: u64 = 5948 * (1 << 20) / 10;
+
+/// The card a CUDA trainer plan is for: its usable memory, less the trainer's CUDA context and
+/// what other programs hold, is the plan's `available_bytes`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainerCard {
+    pub gpu: String,
+    pub name: String,
+    pub usable_bytes: u64,
+    pub usable_source: crate::device::Source,
+    pub context_bytes: u64,
+    pub context_source: crate::device::Source,
+    pub other_usage_bytes: u64,
+    /// The pool's cached blocks as a share of the tensors' peak ([`POOL_CACHE_SHARE`], an
+    /// estimate), and whether the peak fits with them on top.
+    pub pool_cache_share: f64,
+    pub fits_with_pool_cache: bool,
+    /// The largest micro-batch that fits with the pool's cache on top.
+    pub largest_micro_batch_with_pool_cache: Option<u32>,
+}
+
+/// CUDA's memory pool keeps freed blocks cached for reuse, so what the trainer holds on a card
+/// is more than its tensors: GPT-2 124M (bfloat16, batch 8, block 1024) on an H100 reserved
+/// 11,710,496,768 B at a tensor peak of 10,368,254,976 B (trainer-cuda-h100-runs.txt), 12.9%
+/// more. One run on one card: an estimate, applied to every config.
+pub const POOL_CACHE_SHARE: f64 = 0.129;
+
+/// `bytes` with the pool's cache on top.
+fn with_pool_cache(bytes: u64) -> u64 {
+    (bytes as f64 * (1.0 + POOL_CACHE_SHARE)).ceil() as u64
+}
+
+/// [`plan`] for `vramfit train --device cuda` on a card (options as [`TrainerOptions::cuda`]
+/// runs set them), with `other_usage` bytes held by other programs.
+pub fn plan_on_card(
+    cfg: &Config,
+    opts: &TrainerOptions,
+    gpu: &crate::device::Gpu,
+    other_usage: u64,
+) -> Result<TrainerPlan, crate::ConfigError> {
+    use crate::device::Source;
+    // Measured on the H100 only (the preset whose usable size is measured too).
+    let context_source = if gpu.id == "h100-80gb" { Source::Measured } else { Source::Estimate };
+    let available = gpu.usable_bytes.saturating_sub(CUDA_CONTEXT_BYTES).saturating_sub(other_usage);
+    let mut plan = plan(cfg, opts, Some(available))?;
+    let fits_cached = |c: &Config| with_pool_cache(peak_bytes(&simulate(c, opts))) <= available;
+    let fits_with_pool_cache = with_pool_cache(plan.peak_bytes) <= available;
+    let largest_micro_batch_with_pool_cache =
+        largest_where(1, crate::config::MAX_BATCH, |b| fits_cached(&Config { batch_size: b, ..cfg.clone() }));
+    if cfg.dtype == crate::Dtype::Bfloat16 && !gpu.supports_bf16() {
+        let (major, minor) = gpu.compute_capability;
+        plan.notes.push(format!(
+            "The {} (compute capability {major}.{minor}) has no native bfloat16, which needs 8.0 (Ampere) or newer: \
+             use --dtype float16 or float32.",
+            gpu.name
+        ));
+    }
+    plan.card = Some(TrainerCard {
+        gpu: gpu.id.clone(),
+        name: gpu.name.clone(),
+        usable_bytes: gpu.usable_bytes,
+        usable_source: gpu.usable_source,
+        context_bytes: CUDA_CONTEXT_BYTES,
+        context_source,
+        other_usage_bytes: other_usage,
+        pool_cache_share: POOL_CACHE_SHARE,
+        fits_with_pool_cache,
+        largest_micro_batch_with_pool_cache,
+    });
+    Ok(plan)
 }
 
 /// The trainer's plan for `cfg` (validated first); `available_bytes` adds the fit, the largest
@@ -1500,6 +1580,7 @@ pub fn plan(cfg: &Config, opts: &TrainerOptions, available_bytes: Option<u64>) -
         fitting_eval_batch,
         fitting_eval_chunk_rows,
         notes,
+        card: None,
     })
 }
 

@@ -20,7 +20,7 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         crate::print_note(&note);
     }
     if args.runtime == Some(Runtime::Trainer) {
-        return run_trainer(args, &inputs.config);
+        return run_trainer(args, &inputs);
     }
     let trainer_only: Vec<&str> = [
         ("--chunked-loss", args.chunked_loss.is_some()),
@@ -124,15 +124,11 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
 
 /// `vramfit plan --runtime trainer --device=cuda`: the trainer's tensors on a CUDA GPU, against
 /// `--max-memory-mib` (the memory free on the card once a CUDA program runs, as `train`'s
-/// pre-flight reads it) if given.
-fn run_trainer_cuda(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, String> {
+/// pre-flight reads it) if given, else against the card (`--gpu`, the link's, or the default),
+/// less the trainer's CUDA context and `--other-usage-mib`.
+fn run_trainer_cuda(args: &PlanArgs, inputs: &inputs::Inputs) -> Result<String, String> {
     use vramfit_core::trainer_model::{self, TrainerOptions};
-    if !args.card.gpu.is_empty() || args.card.other_usage_mib.is_some() {
-        crate::print_note(
-            "--gpu and --other-usage-mib do not apply to --runtime trainer: give --max-memory-mib, the memory nvidia-smi shows \
-             free on the card once a CUDA program runs",
-        );
-    }
+    let cfg = &inputs.config;
     if args.threads.is_some() {
         crate::print_note("--threads does not apply to a CUDA run");
     }
@@ -147,8 +143,22 @@ fn run_trainer_cuda(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<Strin
         mixed_precision: (cfg.dtype != vramfit_core::Dtype::Float32).then_some(cfg.dtype),
         ..TrainerOptions::default()
     };
-    let available = args.max_memory_mib.map(|mib| mib.saturating_mul(1 << 20));
-    let plan = trainer_model::plan(cfg, &opts, available).map_err(|e| e.to_string())?;
+    let plan = match args.max_memory_mib {
+        Some(mib) => {
+            if !args.card.gpu.is_empty() || args.card.other_usage_mib.is_some() {
+                crate::print_note("--gpu and --other-usage-mib are not used: --max-memory-mib sets the memory to plan for");
+            }
+            trainer_model::plan(cfg, &opts, Some(mib.saturating_mul(1 << 20)))
+        }
+        None => {
+            let Some(gpu) = inputs.gpus.first() else { return Err("no card to plan for".to_string()) };
+            if inputs.gpus.len() > 1 {
+                crate::print_note(&format!("--runtime trainer plans for one card: the first, {}", gpu.id));
+            }
+            trainer_model::plan_on_card(cfg, &opts, gpu, inputs.other_usage_bytes())
+        }
+    }
+    .map_err(|e| e.to_string())?;
     if args.json {
         to_json(&plan)
     } else {
@@ -167,11 +177,12 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
 
 /// `vramfit plan --runtime trainer`: the trainer's own memory on this CPU, or with train.py's
 /// `device = 'cuda'` (`--device=cuda`) on a CUDA GPU, as `vramfit train --device cuda` runs it.
-fn run_trainer(args: &PlanArgs, cfg: &vramfit_core::Config) -> Result<String, String> {
+fn run_trainer(args: &PlanArgs, inputs: &inputs::Inputs) -> Result<String, String> {
     use vramfit_core::trainer_model::{self, TrainerOptions};
+    let cfg = &inputs.config;
     let cuda = args.training_only.iter().any(|(name, value)| name == "device" && setting_value(value).starts_with("cuda"));
     if cuda {
-        return run_trainer_cuda(args, cfg);
+        return run_trainer_cuda(args, inputs);
     }
     if !args.card.gpu.is_empty() {
         crate::print_note("--gpu does not apply to --runtime trainer (it plans for this CPU's memory; --device=cuda plans a CUDA run)");

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vramfit::checkpoint::{self, Checkpoint, CheckpointMeta};
 use vramfit::data::{DataSource, Dataset, Tokenizer, Vocabulary};
-use vramfit::preflight::{available_cpu_bytes, predicted_line, preflight, Basis};
+use vramfit::preflight::{available_cpu_bytes, pool_cache_note, predicted_line, preflight, Basis};
 use vramfit::pretrained;
 use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
@@ -259,6 +259,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     let _lock = lock;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     say(predicted_line(checked.predicted_peak, available, basis));
+    if let Some(note) = (!device.is_cpu()).then(|| pool_cache_note(checked.predicted_peak, available)).flatten() {
+        crate::print_note(&note);
+    }
     // With room to spare, trade resident memory for speed: glibc keeps freed tensor memory for
     // reuse (measured: 488 MiB resident for a 334 MiB counted peak) instead of page-faulting fresh
     // memory in every iteration. Near the limit keep its defaults, where resident memory stays

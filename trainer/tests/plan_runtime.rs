@@ -158,5 +158,53 @@ fn trainer_on_cuda_plans_what_train_runs_there() {
     assert!(text.contains("tensors only") && text.contains("CUDA's own memory"), "{text}");
     assert!(!text.contains("matmul thread"), "{text}");
     let notes = String::from_utf8_lossy(&out.stderr);
-    assert!(notes.contains("--gpu and --other-usage-mib do not apply"), "{notes}");
+    assert!(notes.contains("--gpu and --other-usage-mib are not used: --max-memory-mib sets the memory"), "{notes}");
+}
+
+/// Without --max-memory-mib a CUDA plan is for a card: its usable memory less the trainer's CUDA
+/// context and what other programs hold, with the pool's cache (as measured once) as a second,
+/// marked verdict. Expected figures come from core's presets and model, not from this test.
+#[test]
+fn trainer_on_cuda_plans_for_a_card() {
+    use vramfit_core::device;
+    let gpt2 = ["--n-layer", "12", "--n-head", "12", "--n-embd", "768", "--block-size", "1024", "--vocab-size", "50304"];
+    let preset = |id: &str| device::presets().into_iter().find(|g| g.id == id).expect("a preset");
+    for (gpu, other_mib, batch) in [("rtx-4070", 0u64, "8"), ("rtx-3060", 300, "4"), ("h100-80gb", 0, "8")] {
+        let other = other_mib.to_string();
+        let mut args = vec!["plan", "--json", "--runtime", "trainer", "--device=cuda", "--dtype", "bfloat16", "--batch-size", batch];
+        args.extend_from_slice(&gpt2);
+        args.extend_from_slice(&["--gpu", gpu, "--other-usage-mib", &other]);
+        let plan = json(&args);
+        let card = &plan["card"];
+        assert_eq!(card["gpu"], gpu);
+        let g = preset(gpu);
+        let available = g.usable_bytes - trainer_model::CUDA_CONTEXT_BYTES - (other_mib << 20);
+        assert_eq!(plan["available_bytes"].as_u64(), Some(available), "{gpu}");
+        assert_eq!(card["other_usage_bytes"].as_u64(), Some(other_mib << 20));
+        assert_eq!(card["context_source"], if gpu == "h100-80gb" { "measured" } else { "estimate" }, "{gpu}");
+        let peak = plan["peak_bytes"].as_u64().expect("peak");
+        let cached = (peak as f64 * (1.0 + trainer_model::POOL_CACHE_SHARE)).ceil() as u64;
+        assert_eq!(plan["fits"].as_bool(), Some(peak <= available), "{gpu}");
+        assert_eq!(card["fits_with_pool_cache"].as_bool(), Some(cached <= available), "{gpu}");
+        let largest = plan["largest_micro_batch"].as_u64().expect("a batch fits");
+        let with_cache = card["largest_micro_batch_with_pool_cache"].as_u64().expect("a batch fits with the cache");
+        assert!(with_cache < largest, "{gpu}: {with_cache} vs {largest}");
+    }
+    // GPT-2 124M, batch 8, bfloat16 on a 12 GB card: the tensors fit, the measured cache would not.
+    let mut args = vec!["plan", "--runtime", "trainer", "--device=cuda", "--dtype", "bfloat16", "--batch-size", "8"];
+    args.extend_from_slice(&gpt2);
+    let out = vramfit(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Card: NVIDIA GeForce RTX 4070 12GB: 11,971 MiB usable, less ~595 MiB"), "{text}");
+    assert!(text.contains("\nTight: needs") && text.contains(": may not fit"), "{text}");
+    // The same on an H100 fits with room for the cache, and figures measured there carry no ~.
+    args.extend_from_slice(&["--gpu", "h100-80gb"]);
+    let text = String::from_utf8_lossy(&vramfit(&args).stdout).into_owned();
+    assert!(text.contains("\nFits: needs") && text.contains(": fits with it"), "{text}");
+    assert!(text.contains("less 595 MiB for the trainer's CUDA context: 78.60 GiB (80,484 MiB) for tensors"), "{text}");
+    // A card without bfloat16 says so.
+    let mut args = vec!["plan", "--runtime", "trainer", "--device=cuda", "--dtype", "bfloat16", "--gpu", "t4"];
+    args.extend_from_slice(&SMALL);
+    let text = String::from_utf8_lossy(&vramfit(&args).stdout).into_owned();
+    assert!(text.contains("(compute capability 7.5) has no native bfloat16"), "{text}");
 }
