@@ -384,4 +384,17 @@ mod tests {
         save(&path, &ckpt).unwrap();
         assert!(load(&path, &Device::Cpu).is_ok());
     }
+
+    /// Checkpoints written before fingerprints (and before mixed precision) have neither field:
+    /// they read as `None`, and `--resume` skips its data check.
+    #[test]
+    fn metadata_without_the_newer_fields_reads() {
+        let meta = sample_checkpoint(FORMAT_VERSION, 0).meta;
+        let mut json = serde_json::to_value(&meta).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        assert!(fields.remove("data_fingerprint").is_some() && fields.remove("loss_scaler").is_some());
+        let back: CheckpointMeta = serde_json::from_value(json).unwrap();
+        assert_eq!((back.data_fingerprint, back.loss_scaler), (None, None));
+        assert_eq!(back.iter_num, meta.iter_num);
+    }
 }
