@@ -192,7 +192,7 @@ pub struct SplitFingerprint {
 
 /// One pass over both splits: what `check`, the unigram entropy and the fingerprint need. A
 /// nanoGPT `train.bin` can hold billions of ids (OpenWebText: 9 billion), so they are read once,
-/// on every core, and counted in a table rather than a map.
+/// on the run's threads, and counted in a table rather than a map.
 struct DataScan {
     train: SplitScan,
     val: SplitScan,
