@@ -185,6 +185,13 @@ pub struct CachingAllocator {
     tail: u32,
 }
 
+/// SplitMix64's finalizer: a 64-bit value to a well-mixed one, for [`CachingAllocator::layout_hash`].
+pub(crate) fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Rounds a request the way the allocator does.
 pub fn round_size(bytes: u64) -> u64 {
     if bytes < MIN_BLOCK {
@@ -326,6 +333,26 @@ impl CachingAllocator {
         (idx, counted)
     }
 
+    /// A hash of every block, live or free (address, size, whether free), in any order: two
+    /// allocators with the same layout serve the same requests the same way.
+    pub fn layout_hash(&self) -> u64 {
+        // Dead records (merged away, waiting in `spare`) have size 0.
+        self.blocks.iter().filter(|b| b.size > 0).map(|b| mix(mix(b.addr) ^ b.size ^ (b.free as u64) << 63)).fold(0, u64::wrapping_add)
+    }
+
+    /// What PyTorch's `release_cached_blocks` could hand back to CUDA now: every segment that
+    /// holds no live block (one free block, unsplit). The expandable pool unmaps free pages
+    /// instead, which this does not model (none counted there).
+    pub fn releasable_bytes(&self) -> u64 {
+        let whole = |b: &Block| b.size > 0 && b.free && b.prev == NONE && b.next == NONE;
+        self.blocks.iter().filter(|b| whole(b) && (b.small || !self.expandable)).map(|b| b.size).sum()
+    }
+
+    /// The address of block `idx`.
+    pub fn addr(&self, idx: u32) -> u64 {
+        self.blocks[idx as usize].addr
+    }
+
     /// Where a live block lies: its segment's creation ordinal and its offset in the segment
     /// (the expandable pool is segment `1 << 22`).
     pub fn place(&self, idx: u32) -> (u64, u64) {
@@ -351,6 +378,7 @@ impl CachingAllocator {
             if pb.prev != NONE {
                 self.blocks[pb.prev as usize].next = idx;
             }
+            self.blocks[p as usize].size = 0;
             self.spare.push(p);
         }
         // Merge with the next block.
@@ -367,6 +395,7 @@ impl CachingAllocator {
             if self.tail == n {
                 self.tail = idx;
             }
+            self.blocks[n as usize].size = 0;
             self.spare.push(n);
         }
         b.free = true;

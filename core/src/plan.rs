@@ -108,6 +108,38 @@ pub struct Plan {
     /// (`with_fixes: false`), so that "none needed" and "not computed" read differently.
     pub fixes: Option<Vec<Fix>>,
     pub notes: Vec<Note>,
+    /// Where the allocator model's reserve grows after the two iterations the measurements ran
+    /// (an estimate, see [`sim::simulate_exact_and_later`]), for the first card; absent when it
+    /// does not grow. Added within schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub later: Option<LaterGrowth>,
+}
+
+/// The allocator model's reserve after the simulated windows, on the plan's first card.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaterGrowth {
+    /// The training iteration (1-based) in which, or in whose following eval, it last grows.
+    pub iteration: u32,
+    pub in_eval: bool,
+    pub reserved_bytes: u64,
+    pub nvidia_smi_bytes: u64,
+    /// Whether that still fits the first card's available memory.
+    pub fits: bool,
+    /// Where it passes the card: what PyTorch's allocator could release there (its cached
+    /// segments that hold no live block), and whether the run then goes on. The figures above
+    /// are then where it passed (later iterations are not simulated).
+    pub past_card: Option<PastCard>,
+    /// Where it does not fit: the need with `expandable_segments` (PyTorch's allocator grows
+    /// one segment page by page, so blocks do not strand), if that config fits the card in the
+    /// simulated windows and its reserve does not grow later.
+    pub expandable_fix_bytes: Option<u64>,
+    pub source: Source,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastCard {
+    pub releasable_bytes: u64,
+    pub recovers: bool,
 }
 
 const MIB: u64 = 1 << 20;
@@ -440,7 +472,10 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         &req.gpus
     };
     let primary = &gpus[0];
-    let sim = simulate_on(cfg, primary);
+    let available = primary.usable_bytes.saturating_sub(req.other_usage_bytes);
+    // The reserve the card leaves room for, besides the CUDA context.
+    let reserve_room = available.saturating_sub(primary.context_bytes);
+    let (sim, later_reserve) = sim::simulate_exact_and_later(cfg, &primary.target(), Some(reserve_room));
     let cards = gpus
         .iter()
         .map(|g| {
@@ -452,6 +487,32 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let need = needed(&sim, primary).0;
     let largest = largest_micro_batch_with_need(cfg, primary, req.other_usage_bytes, need);
     let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
+    let later = later_reserve.map(|l| {
+        let nvidia_smi_bytes = l.reserved_bytes + primary.context_bytes;
+        let fits = nvidia_smi_bytes <= available;
+        let expandable_fix_bytes = (!fits && !cfg.expandable_segments && need <= available)
+            .then(|| {
+                let expandable = Config { expandable_segments: true, ..cfg.clone() };
+                let (s, later) = sim::simulate_exact_and_later(&expandable, &primary.target(), None);
+                let need = needed(&s, primary).0;
+                (later.is_none() && need <= available).then_some(need)
+            })
+            .flatten();
+        LaterGrowth {
+            expandable_fix_bytes,
+            iteration: l.iteration,
+            in_eval: l.in_eval,
+            reserved_bytes: l.reserved_bytes,
+            nvidia_smi_bytes,
+            fits,
+            past_card: l.past_limit.map(|p| PastCard { releasable_bytes: p.releasable_bytes, recovers: p.recovers }),
+            source: Source::Estimate,
+        }
+    });
+    let mut notes = notes(cfg, primary);
+    if let Some(l) = &later {
+        notes.push(later_note(l, primary, available, need));
+    }
     Ok(Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         runtime: pytorch_runtime(),
@@ -465,8 +526,54 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         cards,
         largest_micro_batch: largest.map(|(b, _)| b),
         fixes,
-        notes: notes(cfg, primary),
+        notes,
+        later,
     })
+}
+
+/// The note on [`LaterGrowth`]: what the model says happens after the measured iterations, and
+/// what PyTorch does when that passes the card.
+fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64) -> Note {
+    let mib = |b: u64| params::thousands((b + (1 << 19)) >> 20);
+    let when =
+        if l.in_eval { format!("in the estimate_loss after iteration {}", l.iteration) } else { format!("at iteration {}", l.iteration) };
+    let outcome = match l.past_card {
+        _ if l.fits => format!("That is still within the {} MiB available on the {}.", mib(available), gpu.id),
+        Some(PastCard { releasable_bytes, recovers: true }) => format!(
+            "That is past the {} MiB available on the {}: PyTorch then returns the {} MiB of cached segments that hold no \
+             tensor and retries, so the run goes on, that step slower (later steps not simulated).",
+            mib(available),
+            gpu.id,
+            mib(releasable_bytes)
+        ),
+        Some(PastCard { releasable_bytes, recovers: false }) => format!(
+            "That is past the {} MiB available on the {}, and the {} MiB of cached segments that hold no tensor, which \
+             PyTorch returns before it gives up, are not enough: out of memory at that step.",
+            mib(available),
+            gpu.id,
+            mib(releasable_bytes)
+        ),
+        None if need > available => format!("The need already does not fit the {}.", gpu.id),
+        None => format!("That is past the {} MiB available on the {}.", mib(available), gpu.id),
+    };
+    let fix = l.expandable_fix_bytes.map_or(String::new(), |b| {
+        format!(
+            " With expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF) the model needs {} MiB, which fits, and its reserve \
+             does not grow.",
+            mib(b)
+        )
+    });
+    Note {
+        figure: "later_reserve".into(),
+        source: Source::Estimate,
+        detail: format!(
+            "after the two iterations simulated above, the allocator model's reserve grows {when} to {} MiB (nvidia-smi \
+             ~{} MiB): a large request finds no cached block, the blocks having shifted since. {outcome}{fix} Not measured: \
+             the H100 runs stopped after two iterations (README: Accuracy).",
+            mib(l.reserved_bytes),
+            mib(l.nvidia_smi_bytes)
+        ),
+    }
 }
 
 /// The largest value in `lo..=hi` for which `ok` holds, assuming `ok` is monotone (true up to

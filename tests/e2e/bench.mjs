@@ -52,6 +52,10 @@ try {
     ['shakespeare-char', '?v=1&L=6&H=6&C=384&T=256&V=65&B=64&GA=1&drop=0.2'],
     ['GPT-2 350M', '?v=1&L=24&H=16&C=1024'],
     ['GPT-2 1.5B', '?v=1&L=48&H=25&C=1600'],
+    // Eager (compile off): the exact simulation replays every block, and the plan continues it
+    // past the two simulated iterations until the allocator repeats itself (README: Accuracy).
+    ['GPT-2 124M eager, B8, GA5', '?v=1&B=8&GA=5&cmp=0'],
+    ['GPT-2 1.5B eager', '?v=1&L=48&H=25&C=1600&cmp=0'],
   ];
   for (const [name, query] of configs) {
     const page = await browser.newPage();

@@ -211,6 +211,22 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             size(fit.headroom_bytes.unsigned_abs(), needed_est || usable_est)
         )?;
     }
+    if let (Some(first), Some(later)) = (plan.cards.first(), &plan.later) {
+        let when =
+            if later.in_eval { format!("eval after iteration {}", later.iteration) } else { format!("iteration {}", later.iteration) };
+        let verdict = match later.past_card {
+            _ if later.fits => "still fits",
+            Some(p) if p.recovers => "past this card; PyTorch frees its cached blocks and goes on, slower",
+            Some(_) => "past this card, and freeing its cached blocks is not enough: out of memory there",
+            None => "past this card",
+        };
+        writeln!(
+            out,
+            "  {} after a few steps (the allocator model at {when}, not measured): needs {}: {verdict}, see the notes",
+            first.gpu,
+            size(later.nvidia_smi_bytes, true)
+        )?;
+    }
     if let Some(first) = plan.cards.first() {
         let approx = est.nvidia_smi || est.usable;
         match plan.largest_micro_batch {

@@ -817,3 +817,57 @@ fn the_trainer_plan_offers_eval_fixes_that_fit() {
     fixed.extend(["--eval-batch-size", &e]);
     assert!(String::from_utf8_lossy(&vramfit(&fixed).stdout).contains("Fits: needs"), "--eval-batch-size {e}");
 }
+
+/// Where the allocator model's reserve grows past the card after the two simulated iterations
+/// (GPT-2 124M, batch 8 accumulating 5, bfloat16, eager, on the 12 GB default card), `plan`
+/// says so beside the validated verdict: JSON `later` with core's own figures, and a line and a
+/// note in the text. Batch 4 has no such growth past the card.
+#[test]
+fn plan_warns_where_the_reserve_grows_past_the_card_later() {
+    let args = [
+        "--n-layer",
+        "12",
+        "--n-head",
+        "12",
+        "--n-embd",
+        "768",
+        "--block-size",
+        "1024",
+        "--vocab-size",
+        "50304",
+        "--gradient-accumulation-steps",
+        "5",
+        "--dtype",
+        "bfloat16",
+        "--compile",
+        "false",
+    ];
+    let mut with_batch = args.to_vec();
+    with_batch.extend(["--batch-size", "8"]);
+    let plan = plan_json(&with_batch);
+    let gpu = device::default_gpu();
+    let cfg: Config = serde_json::from_value(plan["config"].clone()).unwrap();
+    let reserve_room = gpu.usable_bytes - gpu.context_bytes;
+    let (_, later) = vramfit_core::sim::simulate_exact_and_later(&cfg, &gpu.target(), Some(reserve_room));
+    let later = later.expect("core's model grows past the card");
+    let json = &plan["later"];
+    assert_eq!(json["iteration"].as_u64(), Some(later.iteration as u64));
+    assert_eq!(json["reserved_bytes"].as_u64(), Some(later.reserved_bytes));
+    assert_eq!(json["nvidia_smi_bytes"].as_u64(), Some(later.reserved_bytes + gpu.context_bytes));
+    assert_eq!(json["fits"], false);
+    assert_eq!(json["source"], "estimate");
+    assert_eq!(json["past_card"]["recovers"].as_bool(), later.past_limit.map(|p| p.recovers));
+    assert_eq!(plan["cards"][0]["fits"], true, "the validated windows fit");
+    let mut text_args = vec!["plan"];
+    text_args.extend_from_slice(&with_batch);
+    let text = String::from_utf8_lossy(&vramfit(&text_args).stdout).into_owned();
+    assert!(
+        text.contains(&format!("rtx-4070 after a few steps (the allocator model at iteration {}, not measured)", later.iteration)),
+        "{text}"
+    );
+    assert!(text.contains("- later_reserve (estimate): after the two iterations simulated above"), "{text}");
+    let mut small = args.to_vec();
+    small.extend(["--batch-size", "4"]);
+    let small = plan_json(&small);
+    assert!(small["later"].is_null() || small["later"]["fits"] == true, "{}", small["later"]);
+}

@@ -351,6 +351,13 @@ fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
                 })}
             </p>
             <p class="verdict-where">{v.where_peak}</p>
+            {v.later.map(|later| {
+                view! {
+                    <p class="verdict-later">
+                        {later} " " {estimate_marker(Some("the allocator model beyond the two measured iterations: not measured (see the notes)".to_string()))}
+                    </p>
+                }
+            })}
             <p class="params">
                 "number of parameters: " <strong class="param-count">{c.plan.params.printed_millions()}</strong>
                 " · tokens per iteration: " <strong class="tokens">{vramfit_core::params::thousands(c.plan.tokens_per_iter)}</strong>

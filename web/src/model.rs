@@ -421,6 +421,9 @@ pub struct Verdict {
     pub detail: String,
     /// The window where the process needs the most, in words, with its phase and op.
     pub where_peak: String,
+    /// What the allocator model says of the steps after the two simulated ones, where its
+    /// reserve grows past the card (an estimate); `None` where it does not.
+    pub later: Option<String>,
 }
 
 impl Verdict {
@@ -467,7 +470,17 @@ pub fn verdict(plan: &Plan) -> Verdict {
     let (_, desc, w) = windows(plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
     let phase = w.phase.map(|p| p.label()).unwrap_or("-");
     let where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
-    Verdict { fits: card.fits, title, margin, detail, where_peak }
+    let later = plan.later.as_ref().filter(|l| !l.fits && card.fits).map(|l| {
+        let at = if l.in_eval { format!("the eval after iteration {}", l.iteration) } else { format!("iteration {}", l.iteration) };
+        let outcome = match l.past_card {
+            Some(p) if p.recovers => "PyTorch frees its cached blocks there and goes on, slower",
+            Some(_) => "out of memory there",
+            None => "past the card",
+        };
+        let fix = l.expandable_fix_bytes.map_or(String::new(), |b| format!("; expandable_segments fits ({} GiB)", format_gib(b)));
+        format!("After a few steps: the allocator model needs {} GiB at {at}: {outcome}{fix}", format_gib(l.nvidia_smi_bytes))
+    });
+    Verdict { fits: card.fits, title, margin, detail, where_peak, later }
 }
 
 /// A plan figure (`Note::figure`, a key of `vramfit plan --json`) in words, for the page.
@@ -752,6 +765,33 @@ mod tests {
             verdict(&default.plan).margin
         );
         assert!(!verdict(&small.plan).margin.contains("close call"));
+    }
+
+    /// GPT-2 124M at batch 8 (accumulating 5, bfloat16, eager) fits the 12 GB card in the two
+    /// simulated iterations, and the allocator model's reserve passes it at iteration 3: the
+    /// verdict says so with the plan's own figures; at batch 4 it does not grow past the card.
+    #[test]
+    fn verdict_warns_of_later_growth_past_the_card() {
+        let cfg = Config { batch_size: 8, gradient_accumulation_steps: 5, compile: false, ..Config::default() };
+        let c = compute(&state(cfg.clone())).unwrap();
+        let later = c.plan.later.as_ref().expect("the model's reserve grows after two iterations");
+        assert!(c.plan.cards[0].fits && !later.fits);
+        let v = verdict(&c.plan);
+        let said = v.later.expect("a warning");
+        assert!(
+            said.starts_with(&format!(
+                "After a few steps: the allocator model needs {} GiB at iteration {}",
+                format_gib(later.nvidia_smi_bytes),
+                later.iteration
+            )),
+            "{said}"
+        );
+        if let Some(b) = later.expandable_fix_bytes {
+            assert!(said.ends_with(&format!("; expandable_segments fits ({} GiB)", format_gib(b))), "{said}");
+        }
+        let small = compute(&state(Config { batch_size: 4, ..cfg })).unwrap();
+        assert!(small.plan.later.as_ref().is_none_or(|l| l.fits));
+        assert_eq!(verdict(&small.plan).later, None);
     }
 
     #[test]
