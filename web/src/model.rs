@@ -413,7 +413,7 @@ pub fn windows(plan: &Plan) -> [(&'static str, &'static str, &WindowReport); 4] 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub fits: bool,
-    /// "Fits", "Does not fit" or why it cannot run.
+    /// "Fits", "Fits the first two steps" (see `later`), "Does not fit" or why it cannot run.
     pub title: String,
     /// "1.20 GiB headroom" or "0.51 GiB short".
     pub margin: String,
@@ -480,6 +480,8 @@ pub fn verdict(plan: &Plan) -> Verdict {
         let fix = l.expandable_fix_bytes.map_or(String::new(), |b| format!("; expandable_segments fits ({} GiB)", format_gib(b)));
         format!("After a few steps: the allocator model needs {} GiB at {at}: {outcome}{fix}", format_gib(l.nvidia_smi_bytes))
     });
+    // A run the model sees stop after a few steps must not read as a plain "Fits" at a glance.
+    let title = if later.is_some() { "Fits the first two steps".to_string() } else { title };
     Verdict { fits: card.fits, title, margin, detail, where_peak, later }
 }
 
@@ -777,6 +779,7 @@ mod tests {
         let later = c.plan.later.as_ref().expect("the model's reserve grows after two iterations");
         assert!(c.plan.cards[0].fits && !later.fits);
         let v = verdict(&c.plan);
+        assert_eq!(v.title, "Fits the first two steps");
         let said = v.later.expect("a warning");
         assert!(
             said.starts_with(&format!(

@@ -205,6 +205,25 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     assert_eq!(vramfit_core::link::decode(&query()).state.config, fixes[0].config);
 }
 
+/// Where the allocator model's reserve passes the card after the two simulated iterations
+/// (GPT-2 124M eager, batch 8 accumulating 5), the verdict says so in its own line, marked as an
+/// estimate; one step down the batch slider, where it does not, the line goes.
+#[wasm_bindgen_test]
+async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
+    let page = mount_with("?v=1&B=8&GA=5&cmp=0").await;
+    let want = expected(Config { batch_size: 8, gradient_accumulation_steps: 5, compile: false, ..Config::default() });
+    let verdict = vramfit_web::model::verdict(&want.plan);
+    let later = verdict.later.clone().expect("the model's reserve passes the card later");
+    assert_eq!(page.text(".verdict-title"), "Fits the first two steps");
+    let shown = page.text(".verdict-later");
+    assert!(shown.starts_with(&later) && shown.ends_with("estimate"), "{shown}");
+    page.type_into("batch_size", "4").await;
+    let smaller = expected(Config { batch_size: 4, gradient_accumulation_steps: 5, compile: false, ..Config::default() });
+    assert_eq!(vramfit_web::model::verdict(&smaller.plan).later, None);
+    assert!(!page.has(".verdict-later"));
+    assert_eq!(page.text(".verdict-title"), "Fits");
+}
+
 /// A tiny dropout shows in its box, and goes back into the link, as 1e-320, not 320 zeros.
 #[wasm_bindgen_test]
 async fn a_tiny_dropout_is_written_with_an_exponent() {
