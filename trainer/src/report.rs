@@ -263,7 +263,16 @@ fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool)
         return writeln!(out, "  not computed (--no-fixes)");
     };
     if fixes.is_empty() {
-        return writeln!(out, "  {}", if fits { "none needed: it fits" } else { "none found" });
+        let later = plan.later.as_ref().filter(|l| fits && !l.fits);
+        let none = match later {
+            Some(l) if l.expandable_fix_bytes.is_some() => {
+                "none needed for the two simulated steps; for the growth after them, expandable_segments:True (see the notes)"
+            }
+            Some(_) => "none needed for the two simulated steps; for the growth after them, see the notes",
+            None if fits => "none needed: it fits",
+            None => "none found",
+        };
+        return writeln!(out, "  {none}");
     }
     let needed_est = est.nvidia_smi;
     for (i, fix) in fixes.iter().enumerate() {

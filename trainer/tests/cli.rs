@@ -866,6 +866,7 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
         "{text}"
     );
     assert!(text.contains("- later_reserve (estimate): after the two iterations simulated above"), "{text}");
+    assert!(text.contains("  none needed for the two simulated steps; for the growth after them"), "{text}");
     let mut small = args.to_vec();
     small.extend(["--batch-size", "4"]);
     let small = plan_json(&small);

@@ -1089,6 +1089,8 @@ pub fn App() -> impl IntoView {
                             let key = state.with(link::encode);
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
                             let invalid = computed.with(|r| r.is_err());
+                            // The verdict warns of growth past the card after the simulated steps.
+                            let later = computed.with(|r| r.as_ref().ok().is_some_and(|c| model::verdict(&c.plan).later.is_some()));
                             // When the card leaves nothing for any run, no fix can help.
                             let no_room =
                                 computed.with(|r| r.as_ref().ok().is_some_and(|c| state.with(|s| model::capacity_warning(s, c)).is_some()));
@@ -1103,6 +1105,8 @@ pub fn App() -> impl IntoView {
                                                 "No fix can help: the card leaves nothing for this run (see the warning above)."
                                             } else if invalid {
                                                 "No fixes: the config cannot be planned (see above)."
+                                            } else if fits && later {
+                                                "It fits the first two steps: nothing to fix there. For the growth the allocator model sees after them, see the verdict."
                                             } else if fits {
                                                 "It fits: nothing to fix."
                                             } else {

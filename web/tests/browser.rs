@@ -217,6 +217,14 @@ async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
     assert_eq!(page.text(".verdict-title"), "Fits the first two steps");
     let shown = page.text(".verdict-later");
     assert!(shown.starts_with(&later) && shown.ends_with("estimate"), "{shown}");
+    // The fixes, a moment later, do not say a plain "it fits".
+    let mut tries = 0;
+    while !page.has(".fixes-none") {
+        tries += 1;
+        assert!(tries < 100, "no fixes after 5 s");
+        sleep_ms(50).await;
+    }
+    assert!(page.text(".fixes-none").starts_with("It fits the first two steps"), "{}", page.text(".fixes-none"));
     page.type_into("batch_size", "4").await;
     let smaller = expected(Config { batch_size: 4, gradient_accumulation_steps: 5, compile: false, ..Config::default() });
     assert_eq!(vramfit_web::model::verdict(&smaller.plan).later, None);
