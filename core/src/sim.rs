@@ -2588,14 +2588,9 @@ mod tests {
         assert_eq!(compared, 2 * 2 * 3 * 2 * 4 * 4);
     }
 
-    /// The continuation stops at a repeated state: running on far longer (30 more iterations,
-    /// an eval every 5) never reserves more than it reported, and it reported the growth that
-    /// brute force finds. Configs: GPT-2 124M at batch 8 accumulating 5 (grows at iteration 3),
-    /// and a grid of small ones, some of which grow.
-    #[test]
-    fn later_reserve_is_what_a_long_run_reaches() {
-        let target = crate::device::default_gpu().target();
-        let gpt2 = Config {
+    /// GPT-2 124M at batch 8 accumulating 5, bfloat16, eager: its reserve grows at iteration 3.
+    fn gpt2_b8_ga5() -> Config {
+        Config {
             n_layer: 12,
             n_head: 12,
             n_embd: 768,
@@ -2606,8 +2601,17 @@ mod tests {
             dtype: crate::Dtype::Bfloat16,
             compile: false,
             ..Config::default()
-        };
-        let mut configs = vec![gpt2];
+        }
+    }
+
+    /// The continuation stops at a repeated state: running on far longer (30 more iterations,
+    /// an eval every 5) never reserves more than it reported, and it reported the growth that
+    /// brute force finds. Configs: GPT-2 124M at batch 8 accumulating 5 (grows at iteration 3),
+    /// and a grid of small ones, some of which grow.
+    #[test]
+    fn later_reserve_is_what_a_long_run_reaches() {
+        let target = crate::device::default_gpu().target();
+        let mut configs = vec![gpt2_b8_ga5()];
         for (n_embd, batch, vocab, ga) in [(768, 12, 50304, 1), (384, 16, 50304, 5), (384, 8, 65, 1), (768, 4, 50304, 5)] {
             configs.push(Config {
                 n_layer: 4,
@@ -2654,18 +2658,7 @@ mod tests {
     #[test]
     fn later_reserve_past_a_limit() {
         let target = crate::device::default_gpu().target();
-        let cfg = Config {
-            n_layer: 12,
-            n_head: 12,
-            n_embd: 768,
-            block_size: 1024,
-            vocab_size: 50304,
-            batch_size: 8,
-            gradient_accumulation_steps: 5,
-            dtype: crate::Dtype::Bfloat16,
-            compile: false,
-            ..Config::default()
-        };
+        let cfg = gpt2_b8_ga5();
         let (_, later) = simulate_exact_and_later(&cfg, &target, None);
         let later = later.expect("it grows");
         let mut run = exact_run(&cfg, &target);

@@ -68,6 +68,16 @@ impl Mounted {
     fn has(&self, selector: &str) -> bool {
         self.host.query_selector(selector).unwrap().is_some()
     }
+    /// Waits up to 5 s for `selector` (what comes a moment later: fixes, notices); fails with `what`.
+    async fn wait_for(&self, selector: &str, what: &str) {
+        for _ in 0..100 {
+            if self.has(selector) {
+                return;
+            }
+            sleep_ms(50).await;
+        }
+        panic!("{what} after 5 s");
+    }
     fn text(&self, selector: &str) -> String {
         self.el(selector).text_content().unwrap_or_default()
     }
@@ -183,12 +193,7 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     assert!(margin.contains(" GiB short") && margin.ends_with("estimate"), "{margin}");
     assert!(!page.has(".notice"));
     // Fixes come a moment later.
-    let mut tries = 0;
-    while !page.has("ol.fixes") {
-        tries += 1;
-        assert!(tries < 100, "no fixes after 5 s");
-        sleep_ms(50).await;
-    }
+    page.wait_for("ol.fixes", "no fixes").await;
     let fixes = vramfit_core::plan::fixes(&want.plan.config, &vramfit_core::device::default_gpu(), 0);
     let shown: Vec<String> = fixes.iter().map(|f| f.needed_bytes.to_string()).collect();
     assert_eq!(page.el("ol.fixes").get_attribute("data-needed").unwrap(), shown.join(","));
@@ -218,12 +223,7 @@ async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
     let shown = page.text(".verdict-later");
     assert!(shown.starts_with(&later) && shown.ends_with("estimate"), "{shown}");
     // The fixes, a moment later, do not say a plain "it fits".
-    let mut tries = 0;
-    while !page.has(".fixes-none") {
-        tries += 1;
-        assert!(tries < 100, "no fixes after 5 s");
-        sleep_ms(50).await;
-    }
+    page.wait_for(".fixes-none", "no fixes").await;
     assert!(page.text(".fixes-none").starts_with("It fits the first two steps"), "{}", page.text(".fixes-none"));
     page.type_into("batch_size", "4").await;
     let smaller = expected(Config { batch_size: 4, gradient_accumulation_steps: 5, compile: false, ..Config::default() });
@@ -313,12 +313,7 @@ async fn settings_added_after_a_hash_while_open_get_a_notice() {
     let page = mount_with("?v=1&L=4").await;
     assert!(!page.has(".notice"));
     web_sys::window().unwrap().location().set_hash("L=8&B=3").unwrap();
-    let mut tries = 0;
-    while !page.has(".notice") {
-        tries += 1;
-        assert!(tries < 100, "no notice 5 s after the hash changed");
-        sleep_ms(50).await;
-    }
+    page.wait_for(".notice", "no notice since the hash changed").await;
     assert!(page.text(".notice").contains("settings go in the query"), "{}", page.text(".notice"));
     assert_eq!(vramfit_core::link::decode(&query()).state.config.n_layer, 4);
 }

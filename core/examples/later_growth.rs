@@ -1,0 +1,74 @@
+//! How often the allocator model's reserve grows after the two iterations the measurements ran,
+//! over a grid of 576 eager configs (the README's "After the two iterations" figures):
+//!
+//! ```text
+//! cargo run --release -p vramfit-core --example later_growth
+//! ```
+//!
+//! For each config: `sim::simulate_exact_and_later` without a limit (does the reserve grow, at
+//! which iteration, by how much), and, where the measured windows fit the default 12 GB card but
+//! the growth passes it, again with the card's limit (can PyTorch's release-and-retry recover).
+use std::collections::BTreeMap;
+use vramfit_core::{device, sim, Config, Dtype};
+
+fn main() {
+    let gpu = device::default_gpu();
+    let target = gpu.target();
+    let room = gpu.usable_bytes - gpu.context_bytes;
+    let (mut total, mut grew, mut past, mut out_of_memory) = (0, 0, 0, 0);
+    let mut worst = 0f64;
+    let mut when: BTreeMap<(u32, bool), u32> = BTreeMap::new();
+    for n_layer in [4u32, 6, 12] {
+        for n_embd in [384u32, 768] {
+            for block_size in [256u32, 1024] {
+                for batch_size in [4u32, 8, 12, 16] {
+                    for vocab_size in [65u32, 50304] {
+                        for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
+                            for gradient_accumulation_steps in [1u32, 5] {
+                                let cfg = Config {
+                                    n_layer,
+                                    n_head: 6,
+                                    n_embd,
+                                    block_size,
+                                    vocab_size,
+                                    batch_size,
+                                    gradient_accumulation_steps,
+                                    dtype,
+                                    compile: false,
+                                    ..Config::default()
+                                };
+                                if cfg.validate().is_err() {
+                                    continue;
+                                }
+                                total += 1;
+                                let (windows, later) = sim::simulate_exact_and_later(&cfg, &target, None);
+                                let Some(later) = later else { continue };
+                                grew += 1;
+                                *when.entry((later.iteration, later.in_eval)).or_default() += 1;
+                                // The reserve never shrinks: the last window's is the run's so far.
+                                let simulated = windows.train.reserved_bytes.max(windows.eval.reserved_bytes);
+                                worst = worst.max(later.reserved_bytes as f64 / simulated as f64 - 1.0);
+                                if simulated <= room && later.reserved_bytes > room {
+                                    past += 1;
+                                    let (_, limited) = sim::simulate_exact_and_later(&cfg, &target, Some(room));
+                                    if limited.and_then(|l| l.past_limit).is_some_and(|p| !p.recovers) {
+                                        out_of_memory += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("{grew} of {total} eager configs: the model's reserve grows after the two measured iterations");
+    for ((iteration, in_eval), n) in &when {
+        println!("  {n} last grow at iteration {iteration}{}", if *in_eval { " (in the eval after it)" } else { "" });
+    }
+    println!("  by up to {:.1}%", worst * 100.0);
+    println!(
+        "{past} fit the {} through the measured windows and pass it later; {out_of_memory} of them with too little to release (out of memory)",
+        gpu.id
+    );
+}
