@@ -2590,18 +2590,8 @@ mod tests {
 
     /// GPT-2 124M at batch 8 accumulating 5, bfloat16, eager: its reserve grows at iteration 3.
     fn gpt2_b8_ga5() -> Config {
-        Config {
-            n_layer: 12,
-            n_head: 12,
-            n_embd: 768,
-            block_size: 1024,
-            vocab_size: 50304,
-            batch_size: 8,
-            gradient_accumulation_steps: 5,
-            dtype: crate::Dtype::Bfloat16,
-            compile: false,
-            ..Config::default()
-        }
+        // nanoGPT's defaults are GPT-2 124M in bfloat16.
+        Config { batch_size: 8, gradient_accumulation_steps: 5, compile: false, ..Config::default() }
     }
 
     /// The continuation stops at a repeated state: running on far longer (30 more iterations,
