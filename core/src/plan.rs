@@ -136,6 +136,17 @@ pub struct LaterGrowth {
     pub source: Source,
 }
 
+impl LaterGrowth {
+    /// Where it grows, in words: "iteration 3" or "the eval after iteration 12".
+    pub fn when(&self) -> String {
+        if self.in_eval {
+            format!("the eval after iteration {}", self.iteration)
+        } else {
+            format!("iteration {}", self.iteration)
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PastCard {
     pub releasable_bytes: u64,
@@ -535,8 +546,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
 /// what PyTorch does when that passes the card.
 fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64) -> Note {
     let mib = |b: u64| params::thousands((b + (1 << 19)) >> 20);
-    let when =
-        if l.in_eval { format!("in the estimate_loss after iteration {}", l.iteration) } else { format!("at iteration {}", l.iteration) };
+    let when = l.when();
     let outcome = match l.past_card {
         _ if l.fits => format!("That is still within the {} MiB available on the {}.", mib(available), gpu.id),
         Some(PastCard { releasable_bytes, recovers: true }) => format!(
@@ -567,7 +577,7 @@ fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64) -> Note {
         figure: "later_reserve".into(),
         source: Source::Estimate,
         detail: format!(
-            "after the two iterations simulated above, the allocator model's reserve grows {when} to {} MiB (nvidia-smi \
+            "after the two iterations simulated above, the allocator model's reserve grows at {when} to {} MiB (nvidia-smi \
              ~{} MiB): a large request finds no cached block, the blocks having shifted since. {outcome}{fix} Not measured: \
              the H100 runs stopped after two iterations (README: Accuracy).",
             mib(l.reserved_bytes),

@@ -1495,7 +1495,7 @@ pub struct TrainerCard {
 pub const POOL_CACHE_SHARE: f64 = 0.129;
 
 /// `bytes` with the pool's cache on top.
-fn with_pool_cache(bytes: u64) -> u64 {
+pub fn with_pool_cache(bytes: u64) -> u64 {
     (bytes as f64 * (1.0 + POOL_CACHE_SHARE)).ceil() as u64
 }
 

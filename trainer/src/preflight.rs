@@ -192,7 +192,7 @@ pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis) -> Stri
 /// On CUDA, where the tensors fit but would not with the pool's cache on top (as measured once,
 /// [`trainer_model::POOL_CACHE_SHARE`]): a note that the run may still run out of memory.
 pub fn pool_cache_note(predicted_peak: u64, available: u64) -> Option<String> {
-    let cached = (predicted_peak as f64 * (1.0 + trainer_model::POOL_CACHE_SHARE)).ceil() as u64;
+    let cached = trainer_model::with_pool_cache(predicted_peak);
     (predicted_peak <= available && cached > available).then(|| {
         format!(
             "tight: with CUDA's pool cache on top (+{:.1}%, measured once: GPT-2 124M on an H100) this run needs ~{} of {} \

@@ -212,8 +212,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         )?;
     }
     if let (Some(first), Some(later)) = (plan.cards.first(), &plan.later) {
-        let when =
-            if later.in_eval { format!("eval after iteration {}", later.iteration) } else { format!("iteration {}", later.iteration) };
+        let when = later.when();
         let verdict = match later.past_card {
             _ if later.fits => "still fits",
             Some(p) if p.recovers => "past this card; PyTorch frees its cached blocks and goes on, slower",
@@ -467,7 +466,7 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
     }
     let card = plan.card.as_ref();
     if let Some(c) = card.filter(|_| plan.fits == Some(true)) {
-        let cached = (plan.peak_bytes as f64 * (1.0 + c.pool_cache_share)).ceil() as u64;
+        let cached = vramfit_core::trainer_model::with_pool_cache(plan.peak_bytes);
         let verdict = if c.fits_with_pool_cache { "fits with it" } else { "may not fit" };
         writeln!(
             out,

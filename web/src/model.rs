@@ -471,7 +471,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
     let phase = w.phase.map(|p| p.label()).unwrap_or("-");
     let where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
     let later = plan.later.as_ref().filter(|l| !l.fits && card.fits).map(|l| {
-        let at = if l.in_eval { format!("the eval after iteration {}", l.iteration) } else { format!("iteration {}", l.iteration) };
+        let at = l.when();
         let outcome = match l.past_card {
             Some(p) if p.recovers => "PyTorch frees its cached blocks there and goes on, slower",
             Some(_) => "out of memory there",
