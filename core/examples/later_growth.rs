@@ -8,8 +8,13 @@
 //! For each config: `sim::simulate_exact_and_later` without a limit (does the reserve grow, at
 //! which iteration, by how much), and, where the measured windows fit the default 12 GB card but
 //! the growth passes it, again with the card's limit (can PyTorch's release-and-retry recover).
+//!
+//! Then, for the same grid without its batch sizes (the batch is what is searched), the plan's
+//! largest micro-batch that fits the card, and how often the model says that batch itself runs
+//! out of memory a few steps later (`Plan::largest_lasting_micro_batch`), and how far below it
+//! the largest that keeps fitting lies.
 use std::collections::BTreeMap;
-use vramfit_core::{device, sim, Config, Dtype};
+use vramfit_core::{device, plan, sim, Config, Dtype};
 
 fn main() {
     let gpu = device::default_gpu();
@@ -71,4 +76,50 @@ fn main() {
         "{past} fit the {} through the measured windows and pass it later; {out_of_memory} of them with too little to release (out of memory)",
         gpu.id
     );
+
+    let (mut searched, mut runs_out, mut none_below) = (0, 0, 0);
+    let mut lowest = 1f64;
+    let mut shapes: Vec<Config> = Vec::new();
+    for n_layer in [4u32, 6, 12] {
+        for n_embd in [384u32, 768] {
+            for block_size in [256u32, 1024] {
+                for vocab_size in [65u32, 50304] {
+                    for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
+                        for gradient_accumulation_steps in [1u32, 5] {
+                            let cfg = Config {
+                                n_layer,
+                                n_head: 6,
+                                n_embd,
+                                block_size,
+                                vocab_size,
+                                batch_size: 4,
+                                gradient_accumulation_steps,
+                                dtype,
+                                compile: false,
+                                ..Config::default()
+                            };
+                            shapes.push(cfg);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for cfg in shapes {
+        let request = plan::PlanRequest { config: cfg, gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
+        let Ok(p) = plan::plan(&request) else { continue };
+        let Some(largest) = p.largest_micro_batch else { continue };
+        searched += 1;
+        let Some(lasting) = p.largest_lasting_micro_batch else { continue };
+        runs_out += 1;
+        match lasting.batch_size {
+            Some(b) => lowest = lowest.min(b as f64 / largest as f64),
+            None => none_below += 1,
+        }
+    }
+    println!(
+        "{runs_out} of {searched} shapes: the largest micro-batch that fits the {} runs out of memory a few steps later in the model",
+        gpu.id
+    );
+    println!("  the largest that keeps fitting is at least {:.1}% of it; none keeps fitting in {none_below}", lowest * 100.0);
 }

@@ -113,6 +113,37 @@ pub struct Plan {
     /// does not grow. Added within schema 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub later: Option<LaterGrowth>,
+    /// Where the allocator model says the largest micro-batch itself runs out of memory after
+    /// the two simulated iterations: the largest below it that keeps fitting (an estimate).
+    /// Absent when the largest micro-batch keeps fitting, or none fits. Added within schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_lasting_micro_batch: Option<LastingMicroBatch>,
+}
+
+/// The largest micro-batch that fits sits at the card's edge, where a reserve that grows a few
+/// steps later (see [`LaterGrowth`]) is most likely to pass it. Where the allocator model says
+/// it does, and PyTorch could not release enough: the largest micro-batch below it that keeps
+/// fitting the first card, by the same continued simulation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastingMicroBatch {
+    /// Where the largest micro-batch that fits runs out of memory: the training iteration
+    /// (1-based) in which, or in whose following eval, its reserve passes the card.
+    pub runs_out_at_iteration: u32,
+    pub runs_out_in_eval: bool,
+    /// The largest micro-batch below it whose windows fit and whose continued reserve stays
+    /// within the card, or passes it but recovers by PyTorch's release of cached segments;
+    /// `None` if no smaller batch does.
+    pub batch_size: Option<u32>,
+    /// Its need (nvidia-smi bytes) at its worst, the later growth included.
+    pub needed_bytes: Option<u64>,
+    pub source: Source,
+}
+
+impl LastingMicroBatch {
+    /// Where the largest micro-batch runs out, in words (as [`LaterGrowth::when`]).
+    pub fn when(&self) -> String {
+        when(self.runs_out_at_iteration, self.runs_out_in_eval)
+    }
 }
 
 /// The allocator model's reserve after the simulated windows, on the plan's first card.
@@ -139,11 +170,15 @@ pub struct LaterGrowth {
 impl LaterGrowth {
     /// Where it grows, in words: "iteration 3" or "the eval after iteration 12".
     pub fn when(&self) -> String {
-        if self.in_eval {
-            format!("the eval after iteration {}", self.iteration)
-        } else {
-            format!("iteration {}", self.iteration)
-        }
+        when(self.iteration, self.in_eval)
+    }
+}
+
+fn when(iteration: u32, in_eval: bool) -> String {
+    if in_eval {
+        format!("the eval after iteration {iteration}")
+    } else {
+        format!("iteration {iteration}")
     }
 }
 
@@ -498,6 +533,11 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let need = needed(&sim, primary).0;
     let largest = largest_micro_batch_with_need(cfg, primary, req.other_usage_bytes, need);
     let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
+    let largest_lasting_micro_batch = largest.and_then(|(b, _)| {
+        // The config's own continuation is known when the largest batch is its own.
+        let own = (b == cfg.batch_size).then(|| lasting(&sim, later_reserve, primary, available));
+        largest_lasting(cfg, primary, available, b, own)
+    });
     let later = later_reserve.map(|l| {
         let nvidia_smi_bytes = l.reserved_bytes + primary.context_bytes;
         let fits = nvidia_smi_bytes <= available;
@@ -539,6 +579,92 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         fixes,
         notes,
         later,
+        largest_lasting_micro_batch,
+    })
+}
+
+/// How a config fares past the two simulated iterations, by [`sim::simulate_exact_and_later`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lasting {
+    /// Its windows fit, and so does its reserve from then on (or PyTorch's release of cached
+    /// segments makes room where it passes the card): its need at the worst, in nvidia-smi bytes.
+    Keeps(u64),
+    /// Its windows fit, but the reserve passes the card at this iteration (in the eval after
+    /// it if `true`) with too little to release: out of memory there.
+    RunsOut(u32, bool),
+    /// Its windows do not fit, or it is not a valid config.
+    DoesNotFit,
+}
+
+/// [`Lasting`] from a config's exact simulation and its continuation with the card's limit.
+fn lasting(sim: &Simulation, later: Option<sim::LaterReserve>, gpu: &Gpu, available: u64) -> Lasting {
+    let need = needed(sim, gpu).0;
+    if need > available {
+        return Lasting::DoesNotFit;
+    }
+    let Some(l) = later else { return Lasting::Keeps(need) };
+    match l.past_limit {
+        Some(p) if p.recovers => Lasting::Keeps(need.max(l.reserved_bytes.saturating_sub(p.releasable_bytes) + gpu.context_bytes)),
+        Some(_) => Lasting::RunsOut(l.iteration, l.in_eval),
+        // Without a limit (expandable segments: the model releases nothing there).
+        None if l.reserved_bytes + gpu.context_bytes <= available => Lasting::Keeps(need.max(l.reserved_bytes + gpu.context_bytes)),
+        None => Lasting::RunsOut(l.iteration, l.in_eval),
+    }
+}
+
+/// [`lasting`] for `cfg` simulated afresh.
+fn lasting_of(cfg: &Config, gpu: &Gpu, available: u64) -> Lasting {
+    if cfg.validate().is_err() {
+        return Lasting::DoesNotFit;
+    }
+    let room = available.saturating_sub(gpu.context_bytes);
+    let (sim, later) = sim::simulate_exact_and_later(cfg, &gpu.target(), Some(room));
+    lasting(&sim, later, gpu, available)
+}
+
+/// Where the largest micro-batch `largest` runs out of memory after the simulated iterations
+/// (`own`: its [`Lasting`], if known), the largest micro-batch below it that keeps fitting:
+/// galloping down, then bisecting (the need is not monotone near the card, so the answer keeps
+/// fitting but a larger one might too). `None` where `largest` keeps fitting.
+fn largest_lasting(cfg: &Config, gpu: &Gpu, available: u64, largest: u32, own: Option<Lasting>) -> Option<LastingMicroBatch> {
+    use std::cell::RefCell;
+    let Lasting::RunsOut(iteration, in_eval) =
+        own.unwrap_or_else(|| lasting_of(&Config { batch_size: largest, ..cfg.clone() }, gpu, available))
+    else {
+        return None;
+    };
+    let seen: RefCell<Vec<(u32, Lasting)>> = RefCell::new(Vec::new());
+    let keeps = |b: u32| {
+        let found = seen.borrow().iter().find(|(x, _)| *x == b).map(|(_, l)| *l);
+        let l = found.unwrap_or_else(|| lasting_of(&Config { batch_size: b, ..cfg.clone() }, gpu, available));
+        seen.borrow_mut().push((b, l));
+        matches!(l, Lasting::Keeps(_))
+    };
+    // Down from the largest in doubling steps until a batch keeps fitting (the answer is
+    // usually a few percent below), then bisect between it and the last one that did not.
+    let (mut bad, mut step) = (largest, 1);
+    let good = loop {
+        let probe = largest.saturating_sub(step).max(1);
+        if keeps(probe) {
+            break Some(probe);
+        }
+        if probe == 1 {
+            break None;
+        }
+        bad = probe;
+        step = step.saturating_mul(2);
+    };
+    let batch = good.and_then(|g| largest_where(g, bad - 1, keeps));
+    let needed_bytes = batch.and_then(|b| match seen.borrow().iter().find(|(x, _)| *x == b) {
+        Some((_, Lasting::Keeps(need))) => Some(*need),
+        _ => None,
+    });
+    Some(LastingMicroBatch {
+        runs_out_at_iteration: iteration,
+        runs_out_in_eval: in_eval,
+        batch_size: batch,
+        needed_bytes,
+        source: Source::Estimate,
     })
 }
 
@@ -1523,5 +1649,71 @@ mod tests {
     #[test]
     fn invalid_configs_are_errors_not_panics() {
         assert!(plan(&req(Config { n_head: 7, ..Config::default() })).is_err());
+    }
+    /// The largest micro-batch sits at the card's edge. Where the allocator model's continued
+    /// reserve says it runs out of memory a few steps in, the plan names a batch below it that
+    /// keeps fitting and whose next one does not (a boundary, by the same continuation run
+    /// here afresh); where the largest keeps fitting, nothing. The configs are GPT-2 124M at
+    /// nanoGPT's sizes, a 6-layer char model that lands its answer by bisection, and two
+    /// small ones whose reserve does not run out.
+    #[test]
+    fn the_largest_batch_that_keeps_fitting_a_few_steps_later() {
+        let gpu = default_gpu();
+        let available = gpu.usable_bytes;
+        let room = available - gpu.context_bytes;
+        // (windows fit, runs out later, the later growth) at batch `b`.
+        let at = |cfg: &Config, b: u32| {
+            let c = Config { batch_size: b, ..cfg.clone() };
+            let (s, later) = sim::simulate_exact_and_later(&c, &gpu.target(), Some(room));
+            let runs_out = later.and_then(|l| l.past_limit).is_some_and(|p| !p.recovers);
+            (needed(&s, &gpu).0 <= available, runs_out, later)
+        };
+        let eager = |n_layer, n_embd, block_size, vocab_size, gradient_accumulation_steps| Config {
+            n_layer,
+            n_head: 8,
+            n_embd,
+            block_size,
+            vocab_size,
+            gradient_accumulation_steps,
+            batch_size: 4,
+            dtype: crate::Dtype::Bfloat16,
+            compile: false,
+            ..Config::default()
+        };
+        let (mut named, mut none) = (0, 0);
+        for cfg in [
+            Config { n_head: 12, ..eager(12, 768, 1024, 50304, 5) },
+            eager(6, 768, 512, 65, 5),
+            eager(4, 384, 256, 65, 1),
+            eager(6, 384, 256, 50304, 5),
+        ] {
+            let p = plan(&PlanRequest { with_fixes: false, ..req(cfg.clone()) }).unwrap();
+            let b = p.largest_micro_batch.expect("some batch fits");
+            let (fits, runs_out, later) = at(&cfg, b);
+            assert!(fits);
+            match &p.largest_lasting_micro_batch {
+                None => {
+                    assert!(!runs_out, "{cfg:?}");
+                    none += 1;
+                }
+                Some(l) => {
+                    assert!(runs_out, "{cfg:?}");
+                    let later = later.unwrap();
+                    assert_eq!((l.runs_out_at_iteration, l.runs_out_in_eval), (later.iteration, later.in_eval));
+                    assert_eq!(l.source, Source::Estimate);
+                    let k = l.batch_size.expect("a smaller batch keeps fitting");
+                    assert!(k < b);
+                    let (fits_k, runs_out_k, later_k) = at(&cfg, k);
+                    assert!(fits_k && !runs_out_k, "{cfg:?} at {k}");
+                    let (fits_next, runs_out_next, _) = at(&cfg, k + 1);
+                    assert!(!fits_next || runs_out_next, "{cfg:?}: {} keeps fitting too", k + 1);
+                    let need = l.needed_bytes.unwrap();
+                    let grown = later_k.map_or(0, |l| l.reserved_bytes + gpu.context_bytes);
+                    assert!(need <= available && need >= grown, "{need} {grown}");
+                    named += 1;
+                }
+            }
+        }
+        assert_eq!((named, none), (2, 2));
     }
 }

@@ -249,6 +249,17 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
                 writeln!(out, "  largest micro-batch that fits {}: none, even batch_size 1 does not fit{eval_held}", first.gpu)?
             }
         }
+        if let (Some(lasting), Some(b)) = (&plan.largest_lasting_micro_batch, plan.largest_micro_batch) {
+            let keeps = match (lasting.batch_size, lasting.needed_bytes) {
+                (Some(k), Some(need)) => format!("~{k} keeps fitting (needs {})", size(need, true)),
+                _ => "no smaller micro-batch keeps fitting".to_string(),
+            };
+            writeln!(
+                out,
+                "  after a few steps (the allocator model, not measured): batch_size {b} runs out of memory at {}; {keeps}",
+                lasting.when()
+            )?;
+        }
     }
     Ok(())
 }
@@ -263,13 +274,30 @@ fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool)
     };
     if fixes.is_empty() {
         let later = plan.later.as_ref().filter(|l| fits && !l.fits);
-        let none = match later {
-            Some(l) if l.expandable_fix_bytes.is_some() => {
-                "none needed for the two simulated steps; for the growth after them, expandable_segments:True (see the notes)"
+        // At the largest batch, the one below it that keeps fitting is known.
+        let lasting = plan
+            .largest_lasting_micro_batch
+            .as_ref()
+            .filter(|_| plan.largest_micro_batch == Some(plan.config.batch_size))
+            .and_then(|l| l.batch_size);
+        let none = match (later, lasting) {
+            (Some(l), lasting) => {
+                let mut ways: Vec<String> = Vec::new();
+                if l.expandable_fix_bytes.is_some() {
+                    ways.push("expandable_segments:True".into());
+                }
+                if let Some(b) = lasting {
+                    ways.push(format!("--batch-size {b}"));
+                }
+                match ways.is_empty() {
+                    true => "none needed for the two simulated steps; for the growth after them, see the notes".to_string(),
+                    false => {
+                        format!("none needed for the two simulated steps; for the growth after them, {} (see the notes)", ways.join(" or "))
+                    }
+                }
             }
-            Some(_) => "none needed for the two simulated steps; for the growth after them, see the notes",
-            None if fits => "none needed: it fits",
-            None => "none found",
+            (None, _) if fits => "none needed: it fits".to_string(),
+            (None, _) => "none found".to_string(),
         };
         return writeln!(out, "  {none}");
     }

@@ -867,8 +867,31 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     );
     assert!(text.contains("- later_reserve (estimate): after the two iterations simulated above"), "{text}");
     assert!(text.contains("  none needed for the two simulated steps; for the growth after them"), "{text}");
+    // Batch 8 is the largest that fits, and it is the batch that runs out: core's plan names
+    // the one below that keeps fitting, and `plan` prints it, as JSON and in words.
+    let core_plan = vramfit_core::plan::plan(&vramfit_core::plan::PlanRequest {
+        config: cfg.clone(),
+        gpus: vec![gpu.clone()],
+        other_usage_bytes: 0,
+        with_fixes: true,
+    })
+    .unwrap();
+    let lasting = core_plan.largest_lasting_micro_batch.clone().expect("the largest runs out later");
+    assert_eq!(plan["largest_lasting_micro_batch"], serde_json::to_value(&lasting).unwrap());
+    assert_eq!(plan["largest_micro_batch"], 8);
+    let keeps = lasting.batch_size.expect("a smaller batch keeps fitting");
+    assert!(
+        text.contains(&format!(
+            "  after a few steps (the allocator model, not measured): batch_size 8 runs out of memory at {}; ~{keeps} keeps fitting",
+            lasting.when()
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("or --batch-size {keeps} (see the notes)")), "{text}");
     let mut small = args.to_vec();
     small.extend(["--batch-size", "4"]);
     let small = plan_json(&small);
     assert!(small["later"].is_null() || small["later"]["fits"] == true, "{}", small["later"]);
+    // Its largest is the same batch 8, which still runs out.
+    assert_eq!(small["largest_lasting_micro_batch"], plan["largest_lasting_micro_batch"]);
 }

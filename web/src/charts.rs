@@ -284,6 +284,19 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             ))
             .map_err(err)?;
         }
+        if let Some(k) = series.lasting {
+            // A thin line: the allocator model's estimate beside the validated marker.
+            let x = k as f64;
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(1)))).map_err(err)?;
+            let (px, top) = chart.backend_coord(&(x, ymax));
+            let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
+            root.draw(&Text::new(
+                format!("keeps fitting after a few steps: {k} (estimate)"),
+                (px + dx, top + 56),
+                font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)),
+            ))
+            .map_err(err)?;
+        }
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.2))), EVAL.stroke_width(2))).map_err(err)?;
         capacity_line(&root, &mut chart, x0, x1, available as f64 / GIB, &format!("available {} GiB", format_gib(available)))?;

@@ -189,6 +189,9 @@ pub struct BatchSeries {
     pub largest_fit: Option<u32>,
     /// The card cannot run the config's dtype (bf16 before Ampere): what fits is memory only.
     pub dtype_unsupported: bool,
+    /// Where the largest that fits runs out of memory a few steps later by the allocator model:
+    /// the largest below it that keeps fitting (the plan's estimate).
+    pub lasting: Option<u32>,
 }
 
 /// Inserts `v` into the sorted `list` where it belongs (the lists here are a few dozen long; a
@@ -302,6 +305,7 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
         current: (current, plan.cards[0].needed_bytes),
         largest_fit: plan.largest_micro_batch,
         dtype_unsupported: plan.cards[0].bf16_unsupported,
+        lasting: plan.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size),
     }
 }
 
@@ -478,7 +482,14 @@ pub fn verdict(plan: &Plan) -> Verdict {
             None => "past the card",
         };
         let fix = l.expandable_fix_bytes.map_or(String::new(), |b| format!("; expandable_segments fits ({} GiB)", format_gib(b)));
-        format!("After a few steps: the allocator model needs {} GiB at {at}: {outcome}{fix}", format_gib(l.nvidia_smi_bytes))
+        // At the largest batch, the plan knows the one below that keeps fitting.
+        let lasting = plan
+            .largest_lasting_micro_batch
+            .as_ref()
+            .filter(|_| plan.largest_micro_batch == Some(plan.config.batch_size))
+            .and_then(|l| l.batch_size)
+            .map_or(String::new(), |b| format!("; batch_size {b} keeps fitting"));
+        format!("After a few steps: the allocator model needs {} GiB at {at}: {outcome}{fix}{lasting}", format_gib(l.nvidia_smi_bytes))
     });
     // A run the model sees stop after a few steps must not read as a plain "Fits" at a glance.
     let title = if later.is_some() { "Fits the first two steps".to_string() } else { title };
@@ -790,11 +801,27 @@ mod tests {
             "{said}"
         );
         if let Some(b) = later.expandable_fix_bytes {
-            assert!(said.ends_with(&format!("; expandable_segments fits ({} GiB)", format_gib(b))), "{said}");
+            assert!(said.contains(&format!("; expandable_segments fits ({} GiB)", format_gib(b))), "{said}");
         }
+        // Batch 8 is the largest that fits: the plan names the one below that keeps fitting,
+        // and the batch chart marks it beside the largest.
+        assert_eq!(c.plan.largest_micro_batch, Some(8));
+        let lasting = c.plan.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size).expect("a smaller batch keeps fitting");
+        assert!(lasting < 8);
+        assert!(said.ends_with(&format!("; batch_size {lasting} keeps fitting")), "{said}");
+        assert_eq!(c.series.lasting, Some(lasting));
+        let svg = crate::charts::batch_svg(&c.series, c.available()).unwrap();
+        assert!(svg.contains(&format!("keeps fitting after a few steps: {lasting} (estimate)")), "{svg}");
         let small = compute(&state(Config { batch_size: 4, ..cfg })).unwrap();
         assert!(small.plan.later.as_ref().is_none_or(|l| l.fits));
         assert_eq!(verdict(&small.plan).later, None);
+        // Batch 4 is not the largest: the chart still marks where the largest runs out, and
+        // nothing where the largest keeps fitting (the default compiled run).
+        assert_eq!(small.series.lasting, Some(lasting));
+        let compiled = compute(&state(Config::default())).unwrap();
+        assert_eq!((&compiled.plan.largest_lasting_micro_batch, compiled.series.lasting), (&None, None));
+        let svg = crate::charts::batch_svg(&compiled.series, compiled.available()).unwrap();
+        assert!(!svg.contains("keeps fitting"));
     }
 
     #[test]
