@@ -76,6 +76,27 @@ pub struct Fix {
     pub fits: bool,
     /// Whether train.py supports it as is (false: needs a code change, e.g. eval_batch_size).
     pub stock_nanogpt: bool,
+    /// Where a fix that fits the two simulated iterations runs out of memory later, by the
+    /// allocator model (an estimate); such fixes rank after those that keep fitting. Added
+    /// within schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_out_later: Option<RunsOut>,
+}
+
+/// Out of memory a few steps in, by the allocator model's continued simulation: at a training
+/// iteration (1-based), or in the eval after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunsOut {
+    pub iteration: u32,
+    pub in_eval: bool,
+    pub source: Source,
+}
+
+impl RunsOut {
+    /// In words, as [`LaterGrowth::when`].
+    pub fn when(&self) -> String {
+        when(self.iteration, self.in_eval)
+    }
 }
 
 /// Which numbers are estimates rather than validated against measurement.
@@ -826,8 +847,24 @@ fn train_py_changes(c: &Config) -> [bool; 3] {
 /// (a rough line: 4096 rows fill the largest cards' SMs several times over).
 const BUSY_MICRO_BATCH_TOKENS: u64 = 4096;
 
-/// [`fixes`] when the config's exact need (`current`) is known.
+/// [`fixes`] when the config's exact need (`current`) is known: [`fixes_by_rank`], each fix
+/// that fits continued past the two simulated iterations (see [`RunsOut`]).
 fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
+    let available = gpu.usable_bytes.saturating_sub(other_usage);
+    let mut fixes = fixes_by_rank(cfg, gpu, other_usage, current, largest);
+    for f in fixes.iter_mut().filter(|f| f.fits) {
+        if let Lasting::RunsOut(iteration, in_eval) = lasting_of(&f.config, gpu, available) {
+            f.runs_out_later = Some(RunsOut { iteration, in_eval, source: Source::Estimate });
+        }
+    }
+    // Those that keep fitting first, then those that run out later, then those that do not fit
+    // (a stable sort: each group keeps its order).
+    fixes.sort_by_key(|f| (!f.fits, f.runs_out_later.is_some()));
+    fixes
+}
+
+/// The fixes by rank: those that fit by kind, cheapest first, then those that do not by need.
+fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
     if cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16() {
         // bf16 cannot run on this card at all: fp16 autocast (same memory) is part of every fix,
@@ -841,11 +878,12 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
             fits: need <= available,
             config: fp16.clone(),
             stock_nanogpt: true,
+            runs_out_later: None,
         };
         let mut all = vec![(0, dtype_fix)];
         if need > available {
             // Already ranked: keep their order among those that fit.
-            for f in fixes_given(&fp16, gpu, other_usage, need, Largest::Search) {
+            for f in fixes_by_rank(&fp16, gpu, other_usage, need, Largest::Search) {
                 let title = format!("dtype = 'float16', {}", f.title);
                 all.push((0, Fix { title, ..f }));
             }
@@ -867,7 +905,10 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
         let stock = train_py_changes(&config).into_iter().zip(train_py_changes(cfg)).all(|(fix, base)| !fix || base);
         if let Some(n) = need.or_else(|| need_exact(&config, gpu)) {
             if n < current {
-                out.push((rank, Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock }));
+                out.push((
+                    rank,
+                    Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock, runs_out_later: None },
+                ));
             }
         }
     };
@@ -1715,5 +1756,40 @@ mod tests {
             }
         }
         assert_eq!((named, none), (2, 2));
+    }
+    /// A fix that fits the two simulated iterations can still run out of memory later, by the
+    /// allocator model (here a shorter block for a 6-layer char model at batch 91 on the 12 GB
+    /// card): each fix that fits is marked exactly where its own continued simulation runs out,
+    /// and ranks after the fixes that keep fitting, before those that do not fit.
+    #[test]
+    fn fixes_that_run_out_a_few_steps_later_are_marked_and_ranked_after_the_rest() {
+        let gpu = default_gpu();
+        let room = gpu.usable_bytes - gpu.context_bytes;
+        let cfg = Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 768,
+            block_size: 1024,
+            vocab_size: 65,
+            batch_size: 91,
+            gradient_accumulation_steps: 1,
+            dtype: crate::Dtype::Bfloat16,
+            compile: false,
+            ..Config::default()
+        };
+        let fixes = plan(&req(cfg)).unwrap().fixes.unwrap();
+        let mut marked = 0;
+        for f in &fixes {
+            let (_, later) = sim::simulate_exact_and_later(&f.config, &gpu.target(), Some(room));
+            let runs_out = later.filter(|l| l.past_limit.is_some_and(|p| !p.recovers));
+            let want =
+                runs_out.filter(|_| f.fits).map(|l| RunsOut { iteration: l.iteration, in_eval: l.in_eval, source: Source::Estimate });
+            assert_eq!(f.runs_out_later, want, "{}", f.title);
+            marked += usize::from(want.is_some());
+        }
+        assert!(marked >= 1, "{fixes:?}");
+        let groups: Vec<(bool, bool)> = fixes.iter().map(|f| (!f.fits, f.runs_out_later.is_some())).collect();
+        assert!(groups.is_sorted(), "{groups:?}");
+        assert!(groups.contains(&(false, false)), "a fix that keeps fitting comes first: {groups:?}");
     }
 }

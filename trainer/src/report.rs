@@ -303,7 +303,13 @@ fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool)
     }
     let needed_est = est.nvidia_smi;
     for (i, fix) in fixes.iter().enumerate() {
-        let verdict = if fix.fits { "fits" } else { "still does not fit" };
+        let verdict = match (fix.fits, fix.runs_out_later) {
+            (true, None) => "fits".to_string(),
+            (true, Some(r)) => {
+                format!("fits the two simulated steps, out of memory at {} by the allocator model (estimate)", r.when())
+            }
+            (false, _) => "still does not fit".to_string(),
+        };
         writeln!(out, "  {}. {}: needs {}, {verdict}", i + 1, fix.title, size(fix.needed_bytes, needed_est))?;
         writeln!(out, "     cost: {}", fix.cost)?;
         if !fix.stock_nanogpt {

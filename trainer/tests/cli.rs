@@ -895,3 +895,51 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     // Its largest is the same batch 8, which still runs out.
     assert_eq!(small["largest_lasting_micro_batch"], plan["largest_lasting_micro_batch"]);
 }
+
+/// A fix that fits the two simulated iterations but runs out of memory later in the allocator
+/// model (a 6-layer char model at batch 91 on the 12 GB default card, core's own fixes) says so
+/// in `plan`'s list, in JSON and in words, and comes after the fixes that keep fitting.
+#[test]
+fn plan_marks_a_fix_that_runs_out_of_memory_later() {
+    let args = [
+        "--n-layer",
+        "6",
+        "--n-head",
+        "6",
+        "--n-embd",
+        "768",
+        "--block-size",
+        "1024",
+        "--vocab-size",
+        "65",
+        "--batch-size",
+        "91",
+        "--gradient-accumulation-steps",
+        "1",
+        "--dtype",
+        "bfloat16",
+        "--compile",
+        "false",
+    ];
+    let plan = plan_json_fixes(&args);
+    let cfg: Config = serde_json::from_value(plan["config"].clone()).unwrap();
+    let request =
+        vramfit_core::plan::PlanRequest { config: cfg, gpus: vec![device::default_gpu()], other_usage_bytes: 0, with_fixes: true };
+    let fixes = vramfit_core::plan::plan(&request).unwrap().fixes.unwrap();
+    assert_eq!(plan["fixes"], serde_json::to_value(&fixes).unwrap());
+    let mut text_args = vec!["plan"];
+    text_args.extend_from_slice(&args);
+    let text = String::from_utf8_lossy(&vramfit(&text_args).stdout).into_owned();
+    let marked: Vec<(usize, &vramfit_core::plan::Fix)> = fixes.iter().enumerate().filter(|(_, f)| f.runs_out_later.is_some()).collect();
+    assert!(!marked.is_empty(), "{fixes:?}");
+    for (i, f) in marked {
+        let when = f.runs_out_later.unwrap().when();
+        let line = format!("  {}. {}: needs ", i + 1, f.title);
+        let shown = text.lines().find(|l| l.starts_with(&line)).unwrap_or_else(|| panic!("{line} in {text}"));
+        assert!(
+            shown.ends_with(&format!("fits the two simulated steps, out of memory at {when} by the allocator model (estimate)")),
+            "{shown}"
+        );
+        assert!(fixes[..i].iter().all(|g| g.fits), "only fixes that fit come before it");
+    }
+}

@@ -427,9 +427,21 @@ fn legend_view(c: &Computed) -> impl IntoView {
 fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -> impl IntoView {
     let config = f.config.clone();
     let apply_label = format!("Apply: {}", f.title);
-    let status = if f.fits { "fits" } else { "still short" };
+    let (class, status) = match (f.fits, f.runs_out_later) {
+        (true, None) => ("fix fits", "fits"),
+        (true, Some(_)) => ("fix later", "fits the first two steps"),
+        (false, _) => ("fix partial", "still short"),
+    };
+    let later = f.runs_out_later.map(|r| {
+        view! {
+            <div class="fix-later">
+                {format!("After a few steps: out of memory at {} by the allocator model ", r.when())}
+                {estimate_marker(Some("not measured: the H100 runs stopped after two iterations".into()))}
+            </div>
+        }
+    });
     view! {
-        <li class=if f.fits { "fix fits" } else { "fix partial" } data-needed=f.needed_bytes.to_string()>
+        <li class=class data-needed=f.needed_bytes.to_string()>
             <div>
                 <strong class="fix-title">
                     {share::setting_pieces(&f.title)
@@ -449,6 +461,7 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
                 {estimate_marker(need_estimate)}
                 {(!f.stock_nanogpt).then(|| view! { <span class="tag">"needs a train.py change"</span> })}
             </div>
+            {later}
             <div class="fix-cost">"Cost: " {f.cost.clone()}</div>
             <button
                 type="button"

@@ -210,6 +210,38 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     assert_eq!(vramfit_core::link::decode(&query()).state.config, fixes[0].config);
 }
 
+/// A fix that fits the two simulated iterations but runs out of memory later in the allocator
+/// model (a shorter block for a 6-layer char model at batch 91 on the 12 GB card) says so in its
+/// row, and its status is not a plain "fits".
+#[wasm_bindgen_test]
+async fn a_fix_that_runs_out_later_says_so_in_its_row() {
+    let page = mount_with("?v=1&L=6&H=6&C=768&T=1024&V=65&B=91&GA=1&cmp=0").await;
+    let cfg = Config {
+        n_layer: 6,
+        n_head: 6,
+        n_embd: 768,
+        block_size: 1024,
+        vocab_size: 65,
+        batch_size: 91,
+        gradient_accumulation_steps: 1,
+        compile: false,
+        ..Config::default()
+    };
+    let want = expected(cfg);
+    let fixes = vramfit_core::plan::fixes_of(&want.plan, &vramfit_core::device::default_gpu(), 0);
+    let marked: Vec<&vramfit_core::plan::Fix> = fixes.iter().filter(|f| f.runs_out_later.is_some()).collect();
+    assert!(!marked.is_empty(), "{fixes:?}");
+    page.wait_for("ol.fixes", "no fixes").await;
+    let rows = page.host.query_selector_all("ol.fixes li.fix.later").unwrap();
+    assert_eq!(rows.length() as usize, marked.len());
+    for (i, f) in marked.iter().enumerate() {
+        let row = rows.item(i as u32).unwrap().text_content().unwrap_or_default();
+        let when = f.runs_out_later.unwrap().when();
+        assert!(row.contains(&f.title) && row.contains("(fits the first two steps)"), "{row}");
+        assert!(row.contains(&format!("After a few steps: out of memory at {when} by the allocator model estimate")), "{row}");
+    }
+}
+
 /// Where the allocator model's reserve passes the card after the two simulated iterations
 /// (GPT-2 124M eager, batch 8 accumulating 5), the verdict says so in its own line, marked as an
 /// estimate; one step down the batch slider, where it does not, the line goes.
