@@ -12,7 +12,9 @@
 //! Then, for the same grid without its batch sizes (the batch is what is searched), the plan's
 //! largest micro-batch that fits the card, and how often the model says that batch itself runs
 //! out of memory a few steps later (`Plan::largest_lasting_micro_batch`), and how far below it
-//! the largest that keeps fitting lies.
+//! the largest that keeps fitting lies. Last, each shape (bf16 and fp32) at one and a half
+//! times its largest batch, which does not fit: how many of its fixes that fit run out of memory
+//! later (`Fix::runs_out_later`).
 use std::collections::BTreeMap;
 use vramfit_core::{device, plan, sim, Config, Dtype};
 
@@ -105,11 +107,25 @@ fn main() {
             }
         }
     }
+    let (mut too_big, mut fixes_fit, mut fixes_out) = (0, 0, 0);
+    let mut out_titles: Vec<String> = Vec::new();
     for cfg in shapes {
-        let request = plan::PlanRequest { config: cfg, gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
+        let request = plan::PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
         let Ok(p) = plan::plan(&request) else { continue };
         let Some(largest) = p.largest_micro_batch else { continue };
         searched += 1;
+        if cfg.dtype != Dtype::Float16 {
+            let over = Config { batch_size: largest * 3 / 2 + 1, ..cfg.clone() };
+            let fixes = plan::fixes(&over, &gpu, 0);
+            too_big += 1;
+            for f in fixes.iter().filter(|f| f.fits) {
+                fixes_fit += 1;
+                if f.runs_out_later.is_some() {
+                    fixes_out += 1;
+                    out_titles.push(f.title.clone());
+                }
+            }
+        }
         let Some(lasting) = p.largest_lasting_micro_batch else { continue };
         runs_out += 1;
         match lasting.batch_size {
@@ -122,4 +138,8 @@ fn main() {
         gpu.id
     );
     println!("  the largest that keeps fitting is at least {:.1}% of it; none keeps fitting in {none_below}", lowest * 100.0);
+    println!("{too_big} shapes at 1.5x their largest batch: {fixes_out} of their {fixes_fit} fitting fixes run out of memory later:");
+    for t in out_titles {
+        println!("  {t}");
+    }
 }
