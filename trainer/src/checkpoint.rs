@@ -203,9 +203,13 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
         let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         // Sampling would print nothing but newlines, and a resumed run stop at a NaN loss. (The
         // moments are AdamW's own: an infinite second moment is a state the run had, and the
-        // resumed run continues it as the uninterrupted one would.)
+        // resumed run continues it as the uninterrupted one would. A NaN moment is not: its
+        // first step would make the weights NaN, so the run would have stopped before saving.)
         if parameter && !values.iter().all(|v| v.is_finite()) {
             return Err(bad(format!("tensor {name} holds NaN or infinite values")));
+        }
+        if !parameter && values.iter().any(|v| v.is_nan()) {
+            return Err(bad(format!("tensor {name} holds NaN values")));
         }
         Tensor::from_vec(values, view.shape(), device).map_err(|e| bad(format!("tensor {name}: {e}")))
     };

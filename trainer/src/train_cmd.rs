@@ -444,6 +444,14 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
     }
     let no_cards = CardArgs { gpu: Vec::new(), other_usage_mib: None };
     let resolved = inputs::resolve(run, &no_cards).map_err(input)?;
+    if let (Some(name), None) = (&resolved.init_from, &args.weights) {
+        // The settings name a GPT-2 checkpoint, whose shape they take; a shape flag on top
+        // would train neither that model nor the one the flags describe. (With --weights the
+        // weights' shape wins, with a note.)
+        let mut gpt2 = resolved.config.clone();
+        vramfit_core::nanogpt::take_pretrained_shape(&mut gpt2, name);
+        check_flags_keep_shape(&gpt2, run, &format!("init_from = '{name}' is GPT-2's model, which has"))?;
+    }
     if let Some(what) = resolved.unreadable.first() {
         // Training on a default in place of a setting the file meant to change loses the run.
         return Err(input(format!("{what} (train needs every training setting it is given)")));
@@ -516,20 +524,28 @@ fn data_changed(meta: &CheckpointMeta, data: &Dataset) -> Option<String> {
 
 /// With `--resume`, flags may not change the model the checkpoint holds.
 fn check_shape_flags(cfg: &Config, run: &RunArgs) -> Result<(), Failure> {
-    let checks: [(&str, Option<u64>, u64); 5] = [
+    if let Some(b) = run.block_size.filter(|&b| b != cfg.block_size) {
+        return Err(input(format!("--resume: the checkpoint's model has block_size = {}, not {b}", cfg.block_size)));
+    }
+    check_flags_keep_shape(cfg, run, "--resume: the checkpoint's model has")
+}
+
+/// Flags that would change the model's shape (all but the block) from `cfg`'s, a model the
+/// run must keep: an error starting with `whose` ("... has").
+fn check_flags_keep_shape(cfg: &Config, run: &RunArgs, whose: &str) -> Result<(), Failure> {
+    let checks: [(&str, Option<u64>, u64); 4] = [
         ("n_layer", run.n_layer.map(u64::from), cfg.n_layer as u64),
         ("n_head", run.n_head.map(u64::from), cfg.n_head as u64),
         ("n_embd", run.n_embd.map(u64::from), cfg.n_embd as u64),
-        ("block_size", run.block_size.map(u64::from), cfg.block_size as u64),
         ("vocab_size", run.vocab_size.map(u64::from), cfg.vocab_size as u64),
     ];
     for (name, flag, saved) in checks {
         if let Some(v) = flag.filter(|&v| v != saved) {
-            return Err(input(format!("--resume: the checkpoint's model has {name} = {saved}, not {v}")));
+            return Err(input(format!("{whose} {name} = {saved}, not {v}")));
         }
     }
     if let Some(b) = run.bias.filter(|&b| b != cfg.bias) {
-        return Err(input(format!("--resume: the checkpoint's model has bias = {}, not {b}", cfg.bias)));
+        return Err(input(format!("{whose} bias = {}, not {b}", cfg.bias)));
     }
     Ok(())
 }

@@ -118,6 +118,14 @@ fn bad_checkpoints() {
     vramfit::checkpoint::save(&ckpt, &inf_moment).unwrap();
     let out = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--max-new-tokens", "5"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // A NaN moment is not: resuming from it stopped at a "loss became NaN" that blamed the
+    // learning rate. Refused at load, and the checkpoint is left as it was.
+    let mut nan_moment = vramfit::checkpoint::load(&good.join("ckpt.safetensors"), &candle_core::Device::Cpu).unwrap();
+    nan_moment.exp_avg[0] = (nan_moment.exp_avg[0].clone() * f64::NAN).unwrap();
+    vramfit::checkpoint::save(&ckpt, &nan_moment).unwrap();
+    let saved = std::fs::read(&ckpt).unwrap();
+    assert_has(&train_err(&dir, &["--resume", "--max-iters", "4"]), &["optimizer.exp_avg.", "holds NaN values"]);
+    assert_eq!(std::fs::read(&ckpt).unwrap(), saved);
     for (chars, why) in
         [("", "vocabulary is empty"), ("aab", "not distinct characters in order"), ("ba", "not distinct characters in order")]
     {
@@ -159,6 +167,14 @@ fn bad_flags() {
     ] {
         assert_has(&train_err(&dir, &flags), &[expect]);
     }
+    // A config file that starts from GPT-2's checkpoint gives the model GPT-2's shape; shape
+    // flags on top would train a model that is neither (a link saying both is refused too).
+    let gpt2 = dir.join("gpt2.py");
+    std::fs::write(&gpt2, "init_from = 'gpt2'\n").unwrap();
+    assert_has(
+        &train_err(&dir, &["--config", gpt2.to_str().unwrap()]),
+        &["init_from = 'gpt2' is GPT-2's model, which has n_layer = 12, not 1"],
+    );
     #[cfg(not(feature = "cuda"))]
     assert_has(&train_err(&dir, &["--device", "cuda"]), &["built without CUDA"]);
     for (flags, expect) in [
