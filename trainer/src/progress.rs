@@ -51,6 +51,44 @@ pub fn prepare_log(out_dir: &Path, fresh: bool) -> Result<Option<String>, String
     }
 }
 
+/// A resumed run continues the log from its checkpoint's save: what a run wrote after that save
+/// (one that failed or was killed before saving again) would otherwise stand in the log beside
+/// this run's records of the same iterations. Cuts `log.jsonl` after its last `checkpoint`
+/// record at `iter`, the checkpoint's; leaves it as it is where it has none. A note when it cut.
+pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String>, String> {
+    use std::io::{BufRead, BufReader};
+    let path = out_dir.join(LOG_FILE);
+    let Ok(file) = File::open(&path) else { return Ok(None) };
+    let (mut offset, mut cut, mut lines_after) = (0u64, None, 0u64);
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        offset += n as u64;
+        lines_after += 1;
+        // Only checkpoint records are parsed (a log has one per save).
+        const CHECKPOINT: &[u8] = b"\"checkpoint\"";
+        if line.windows(CHECKPOINT.len()).any(|w| w == CHECKPOINT) {
+            let record: Option<serde_json::Value> = serde_json::from_slice(&line).ok();
+            if record.is_some_and(|r| r["kind"] == "checkpoint" && r["iter"] == iter) {
+                cut = Some(offset);
+                lines_after = 0;
+            }
+        }
+    }
+    let Some(cut) = cut.filter(|_| lines_after > 0) else { return Ok(None) };
+    let log = OpenOptions::new().write(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    log.set_len(cut).map_err(|e| format!("cannot trim {}: {e}", path.display()))?;
+    Ok(Some(format!(
+        "{}: removed {lines_after} record(s) written after the checkpoint's save by a run that did not save again",
+        path.display()
+    )))
+}
+
 /// A checkpoint was saved in `out_dir`: a log kept aside belongs to no checkpoint any more.
 pub fn checkpoint_saved(out_dir: &Path) {
     let _ = std::fs::remove_file(out_dir.join(PREVIOUS_LOG_FILE));

@@ -311,6 +311,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if let Some(note) = vramfit::progress::prepare_log(&settings.out_dir, resume.is_none()).map_err(failed)? {
         crate::print_note(&note);
     }
+    if let Some(ckpt) = &resume {
+        if let Some(note) = vramfit::progress::trim_log_to_checkpoint(&settings.out_dir, ckpt.meta.iter_num).map_err(failed)? {
+            crate::print_note(&note);
+        }
+    }
     let mut progress = Progress::new(&settings.out_dir, start, settings.max_iters, settings.log_interval).map_err(failed)?;
     // After the second iteration the AdamW state exists and an evaluation has run: every
     // window the prediction covers has been through once.
@@ -673,6 +678,13 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
     if s.out_dir.as_os_str().is_empty() {
         return Err(refuse(a.out_dir.is_some(), "out_dir is empty: name a directory".into()));
     }
+    // The weights are f32: a rate past this turns the first update, and the logged rate, into
+    // infinities (1e308 did), which then read as a NaN loss.
+    for (name, value, flag) in [("learning_rate", s.lr.learning_rate, a.learning_rate), ("min_lr", s.lr.min_lr, a.min_lr)] {
+        if value > MAX_LEARNING_RATE {
+            return Err(refuse(flag.is_some(), format!("{name} must be at most {MAX_LEARNING_RATE:e} (got {value:e})")));
+        }
+    }
     for (name, value, flag) in [("beta1", s.adamw.beta1, a.beta1), ("beta2", s.adamw.beta2, a.beta2)] {
         if !(0.0..1.0).contains(&value) {
             return Err(refuse(flag.is_some(), format!("{name} must be in [0, 1) (got {value})")));
@@ -692,6 +704,10 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
     }
     Ok(())
 }
+
+/// The largest learning rate `train` takes (AdamW's are around 1e-3; anything near this already
+/// diverges at once, but stays finite in f32 and reads as what it is).
+const MAX_LEARNING_RATE: f64 = 1e6;
 
 /// With `--resume`, a `--seed` other than the checkpoint's is refused: the run continues the
 /// checkpoint's random state (its batches and dropout), so the seed would only be recorded in the

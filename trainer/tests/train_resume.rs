@@ -99,6 +99,42 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
     }
 }
 
+/// A resumed run that failed after the checkpoint's save (killed, or stopped at a NaN loss)
+/// left records of iterations the next resume runs again: that resume cuts the log back to the
+/// checkpoint's save, so each iteration and evaluation is logged once, as in one straight run.
+#[test]
+fn resume_cuts_the_log_back_to_the_checkpoint() {
+    let straight = scratch("log-cut-straight");
+    let split = scratch("log-cut-split");
+    let mut args = SETTINGS.to_vec();
+    args.extend(["--max-iters", "8"]);
+    train_ok(&straight, &args);
+    let mut first = SETTINGS.to_vec();
+    first.extend(["--max-iters", "4"]);
+    train_ok(&split, &first);
+    // What a lost run after the save would have written: iteration 4's step and the eval
+    // after it, then nothing saved.
+    let log = split.join("log.jsonl");
+    let mut logged = std::fs::read_to_string(&log).unwrap();
+    let saved_log = logged.clone();
+    logged.push_str(
+        "{\"iter\":4,\"kind\":\"iter\",\"loss\":9.0,\"lr\":null}\n{\"iter\":5,\"kind\":\"eval\",\"train_loss\":null,\"val_loss\":null}\n",
+    );
+    std::fs::write(&log, logged).unwrap();
+    let out = train_ok(&split, &["--resume", "--max-iters", "8"]);
+    assert!(text(&out.stderr).contains("removed 2 record(s) written after the checkpoint's save"), "{}", text(&out.stderr));
+    let after = std::fs::read_to_string(&log).unwrap();
+    assert!(after.starts_with(&saved_log), "the checkpoint's own records stay");
+    let count = |dir: &std::path::Path, kind: &str| log_records(dir, kind).len();
+    for kind in ["iter", "eval", "checkpoint"] {
+        assert_eq!(count(&split, kind), count(&straight, kind), "{kind} records");
+    }
+    assert_eq!(losses(&straight, "iter", "loss"), losses(&split, "iter", "loss"));
+    // A resume with nothing after the save changes nothing: no note.
+    let out = train_ok(&split, &["--resume", "--max-iters", "9"]);
+    assert!(!text(&out.stderr).contains("removed"), "{}", text(&out.stderr));
+}
+
 /// A run directory moved to `./out` resumes there with a bare `--resume` (not in the directory
 /// the checkpoint was first written to).
 #[test]
