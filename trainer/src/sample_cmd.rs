@@ -72,6 +72,17 @@ pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
         }
         None => default_start(vocab, ckpt.meta.config.vocab_size),
     };
+    // A model padded past its vocabulary (nanoGPT's 50304 for GPT-2's 50257, or a char model
+    // given a larger vocab_size) has ids no text decodes to (they printed U+FFFD): draws are
+    // among the vocabulary's tokens, which are all the data ever held.
+    let drawable = vocab.size().min(ckpt.meta.config.vocab_size as usize);
+    // (GPT-2's own padding, to 50304, is nanoGPT's default: no note for that.)
+    if drawable < ckpt.meta.config.vocab_size as usize && matches!(vocab, Vocabulary::Chars { .. }) {
+        crate::print_note(&format!(
+            "the model's vocab_size {} is past its vocabulary's {drawable} tokens: samples draw from those {drawable}",
+            ckpt.meta.config.vocab_size
+        ));
+    }
     let block = model.block_size();
     let mut rng = HostRng::new(args.seed);
     let mut out = std::io::stdout().lock();
@@ -87,7 +98,7 @@ pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
                 .and_then(|l| l.to_dtype(candle_core::DType::F32))
                 .and_then(|l| l.to_vec1::<f32>())
                 .map_err(|e| Failure { code: 1, message: format!("sampling failed: {e}") })?;
-            ids.push(draw(&logits, args.temperature, args.top_k as usize, &mut rng) as u32);
+            ids.push(draw(&logits[..drawable.min(logits.len())], args.temperature, args.top_k as usize, &mut rng) as u32);
         }
         let text = vocab.decode(&ids);
         match writeln!(out, "{text}\n---------------").and_then(|()| out.flush()) {

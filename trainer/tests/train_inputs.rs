@@ -144,6 +144,21 @@ fn bad_checkpoints() {
     assert_has(&one_error_line(&run(&["sample", "--out-dir", good.to_str().unwrap(), "--prompt", "ZZZ"])), &["--prompt", "'Z'"]);
 }
 
+/// A char model given a vocab_size past its characters (a link's V=64 over the built-in
+/// corpus's 32) has ids no character decodes to: samples are drawn among its characters (they
+/// printed U+FFFD), with a note.
+#[test]
+fn samples_from_a_padded_char_model_are_its_characters() {
+    let dir = scratch("padded-chars");
+    train_ok(&dir, &["--vocab-size", "64", "--max-iters", "1"]);
+    let out = run(&["sample", "--out-dir", dir.to_str().unwrap(), "--temperature", "5", "--max-new-tokens", "300", "--num-samples", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let samples = text(&out.stdout);
+    assert!(samples.chars().filter(|c| !c.is_whitespace() && *c != '-').count() > 100, "{samples}");
+    assert!(!samples.contains('\u{FFFD}'), "{samples}");
+    assert!(text(&out.stderr).contains("the model's vocab_size 64 is past its vocabulary's"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn bad_flags() {
     let dir = scratch("bad-flags");
