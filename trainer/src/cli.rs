@@ -98,7 +98,7 @@ pub struct TrainArgs {
     #[arg(long = "auto-fit", alias = "auto_fit")]
     pub auto_fit: bool,
     /// Memory the pre-flight may plan for, in MiB [default: what the machine has available].
-    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_positive)]
+    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_memory_limit)]
     pub max_memory_mib: Option<u64>,
     /// Optimizer steps to take [default: 600; with --config: 600000].
     #[arg(long = "max-iters", alias = "max_iters", value_name = "N", value_parser = parse_count)]
@@ -278,7 +278,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
     /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory].
-    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_positive)]
+    #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_memory_limit)]
     pub max_memory_mib: Option<u64>,
     /// train.py settings from a pasted command line that plan does not use, as (name, value),
     /// taken out before clap parses the rest (see [`take_training_only`]).
@@ -502,6 +502,16 @@ fn parse_other_usage(s: &str) -> Result<u64, String> {
         Ok(n) if n <= max => Ok(n),
         Ok(_) => Err(format!("at most {max}")),
         Err(_) => Err("expected a whole number of MiB".into()),
+    }
+}
+
+/// A memory budget in MiB: at least 1, and no more than vramfit models anywhere (4 TiB, as the
+/// memory other programs hold; a larger one was shown capped, as 17,592,186,044,416 MiB).
+fn parse_memory_limit(s: &str) -> Result<u64, String> {
+    let max = vramfit_core::link::MAX_OTHER_USAGE_MIB;
+    match parse_positive(s)? {
+        n if n <= max => Ok(n),
+        _ => Err(format!("at most {max}")),
     }
 }
 

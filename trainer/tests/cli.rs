@@ -363,6 +363,9 @@ fn bad_command_line_is_one_error_line() {
         assert_one_error_line(args);
     }
     assert!(assert_one_error_line(&["plan", "--n-layr", "3"]).contains("--n-layer"));
+    // A memory budget past what vramfit models was shown capped, not refused.
+    let line = assert_one_error_line(&["plan", "--runtime", "trainer", "--max-memory-mib", "18446744073709551615"]);
+    assert!(line.contains("at most 4194304"), "{line}");
     // A train.py setting without its value: named as such, not "unexpected, did you mean --eval_iters".
     let line = assert_one_error_line(&["plan", "--max_iters"]);
     assert!(line.contains("--max_iters needs a value") && !line.contains("eval_iters"), "{line}");
