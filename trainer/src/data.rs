@@ -8,8 +8,9 @@
 //!   nanoGPT's `tiktoken.get_encoding("gpt2")`); the first 90 % of the text trains, the rest
 //!   validates, as nanoGPT's prepare scripts split it;
 //! - a directory with nanoGPT's prepared `train.bin` and `val.bin` (raw little-endian uint16
-//!   ids, memory-mapped and widened to u32 batch by batch), decoded as GPT-2 as nanoGPT's
-//!   `sample.py` does when there is no `meta.pkl`.
+//!   ids, memory-mapped and widened to u32 batch by batch), with the character vocabulary of the
+//!   `meta.pkl` beside them if there is one (nanoGPT's char-level datasets), else decoded as GPT-2
+//!   as nanoGPT's `sample.py` does when there is no `meta.pkl`.
 //!
 //! Every problem is one line for the user (`Err(String)`).
 
@@ -144,6 +145,63 @@ impl Vocabulary {
         }
     }
 }
+
+/// The file nanoGPT's char-level prepare scripts write beside train.bin and val.bin.
+pub const META_FILE: &str = "meta.pkl";
+
+/// The vocabulary of nanoGPT's `meta.pkl` at `path`, if there is one: train.py takes the
+/// model's vocab_size from it and sample.py decodes with its `itos`, so a char-level dataset
+/// is not GPT-2 tokens. vramfit's character vocabulary is one character per id, in order (as
+/// `prepare.py`'s `sorted(set(data))` makes it); a meta.pkl that is not is refused.
+pub fn read_meta(path: &Path) -> Result<Option<Vocabulary>, String> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let shown = path.display();
+    let bytes = read_input_file(path, Some(MAX_META_BYTES)).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = crate::pickle::load(&bytes).map_err(|e| format!("{shown} is not a pickle vramfit can read: {e}"))?;
+    let Some(crate::pickle::Value::Dict(itos)) = meta.get("itos") else {
+        return Err(format!(
+            "{shown} has no itos (the id -> character map nanoGPT's char-level prepare.py writes): vramfit reads only those \
+             (move it away to read the .bin files as GPT-2 tokens)"
+        ));
+    };
+    // Each id's character, in one pass over the dict.
+    let mut by_id: Vec<Option<char>> = vec![None; itos.len()];
+    for (k, v) in itos {
+        let id = match k {
+            crate::pickle::Value::Int(id) if (0..itos.len() as i64).contains(id) => *id as usize,
+            _ => return Err(format!("{shown}: itos has the key {k:?} (its ids must be 0 to {})", itos.len() - 1)),
+        };
+        by_id[id] = match v {
+            crate::pickle::Value::Str(s) if s.chars().count() == 1 => s.chars().next(),
+            _ => {
+                return Err(format!(
+                    "{shown}: itos[{id}] is {v:?}, not one character (vramfit's vocabularies from meta.pkl are characters)"
+                ))
+            }
+        };
+    }
+    let mut chars = String::new();
+    for c in by_id.into_iter().flatten() {
+        if chars.chars().next_back().is_some_and(|last| last >= c) {
+            return Err(format!("{shown}: its characters are not in sorted order (as prepare.py's sorted(set(data)) gives them)"));
+        }
+        chars.push(c);
+    }
+    if chars.is_empty() {
+        return Err(format!("{shown}: its itos is empty"));
+    }
+    match meta.get("vocab_size") {
+        Some(crate::pickle::Value::Int(n)) if *n == itos.len() as i64 => {}
+        Some(other) => return Err(format!("{shown}: vocab_size is {other:?} but itos has {} characters", itos.len())),
+        None => {}
+    }
+    Ok(Some(Vocabulary::Chars { chars }))
+}
+
+/// A meta.pkl of 1.1 M characters is about 20 MiB; a larger file is not one.
+const MAX_META_BYTES: u64 = 64 << 20;
 
 /// One split's token ids.
 pub enum Tokens {
@@ -360,7 +418,8 @@ impl Dataset {
             DataSource::Bin { dir } => {
                 let train = map_u16(&dir.join("train.bin"))?;
                 let val = map_u16(&dir.join("val.bin"))?;
-                Ok(Dataset::new(train, val, Vocabulary::Gpt2, source.clone()))
+                let vocab = read_meta(&dir.join(META_FILE))?.unwrap_or(Vocabulary::Gpt2);
+                Ok(Dataset::new(train, val, vocab, source.clone()))
             }
         }
     }
@@ -499,6 +558,48 @@ pub fn get_batch(tokens: &Tokens, batch: usize, block: usize, rng: &mut HostRng)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// nanoGPT's char-level meta.pkl, as Python pickles it (trainer/tests/data/make_meta.py):
+    /// the vocabulary is its characters in id order, whatever the protocol, past 255 ids and
+    /// memo entries, and across pickle's batches of 1,000 dict items.
+    #[test]
+    fn meta_pkl_gives_the_character_vocabulary() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let mut small: Vec<char> = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll: Speak, speak. é".chars().collect();
+        small.sort();
+        small.dedup();
+        let small: String = small.into_iter().collect();
+        let large: String = (0..1500).map(|i| char::from_u32(0x4E00 + i).unwrap()).collect();
+        for (file, want) in [("meta_small.pkl", &small), ("meta_protocol2.pkl", &small), ("meta_large.pkl", &large)] {
+            assert_eq!(read_meta(&fixtures.join(file)).unwrap(), Some(Vocabulary::Chars { chars: want.clone() }), "{file}");
+        }
+        assert_eq!(read_meta(&fixtures.join("no-such-meta.pkl")).unwrap(), None);
+    }
+
+    /// A meta.pkl vramfit cannot use as a character vocabulary is one line naming the file and
+    /// what is wrong (pickles from Python: `pickle.dumps` of the dict in each comment).
+    #[test]
+    fn a_meta_pkl_that_is_no_character_vocabulary_is_refused() {
+        let dir = std::env::temp_dir().join(format!("vramfit-meta-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (bytes, want) in [
+            // {'vocab_size': 50257}
+            (&b"\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x0avocab_size\x94MQ\xc4s."[..], "has no itos"),
+            // {'vocab_size': 2, 'itos': {0: 'ab', 1: 'c'}}
+            (b"\x80\x04\x95,\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x02\x8c\x04itos\x94}\x94(K\x00\x8c\x02ab\x94K\x01\x8c\x01c\x94uu.", "itos[0] is Str(\"ab\"), not one character"),
+            // {'vocab_size': 2, 'itos': {0: 'b', 1: 'a'}}
+            (b"\x80\x04\x95+\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x02\x8c\x04itos\x94}\x94(K\x00\x8c\x01b\x94K\x01\x8c\x01a\x94uu.", "not in sorted order"),
+            // {'vocab_size': 5, 'itos': {0: 'a'}}
+            (b"\x80\x04\x95$\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x05\x8c\x04itos\x94}\x94K\x00\x8c\x01a\x94su.", "vocab_size is Int(5) but itos has 1 characters"),
+            (b"not a pickle", "is not a pickle vramfit can read"),
+        ] {
+            let path = dir.join("meta.pkl");
+            std::fs::write(&path, bytes).unwrap();
+            let err = read_meta(&path).unwrap_err();
+            assert!(err.contains(want) && err.contains("meta.pkl") && !err.contains('\n'), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn text_file(name: &str, contents: &[u8]) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("vramfit-data-{}", std::process::id()));

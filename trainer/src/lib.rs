@@ -5,7 +5,8 @@
 //! - [`preflight`] — predicts the run's memory with core before allocating; refuses or `--auto-fit`s.
 //! - [`mem`] — a counting global allocator (live and peak heap bytes) for measured peaks;
 //!   [`gpu_mem`] — the same two figures from the CUDA memory pool.
-//! - [`data`] (with [`corpus`], the built-in text) — tokens, vocabularies and nanoGPT's random batches.
+//! - [`data`] (with [`corpus`], the built-in text, and [`pickle`], for nanoGPT's `meta.pkl`) — tokens,
+//!   vocabularies and nanoGPT's random batches.
 //! - [`optim`] — AdamW with nanoGPT's parameter groups, gradient clipping, the learning-rate schedule.
 //! - [`train`] — train.py's loop; [`checkpoint`] — atomic safetensors checkpoints for `--resume` and `sample`;
 //!   [`pretrained`] — GPT-2's published weights, for fine-tuning (`train --weights`).
@@ -23,6 +24,7 @@ pub mod lossplot;
 pub mod mem;
 pub mod model;
 pub mod optim;
+pub mod pickle;
 pub mod preflight;
 pub mod pretrained;
 pub mod progress;

@@ -5,6 +5,7 @@
 mod train_support;
 
 use train_support::*;
+use vramfit::data::Vocabulary;
 use vramfit_core::link::{self, LinkState};
 use vramfit_core::{Attention, Config, Dtype};
 
@@ -131,6 +132,42 @@ fn gpt2_text_and_bin_files_train_and_sample() {
     let out = dir.join("out-bin");
     train_ok(&out, &["--data", bins.to_str().unwrap(), "--vocab-size", "97", "--max-iters", "1", "--eval-interval", "1"]);
     assert_eq!(checkpoint_tensors(&out).0.config.vocab_size, 97);
+}
+
+/// nanoGPT's char-level prepared data (shakespeare_char: train.bin, val.bin and meta.pkl) trains
+/// with the meta.pkl's characters, vocab_size from it as train.py takes it, and samples decode
+/// to those characters (it was taken for GPT-2 tokens and sampled GPT-2 words).
+#[test]
+fn char_bin_files_with_meta_pkl_train_and_sample_their_characters() {
+    let dir = scratch("char-bins");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/meta_small.pkl");
+    std::fs::copy(&fixture, dir.join("meta.pkl")).unwrap();
+    let vocab = vramfit::data::read_meta(&dir.join("meta.pkl")).unwrap().expect("a vocabulary");
+    let size = vocab.size() as u16;
+    let ids: Vec<u8> = (0..600u16).map(|i| (i * 7) % size).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(dir.join("train.bin"), &ids).unwrap();
+    std::fs::write(dir.join("val.bin"), &ids[..300]).unwrap();
+    let out = dir.join("out");
+    let trained = train_ok(&out, &["--data", dir.to_str().unwrap(), "--max-iters", "1", "--eval-interval", "1"]);
+    assert!(text(&trained.stdout).contains(&format!("vocabulary {size} characters")), "{}", text(&trained.stdout));
+    let (meta, _) = checkpoint_tensors(&out);
+    assert_eq!((meta.vocab, meta.config.vocab_size), (vocab.clone(), size as u32));
+    let sample =
+        run(&["sample", "--out-dir", out.to_str().unwrap(), "--num-samples", "1", "--max-new-tokens", "200", "--temperature", "3"]);
+    assert!(sample.status.success(), "{}", text(&sample.stderr));
+    let Vocabulary::Chars { chars } = &vocab else { unreachable!() };
+    let printed = text(&sample.stdout);
+    let body = printed.trim_end().trim_end_matches('-');
+    assert!(body.chars().count() > 150 && body.chars().all(|c| chars.contains(c)), "{printed}");
+    // A broken meta.pkl is one error line, and nothing trains.
+    std::fs::write(dir.join("meta.pkl"), b"garbage").unwrap();
+    let failed = run(&["train", "--out-dir", dir.join("out2").to_str().unwrap(), "--data", dir.to_str().unwrap(), "--max-iters", "1"]);
+    assert_eq!(failed.status.code(), Some(2));
+    assert!(
+        text(&failed.stderr).trim().lines().count() == 1 && text(&failed.stderr).contains("meta.pkl is not a pickle"),
+        "{}",
+        text(&failed.stderr)
+    );
 }
 
 /// The run `vramfit train` does with no arguments learns: shortened here to 100 iterations (the
