@@ -4,8 +4,10 @@
 //! config file is Python. vramfit reads the subset such files use: one assignment per line,
 //! `name = <expression>` with integers, floats (`6e-4`), strings (`'...'`, `"..."`), `True`,
 //! `False`, `None`, names assigned earlier (or train.py's settings), `+ - * / // % **` and
-//! parentheses. Anything else (imports, function calls, blocks) is skipped with a notice, unless
-//! it sets a setting vramfit models: that would silently change the prediction, so it is an error.
+//! parentheses; an augmented assignment (`n_layer += 2`) is the assignment it amounts to.
+//! Anything else (imports, function calls, blocks) is skipped with a notice, unless it sets a
+//! setting vramfit models, or may set names no assignment shows (`exec`, `globals()`, a star
+//! import of another config): that would silently change the prediction, so it is an error.
 
 use crate::config::{self, Attention, Config, ConfigError, Dtype, Optimizer};
 use serde::{Deserialize, Serialize};
@@ -508,6 +510,22 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             notices.push(skip("indented: vramfit reads top-level assignments only"));
             continue;
         }
+        // `n_layer += 2` is `n_layer = n_layer + (2)` for the settings read here.
+        let rewritten;
+        let code = match augmented_assignment(code) {
+            Some(plain) => {
+                rewritten = plain;
+                rewritten.as_str()
+            }
+            None => code,
+        };
+        if let Some(why) = sets_names_unseen(code).filter(|_| assignments(code).is_none()) {
+            // Skipping it would plan with values train.py would not use.
+            return Err(ConfigFileError::Syntax {
+                line,
+                reason: format!("`{}` {why}, which vramfit cannot follow: write the settings as assignments", excerpt(code.trim())),
+            });
+        }
         let Some(targets) = assignments(code) else {
             let first_word = code.split_whitespace().next().unwrap_or("");
             let import = matches!(first_word, "import" | "from");
@@ -819,6 +837,37 @@ type Target<'a> = (&'a str, Result<&'a str, String>);
 /// unpacking, `a, b = 1, 2` (brackets on either side allowed); a target whose value cannot be
 /// told (`a, b = f()`) carries the reason. None: not an assignment (`==`, `+=`, `x.y = 1`, a
 /// call, an import).
+/// `name OP= expr` as the plain assignment it amounts to, `name = name OP (expr)`.
+fn augmented_assignment(code: &str) -> Option<String> {
+    let name_end = code.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(code.len());
+    let (name, rest) = code.split_at(name_end);
+    if !is_name(name) {
+        return None;
+    }
+    let rest = rest.trim_start();
+    ["**=", "//=", "+=", "-=", "*=", "/=", "%="]
+        .into_iter()
+        .find_map(|op| rest.strip_prefix(op).map(|expr| format!("{name} = {name} {} ({})", &op[..op.len() - 1], expr.trim())))
+}
+
+/// Why a top-level statement may set names that no assignment shows (code that `exec`s text,
+/// writes `globals()`, or a star import of another config), if it does.
+fn sets_names_unseen(code: &str) -> Option<&'static str> {
+    let code = code.trim();
+    let words: Vec<&str> = code.split_whitespace().collect();
+    if words.first() == Some(&"from") && words.get(2) == Some(&"import") && words.get(3).is_some_and(|w| w.starts_with('*')) {
+        return Some("takes every name of another file");
+    }
+    let calls = |f: &str| {
+        code.match_indices(f).any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            let after = code[at + f.len()..].trim_start();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') && after.starts_with('(')
+        })
+    };
+    ["exec", "globals", "locals", "vars", "setattr"].into_iter().any(calls).then_some("may set names in code")
+}
+
 fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
     let eq = assignment_sign(code)?;
     let (lhs, expr) = (&code[..eq], &code[eq + 1..]);
@@ -1354,6 +1403,31 @@ weight_decay = 1e-1
         parse_config_file(text, &Config::default())
     }
 
+    /// Statements that change a setting without a plain assignment: an augmented assignment is
+    /// the assignment it amounts to; code that may set names (exec, globals(), a star import)
+    /// is an error naming its line, not skipped (vramfit planned with values train.py would
+    /// not use). A string that only mentions exec is a value like any other.
+    #[test]
+    fn settings_changed_without_a_plain_assignment_are_followed_or_refused() {
+        let f =
+            parse("n_layer = 4\nn_layer += 2\nn_embd = 768\nn_embd //= 2\nn_head = 2\nn_head **= 3\nbatch_size = 10\nbatch_size -= 4\n")
+                .unwrap();
+        assert_eq!((f.config.n_layer, f.config.n_embd, f.config.n_head, f.config.batch_size), (6, 384, 8, 6));
+        for (text, line, why) in [
+            ("n_layer = 4\nexec(\"n_layer = 3\")\n", 2, "may set names in code"),
+            ("n_layer = 4\nglobals()['n_layer'] = 3\n", 2, "may set names in code"),
+            ("n_layer = 4\nglobals().update(n_layer=3)\n", 2, "may set names in code"),
+            ("from config.train_gpt2 import *\n", 1, "takes every name of another file"),
+        ] {
+            match parse(text) {
+                Err(ConfigFileError::Syntax { line: l, reason }) => assert!(l == line && reason.contains(why), "{text}: {reason}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let f = parse("import os\nwandb_run_name = 'exec(1)'\nn_layer = 2\n").unwrap();
+        assert_eq!(f.config.n_layer, 2);
+    }
+
     #[test]
     fn reads_shakespeare_char() {
         let f = parse(SHAKESPEARE_CHAR).unwrap();
@@ -1570,9 +1644,9 @@ weight_decay = 1e-1
         // In a conditional block, unpacking a shaping setting is the same error as assigning it.
         let err = parse("if big:\n    n_layer, n_head = 24, 16\n").unwrap_err();
         assert!(err.to_string().starts_with("line 2: n_layer: set in an indented block"), "{err}");
-        // Not assignments: comparisons, augmented assignment, attributes, a bare annotation, and
-        // a keyword's block on one line (not a name with an annotation).
-        for text in ["n_layer == 4\n", "n_layer += 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n", "else: x = 4\n"] {
+        // Not assignments: comparisons, attributes, a bare annotation, and a keyword's block on
+        // one line (not a name with an annotation). (An augmented assignment is one: see below.)
+        for text in ["n_layer == 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n", "else: x = 4\n"] {
             let f = parse(text).unwrap();
             assert_eq!(f.config.n_layer, 12, "{text:?}");
             assert!(!f.recognised, "{text:?}");
