@@ -678,8 +678,8 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
     if s.out_dir.as_os_str().is_empty() {
         return Err(refuse(a.out_dir.is_some(), "out_dir is empty: name a directory".into()));
     }
-    // The weights are f32: a rate past this turns the first update, and the logged rate, into
-    // infinities (1e308 did), which then read as a NaN loss.
+    // The weights and the schedule's rate are f32: a rate past f32's range is an infinity
+    // (1e308 was, logged as null), not a rate.
     for (name, value, flag) in [("learning_rate", s.lr.learning_rate, a.learning_rate), ("min_lr", s.lr.min_lr, a.min_lr)] {
         if value > MAX_LEARNING_RATE {
             return Err(refuse(flag.is_some(), format!("{name} must be at most {MAX_LEARNING_RATE:e} (got {value:e})")));
@@ -705,9 +705,9 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
     Ok(())
 }
 
-/// The largest learning rate `train` takes (AdamW's are around 1e-3; anything near this already
-/// diverges at once, but stays finite in f32 and reads as what it is).
-const MAX_LEARNING_RATE: f64 = 1e6;
+/// The largest learning rate `train` takes: one an f32 holds (AdamW's are around 1e-3; a rate
+/// far below this already diverges at once, but as a NaN loss that names the rate as its cause).
+const MAX_LEARNING_RATE: f64 = 1e38;
 
 /// With `--resume`, a `--seed` other than the checkpoint's is refused: the run continues the
 /// checkpoint's random state (its batches and dropout), so the seed would only be recorded in the

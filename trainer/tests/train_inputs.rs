@@ -164,7 +164,7 @@ fn bad_flags() {
     let dir = scratch("bad-flags");
     for (flags, expect) in [
         (vec!["--learning-rate=-1"], "expected a finite number >= 0"),
-        (vec!["--learning-rate", "1e308"], "learning_rate must be at most 1e6 (got 1e308)"),
+        (vec!["--learning-rate", "1e308"], "learning_rate must be at most 1e38 (got 1e308)"),
         (vec!["--beta2", "1.5"], "expected a number in [0, 1)"),
         (vec!["--device", "tpu"], "expected cpu or cuda"),
         (vec!["--tokenizer", "bpe"], "expected char or gpt2"),
