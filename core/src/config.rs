@@ -257,7 +257,10 @@ impl Config {
             return Err(ConfigError::HeadsDoNotDivide { n_embd: self.n_embd, n_head: self.n_head });
         }
         if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
-            return Err(ConfigError::Dropout(format!("{}", self.dropout)));
+            // Python's spelling for the far ones (1e308 printed 309 digits).
+            let far = self.dropout.is_finite() && (self.dropout.abs() >= 1e6 || (self.dropout != 0.0 && self.dropout.abs() < 1e-6));
+            let shown = if far { format!("{:e}", self.dropout) } else { format!("{}", self.dropout) };
+            return Err(ConfigError::Dropout(shown));
         }
         self.check_magnitudes()
     }

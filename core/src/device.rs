@@ -153,14 +153,14 @@ impl Gpu {
         match size {
             Ok(gib) if !explicit && gib.is_finite() && gib >= 100.0 => Err(format!(
                 "no preset card is named \"{}\" (see --list-gpus); for a custom size of that many GiB write custom-{}",
-                query.trim(),
+                crate::nanogpt::excerpt(query.trim()),
                 num
             )),
             Ok(gib) if gib.is_finite() && (0.25..=4096.0).contains(&gib) => Ok(Gpu::custom(gib)),
-            Ok(_) => Err(format!("\"{}\": {range}", query.trim())),
+            Ok(_) => Err(format!("\"{}\": {range}", crate::nanogpt::excerpt(query.trim()))),
             Err(_) => Err(format!(
                 "unknown GPU \"{}\": a preset id (see --list-gpus), a model number naming one card (4070), or a size such as 12gb or custom-12",
-                query.trim()
+                crate::nanogpt::excerpt(query.trim())
             )),
         }
     }

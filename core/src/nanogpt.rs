@@ -630,8 +630,8 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
 /// Longest piece of a line quoted in a message.
 const MAX_EXCERPT_CHARS: usize = 60;
 
-/// A piece of the file as messages quote it: one line, bounded length.
-fn excerpt(s: &str) -> String {
+/// A piece of the file (or of any input) as messages quote it: one line, bounded length.
+pub(crate) fn excerpt(s: &str) -> String {
     let mut out: String = s.chars().take(MAX_EXCERPT_CHARS).map(|c| if crate::reshapes_text(c) { ' ' } else { c }).collect();
     if s.chars().count() > MAX_EXCERPT_CHARS {
         out.push('…');

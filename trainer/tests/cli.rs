@@ -363,6 +363,13 @@ fn bad_command_line_is_one_error_line() {
         assert_one_error_line(args);
     }
     assert!(assert_one_error_line(&["plan", "--n-layr", "3"]).contains("--n-layer"));
+    // Far values and long names are quoted short: 1e308 printed 309 digits, a long --gpu value
+    // came back whole in vramfit's part of the message too.
+    assert!(assert_one_error_line(&["plan", "--dropout", "1e308"]).trim_end().ends_with("dropout must be in [0, 1) (got 1e308)"));
+    let long = "x".repeat(300);
+    let line = assert_one_error_line(&["plan", "--gpu", &long]);
+    assert_eq!(line.matches(&long).count(), 1, "{line}");
+    assert!(line.contains("unknown GPU \"xxxxxxxxxx") && line.contains("…\""), "{line}");
     // A memory budget past what vramfit models was shown capped, not refused.
     let line = assert_one_error_line(&["plan", "--runtime", "trainer", "--max-memory-mib", "18446744073709551615"]);
     assert!(line.contains("at most 4194304"), "{line}");
