@@ -86,6 +86,20 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
+/// A need and what is available, written so that two different sizes never read the same
+/// ("needs 1.0 MiB but 1.0 MiB is available"): MiB to one decimal, else to three, else bytes.
+fn need_and_available(need: u64, available: u64) -> (String, String) {
+    let at = |decimals: usize, b: u64| format!("{:.*} MiB", decimals, b as f64 / (1u64 << 20) as f64);
+    for decimals in [1, 3] {
+        let (n, a) = (at(decimals, need), at(decimals, available));
+        if n != a {
+            return (n, a);
+        }
+    }
+    let bytes = |b: u64| format!("{} bytes", vramfit_core::params::thousands(b));
+    (bytes(need), bytes(available))
+}
+
 /// A predicted size, marked `~` when it is an estimate.
 fn predicted(bytes: u64, basis: Basis) -> String {
     format!("{}{}", basis.mark(), mib(bytes))
@@ -173,11 +187,11 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
             None => "no single fix fits: use a smaller model".to_string(),
         }
     };
+    let (need_shown, available_shown) = need_and_available(need, available);
     Err(format!(
-        "this run needs {} (trainer memory model{}) but {} is available; {}; {}",
-        predicted(need, basis),
+        "this run needs {}{need_shown} (trainer memory model{}) but {available_shown} is available; {}; {}",
+        basis.mark(),
         basis.caveat(),
-        mib(available),
         breakdown_line(&sim, basis),
         fixes
     ))
@@ -306,6 +320,20 @@ fn sequences_change(from: &Config, to: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A need past what is available never reads as the same size as it ("needs 1.0 MiB but
+    /// 1.0 MiB is available"): more decimals, then bytes, only where one decimal ties.
+    #[test]
+    fn a_need_and_the_room_are_written_apart() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(need_and_available(25 * MIB, MIB), ("25.0 MiB".to_string(), "1.0 MiB".to_string()));
+        assert_eq!(need_and_available(MIB + MIB / 30, MIB), ("1.033 MiB".to_string(), "1.000 MiB".to_string()));
+        assert_eq!(need_and_available(MIB + 100, MIB), ("1,048,676 bytes".to_string(), "1,048,576 bytes".to_string()));
+        for (need, room) in [(MIB + 1, MIB), (3 * MIB + 5000, 3 * MIB), (MIB + MIB / 19, MIB)] {
+            let (n, r) = need_and_available(need, room);
+            assert_ne!(n, r, "{need} vs {room}");
+        }
+    }
 
     /// Core's copy of gemm's blocking rule gives what gemm itself computes on this CPU, for both
     /// kernels, depths below, at and above the k-block, and widths up to past the L3 panel.
