@@ -25,46 +25,25 @@ fn main() {
     let (mut total, mut grew, mut past, mut out_of_memory) = (0, 0, 0, 0);
     let mut worst = 0f64;
     let mut when: BTreeMap<(u32, bool), u32> = BTreeMap::new();
-    for n_layer in [4u32, 6, 12] {
-        for n_embd in [384u32, 768] {
-            for block_size in [256u32, 1024] {
-                for batch_size in [4u32, 8, 12, 16] {
-                    for vocab_size in [65u32, 50304] {
-                        for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
-                            for gradient_accumulation_steps in [1u32, 5] {
-                                let cfg = Config {
-                                    n_layer,
-                                    n_head: 6,
-                                    n_embd,
-                                    block_size,
-                                    vocab_size,
-                                    batch_size,
-                                    gradient_accumulation_steps,
-                                    dtype,
-                                    compile: false,
-                                    ..Config::default()
-                                };
-                                if cfg.validate().is_err() {
-                                    continue;
-                                }
-                                total += 1;
-                                let (windows, later) = sim::simulate_exact_and_later(&cfg, &target, None);
-                                let Some(later) = later else { continue };
-                                grew += 1;
-                                *when.entry((later.iteration, later.in_eval)).or_default() += 1;
-                                // The reserve never shrinks: the last window's is the run's so far.
-                                let simulated = windows.train.reserved_bytes.max(windows.eval.reserved_bytes);
-                                worst = worst.max(later.reserved_bytes as f64 / simulated as f64 - 1.0);
-                                if simulated <= room && later.reserved_bytes > room {
-                                    past += 1;
-                                    let (_, limited) = sim::simulate_exact_and_later(&cfg, &target, Some(room));
-                                    if limited.and_then(|l| l.past_limit).is_some_and(|p| !p.recovers) {
-                                        out_of_memory += 1;
-                                    }
-                                }
-                            }
-                        }
-                    }
+    for shape in shapes() {
+        for batch_size in [4u32, 8, 12, 16] {
+            let cfg = Config { batch_size, ..shape.clone() };
+            if cfg.validate().is_err() {
+                continue;
+            }
+            total += 1;
+            let (windows, later) = sim::simulate_exact_and_later(&cfg, &target, None);
+            let Some(later) = later else { continue };
+            grew += 1;
+            *when.entry((later.iteration, later.in_eval)).or_default() += 1;
+            // The reserve never shrinks: the last window's is the run's so far.
+            let simulated = windows.train.reserved_bytes.max(windows.eval.reserved_bytes);
+            worst = worst.max(later.reserved_bytes as f64 / simulated as f64 - 1.0);
+            if simulated <= room && later.reserved_bytes > room {
+                past += 1;
+                let (_, limited) = sim::simulate_exact_and_later(&cfg, &target, Some(room));
+                if limited.and_then(|l| l.past_limit).is_some_and(|p| !p.recovers) {
+                    out_of_memory += 1;
                 }
             }
         }
@@ -81,35 +60,9 @@ fn main() {
 
     let (mut searched, mut runs_out, mut none_below) = (0, 0, 0);
     let mut lowest = 1f64;
-    let mut shapes: Vec<Config> = Vec::new();
-    for n_layer in [4u32, 6, 12] {
-        for n_embd in [384u32, 768] {
-            for block_size in [256u32, 1024] {
-                for vocab_size in [65u32, 50304] {
-                    for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
-                        for gradient_accumulation_steps in [1u32, 5] {
-                            let cfg = Config {
-                                n_layer,
-                                n_head: 6,
-                                n_embd,
-                                block_size,
-                                vocab_size,
-                                batch_size: 4,
-                                gradient_accumulation_steps,
-                                dtype,
-                                compile: false,
-                                ..Config::default()
-                            };
-                            shapes.push(cfg);
-                        }
-                    }
-                }
-            }
-        }
-    }
     let (mut too_big, mut fixes_fit, mut fixes_out) = (0, 0, 0);
     let mut out_titles: Vec<String> = Vec::new();
-    for cfg in shapes {
+    for cfg in shapes() {
         let request = plan::PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
         let Ok(p) = plan::plan(&request) else { continue };
         let Some(largest) = p.largest_micro_batch else { continue };
@@ -142,4 +95,35 @@ fn main() {
     for t in out_titles {
         println!("  {t}");
     }
+}
+
+/// The grid's model shapes, each at batch 4: n_layer 4-12, n_embd 384/768, block 256/1024,
+/// vocab 65/50304, three dtypes, accumulation 1 and 5, eager.
+fn shapes() -> Vec<Config> {
+    let mut out = Vec::new();
+    for n_layer in [4u32, 6, 12] {
+        for n_embd in [384u32, 768] {
+            for block_size in [256u32, 1024] {
+                for vocab_size in [65u32, 50304] {
+                    for dtype in [Dtype::Bfloat16, Dtype::Float16, Dtype::Float32] {
+                        for gradient_accumulation_steps in [1u32, 5] {
+                            out.push(Config {
+                                n_layer,
+                                n_head: 6,
+                                n_embd,
+                                block_size,
+                                vocab_size,
+                                batch_size: 4,
+                                gradient_accumulation_steps,
+                                dtype,
+                                compile: false,
+                                ..Config::default()
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }

@@ -21,16 +21,23 @@ fn losses(out_dir: &std::path::Path, kind: &str, field: &str) -> Vec<(u64, f64)>
     by_iter.into_iter().collect()
 }
 
-#[test]
-fn resume_is_bit_identical_to_an_uninterrupted_run() {
-    let straight = scratch("resume-straight");
-    let split = scratch("resume-split");
+/// The 8-iteration run done in one go, and its first 4 iterations in another directory (to be
+/// resumed): the two directories.
+fn straight_and_first_half(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let straight = scratch(&format!("{name}-straight"));
+    let split = scratch(&format!("{name}-split"));
     let mut args = SETTINGS.to_vec();
     args.extend(["--max-iters", "8"]);
     train_ok(&straight, &args);
     let mut first = SETTINGS.to_vec();
     first.extend(["--max-iters", "4"]);
     train_ok(&split, &first);
+    (straight, split)
+}
+
+#[test]
+fn resume_is_bit_identical_to_an_uninterrupted_run() {
+    let (straight, split) = straight_and_first_half("resume");
     let (meta, _) = checkpoint_tensors(&split);
     assert_eq!((meta.iter_num, meta.optimizer_steps), (4, 4));
     let out = train_ok(&split, &["--resume", "--max-iters", "8"]);
@@ -104,14 +111,7 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
 /// checkpoint's save, so each iteration and evaluation is logged once, as in one straight run.
 #[test]
 fn resume_cuts_the_log_back_to_the_checkpoint() {
-    let straight = scratch("log-cut-straight");
-    let split = scratch("log-cut-split");
-    let mut args = SETTINGS.to_vec();
-    args.extend(["--max-iters", "8"]);
-    train_ok(&straight, &args);
-    let mut first = SETTINGS.to_vec();
-    first.extend(["--max-iters", "4"]);
-    train_ok(&split, &first);
+    let (straight, split) = straight_and_first_half("log-cut");
     // What a lost run after the save would have written: iteration 4's step and the eval
     // after it, then nothing saved.
     let log = split.join("log.jsonl");
