@@ -26,7 +26,7 @@ fn accuracy_table() {
     println!("| data | config | window | measured MiB | predicted MiB | error | label |");
     println!("|---|---|---|---:|---:|---:|---|");
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    for c in rows.iter().filter(|c| c.window == "train" || c.window == "eval") {
+    for c in rows.iter().filter(|c| c.window == "train" || c.window == "eval" || c.window == "later_reserved") {
         println!(
             "| {} | {} | {} | {:.2} | {:.2} | {:+.3}% | {} |",
             c.file,
@@ -44,7 +44,7 @@ fn accuracy_table() {
     let mut files: Vec<String> = rows.iter().map(|c| c.file.clone()).collect();
     files.dedup();
     for file in files {
-        for window in ["train", "eval", "first_iter", "eval_at_start", "reserved", "nvidia_smi"] {
+        for window in ["train", "eval", "first_iter", "eval_at_start", "reserved", "nvidia_smi", "later_reserved"] {
             let errs: Vec<f64> =
                 rows.iter().filter(|c| c.file == file && c.window == window && !c.labelled()).map(|c| c.rel_error().abs()).collect();
             if errs.is_empty() {

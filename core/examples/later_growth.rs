@@ -15,10 +15,19 @@
 //! the largest that keeps fitting lies. Last, each shape (bf16 and fp32) at one and a half
 //! times its largest batch, which does not fit: how many of its fixes that fit run out of memory
 //! later (`Fix::runs_out_later`).
+//!
+//! With the argument `configs`, it prints instead the configs for measuring this on a GPU
+//! (`tests/reference/later_configs.json`, run by `tests/reference/probes/later_growth.sh`): the
+//! grid's configs whose reserve the model grows most on an H100, those that grow latest, the
+//! README's GPT-2 example, and a few that do not grow, in configs.json's format.
 use std::collections::BTreeMap;
-use vramfit_core::{device, plan, sim, Config, Dtype};
+use vramfit_core::{device, plan, sim, Config, Dtype, Gpu};
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("configs") {
+        print_measurement_configs();
+        return;
+    }
     let gpu = device::default_gpu();
     let target = gpu.target();
     let room = gpu.usable_bytes - gpu.context_bytes;
@@ -126,4 +135,73 @@ fn shapes() -> Vec<Config> {
         }
     }
     out
+}
+
+/// The configs for a GPU run of `measure.py --later-cycles` (see the module's comment).
+fn print_measurement_configs() {
+    let h100 = Gpu::find("h100-80gb").expect("the H100 preset").target();
+    // (config, growth as a fraction of the windows' reserve, iteration it last grows at).
+    let mut grown: Vec<(Config, f64, u32)> = Vec::new();
+    let mut steady: Vec<Config> = Vec::new();
+    for shape in shapes() {
+        for batch_size in [4u32, 8, 12, 16] {
+            let cfg = Config { batch_size, ..shape.clone() };
+            if cfg.validate().is_err() {
+                continue;
+            }
+            let (windows, later) = sim::simulate_exact_and_later(&cfg, &h100, None);
+            let simulated = windows.train.reserved_bytes.max(windows.eval.reserved_bytes);
+            match later {
+                Some(l) => grown.push((cfg, l.reserved_bytes as f64 / simulated as f64 - 1.0, l.iteration)),
+                None => steady.push(cfg),
+            }
+        }
+    }
+    grown.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut chosen: Vec<(Config, String)> = Vec::new();
+    let mut take = |cfg: &Config, why: String| {
+        if !chosen.iter().any(|(c, _)| c == cfg) {
+            chosen.push((cfg.clone(), why));
+        }
+    };
+    for (cfg, growth, at) in grown.iter().take(8) {
+        take(cfg, format!("the model grows its reserve {:.1}% by iteration {at}", growth * 100.0));
+    }
+    let mut latest = grown.clone();
+    latest.sort_by_key(|g| std::cmp::Reverse(g.2));
+    for (cfg, growth, at) in latest.iter().take(3) {
+        take(cfg, format!("the model grows its reserve {:.1}%, last at iteration {at}", growth * 100.0));
+    }
+    let example = Config { n_head: 12, batch_size: 8, gradient_accumulation_steps: 5, compile: false, ..Config::default() };
+    let (_, later) = sim::simulate_exact_and_later(&example, &h100, None);
+    take(
+        &example,
+        format!("README's GPT-2 124M example; on the H100 the model {}", if later.is_some() { "grows" } else { "does not grow" }),
+    );
+    for cfg in steady.iter().step_by(steady.len().div_ceil(4).max(1)).take(4) {
+        take(cfg, "a control: the model's reserve does not grow".into());
+    }
+    let configs: Vec<serde_json::Value> = chosen
+        .iter()
+        .map(|(c, why)| {
+            serde_json::json!({
+                "id": format!(
+                    "later-L{}H{}C{}-T{}-B{}-V{}-{}-ga{}",
+                    c.n_layer, c.n_head, c.n_embd, c.block_size, c.batch_size, c.vocab_size, c.dtype.name(), c.gradient_accumulation_steps
+                ),
+                "n_layer": c.n_layer, "n_head": c.n_head, "n_embd": c.n_embd, "block_size": c.block_size,
+                "batch_size": c.batch_size, "vocab_size": c.vocab_size, "dtype": c.dtype.name(), "attention": "flash",
+                "bias": c.bias, "gradient_accumulation_steps": c.gradient_accumulation_steps, "dropout": c.dropout,
+                "activation_checkpointing": false, "optimizer": "adamw", "eval_batch_size": null, "eval_iters": 2,
+                "compile": false, "note": why,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "description": "Configs for measuring the CUDA allocator's reserve past iteration 2 (measure.py --later-cycles; \
+            tests/reference/probes/later_growth.sh), chosen by core/examples/later_growth.rs configs from its grid, \
+            with the H100 preset's allocator model.",
+        "configs": configs,
+    });
+    println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
 }

@@ -6,7 +6,7 @@
 
 mod reference_data;
 
-use reference_data::{comparisons, data_files, file_name, median, read_doc, ALLOCATED_KEYS, NOT_PYTORCH_MEASUREMENTS};
+use reference_data::{comparisons, data_dir, data_files, file_name, median, read_doc, ALLOCATED_KEYS, NOT_PYTORCH_MEASUREMENTS};
 use serde_json::Value;
 
 /// Every measured peak in every PyTorch data file becomes a comparison (a dropped file or row
@@ -110,4 +110,35 @@ fn every_unlabelled_row_within_two_percent_median_half_percent() {
         }
     }
     assert!(failures.is_empty(), "{} rows off target:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A row run on past iteration 2 (measure.py --later-cycles; none measured yet): its reserve
+/// after iteration 2 is compared with the windows' reserve, and its last with the reserve
+/// `simulate_exact_and_later` says the run reaches (window `later_reserved`). The row here is
+/// a measured H100 row given made-up later points, to check where each point goes.
+#[test]
+fn later_points_are_compared_with_the_continued_simulation() {
+    let h100 = data_dir().join("cuda-h100.json");
+    let mut doc = read_doc(&h100);
+    let rows = doc["rows"].as_array_mut().unwrap();
+    let row = rows.iter().find(|r| r["status"] == "ok" && r["config"]["compile"] == false).unwrap().clone();
+    let (after_two, last) = (1_000_000_007u64, 2_000_000_011u64);
+    let mut later = row.clone();
+    later["later_points"] = serde_json::json!([[2, false, after_two], [3, false, after_two], [18, true, last]]);
+    *rows = vec![later];
+    let dir = std::env::temp_dir().join(format!("vramfit-later-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cuda-h100-later.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let got = reference_data::comparisons_in(&[path]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let window = |w: &str| got.iter().find(|c| c.window == w).unwrap_or_else(|| panic!("no {w} comparison"));
+    assert_eq!(window("reserved").measured, after_two);
+    assert_eq!(window("later_reserved").measured, last);
+    let cfg: vramfit_core::Config = serde_json::from_value(row["config"].clone()).unwrap_or_else(|_| panic!("{}", row["config"]));
+    let target = vramfit_core::Gpu::find("h100-80gb").unwrap().target();
+    let (sim, continued) = vramfit_core::sim::simulate_exact_and_later(&cfg, &target, None);
+    let windows = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap();
+    assert_eq!(window("reserved").predicted, windows);
+    assert_eq!(window("later_reserved").predicted, continued.map_or(windows, |l| l.reserved_bytes));
 }

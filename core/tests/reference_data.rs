@@ -130,13 +130,18 @@ fn target_for(provenance: &Value) -> Option<Target> {
 /// cannot place on a target, or a measured row whose config it cannot read, is an error: a
 /// silently dropped file or row would leave the accuracy test checking less than it says.
 pub fn comparisons() -> Vec<Comparison> {
+    comparisons_in(&data_files())
+}
+
+/// [`comparisons`] for the given data files.
+pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
     let mut out = Vec::new();
-    for path in data_files() {
-        let file = file_name(&path);
+    for path in files {
+        let file = file_name(path);
         if NOT_PYTORCH_MEASUREMENTS.contains(&file.as_str()) {
             continue;
         }
-        let doc = read_doc(&path);
+        let doc = read_doc(path);
         let Some(target) = target_for(&doc["provenance"]) else {
             panic!("{file}: no simulation target for its provenance {}", doc["provenance"]);
         };
@@ -170,7 +175,24 @@ pub fn comparisons() -> Vec<Comparison> {
             // The caching allocator's reserve (never released during the loop) and the
             // process's line in nvidia-smi after the steady iteration, where measured.
             let reserved = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
-            if let (Some(measured), true) = (row.get("max_reserved_bytes_overall").and_then(Value::as_u64), reserved > 0) {
+            // A row run on past iteration 2 (measure.py --later-cycles) has the reserve after each
+            // later iteration and eval: the first point, after iteration 2, is what the windows
+            // model (the reserve never shrinks), the last what `simulate_exact_and_later` says
+            // the run reaches (`later_reserved`, not yet held to a target).
+            let later_points: Vec<u64> = row
+                .get("later_points")
+                .and_then(Value::as_array)
+                .map(|ps| ps.iter().filter_map(|p| p[2].as_u64()).collect())
+                .unwrap_or_default();
+            let measured_reserved = match later_points.first() {
+                Some(&after_two) => Some(after_two),
+                None => row.get("max_reserved_bytes_overall").and_then(Value::as_u64),
+            };
+            if let (Some(&measured_final), true) = (later_points.last(), target.cuda_kernels) {
+                let (_, later) = vramfit_core::sim::simulate_exact_and_later(&cfg, &target, None);
+                push("later_reserved", measured_final, later.map_or(reserved, |l| l.reserved_bytes));
+            }
+            if let (Some(measured), true) = (measured_reserved, reserved > 0) {
                 push("reserved", measured, reserved);
                 if let (Some(smi_mib), Some(gpu)) =
                     (row.get("nvidia_smi_after_train_mib").and_then(Value::as_u64), gpu_for(&doc["provenance"]))

@@ -337,10 +337,17 @@ class TraceContext:
 # The run: nanoGPT train.py's lifetimes
 # ------------------------------------------------------------------------------------------------
 
+# Iterations per cycle of --later-cycles (core's sim::LATER_ITERATIONS: the allocator model runs
+# at most this many before an eval, looking for its fixed point).
+LATER_ITERATIONS = 16
+
+
 def run_training(cfg: dict, device: str, phases: Phases, fake: bool, trace_ctx=None,
-                 fused_adamw: bool = True) -> dict:
-    """Builds model/optimizer and runs eval0, iteration 1, eval, iteration 2 with phase records.
-    Returns facts about the model (parameter counts etc.)."""
+                 fused_adamw: bool = True, later_cycles: int = 0) -> dict:
+    """Builds model/optimizer and runs eval0, iteration 1, eval, iteration 2 with phase records;
+    then, for later_cycles > 0, that many cycles of LATER_ITERATIONS iterations and an eval
+    (phases it3.*, ..., eval.after<k>), as train.py goes on. Returns facts about the model
+    (parameter counts etc.)."""
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg["dtype"]]
     ctx = contextlib.nullcontext() if cfg["dtype"] == "float32" else torch.autocast(device_type, dtype=ptdtype)
@@ -421,6 +428,13 @@ def run_training(cfg: dict, device: str, phases: Phases, fake: bool, trace_ctx=N
     with phases("eval"):
         estimate_loss()
     iteration(2)
+    it = 2
+    for _ in range(later_cycles):
+        for _ in range(LATER_ITERATIONS):
+            it += 1
+            iteration(it)
+        with phases(f"eval.after{it}"):
+            estimate_loss()
 
     raw = getattr(model, "_orig_mod", model)
     params = list(raw.parameters())
@@ -466,7 +480,7 @@ def summarize(phases: list[dict]) -> dict:
 
 def measure(cfg_in: dict, method: str, trace_path: str | None = None,
             snapshot_path: str | None = None, fused_adamw: bool = True,
-            cuda_device: str = "cuda") -> dict:
+            cuda_device: str = "cuda", later_cycles: int = 0) -> dict:
     """Runs one config with one method; returns a result row (never raises)."""
     t0 = time.time()
     row = {"id": cfg_in.get("id"), "config": None, "method": method, "status": "ok",
@@ -488,7 +502,7 @@ def measure(cfg_in: dict, method: str, trace_path: str | None = None,
         elif method == "cpu-real":
             res = _measure_tracked(cfg, fake=False, trace_path=trace_path, fused_adamw=fused_adamw)
         elif method == "cuda":
-            res = _measure_cuda(cfg, snapshot_path, device=cuda_device)
+            res = _measure_cuda(cfg, snapshot_path, device=cuda_device, later_cycles=later_cycles)
         else:
             raise ValueError(method)
         row.update(res)
@@ -561,7 +575,23 @@ def _ops_seen(tracker):
     return getattr(tracker, "ops_seen", set())
 
 
-def _measure_cuda(cfg: dict, snapshot_path=None, device: str = "cuda") -> dict:
+def later_points(rows: list[dict]) -> list[list]:
+    """[iteration, in_eval, reserved bytes at its end] after each iteration from the second on
+    and each later eval (the reserve never shrinks without empty_cache, so the last is the
+    run's largest)."""
+    out = []
+    for p in rows:
+        name = p["name"]
+        if name.startswith("it") and name.endswith(".zero_grad"):
+            k = int(name[2:].split(".")[0])
+            if k >= 2:
+                out.append([k, False, p["end_reserved"]])
+        elif name.startswith("eval.after"):
+            out.append([int(name[len("eval.after"):]), True, p["end_reserved"]])
+    return out
+
+
+def _measure_cuda(cfg: dict, snapshot_path=None, device: str = "cuda", later_cycles: int = 0) -> dict:
     """device is 'cuda' except in the offline dry run (cuda_stub.py), which uses 'cpu'."""
     assert torch.cuda.is_available(), "CUDA is not available"
     torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT's train.py
@@ -581,7 +611,7 @@ def _measure_cuda(cfg: dict, snapshot_path=None, device: str = "cuda") -> dict:
             points.append(cuda_point(tags[name]))
 
     phases = Phases(CudaMeter(), on_end=on_end)
-    info, model, batch, ctx, scaler = run_training(cfg, device, phases, fake=False)
+    info, model, batch, ctx, scaler = run_training(cfg, device, phases, fake=False, later_cycles=later_cycles)
     if snapshot_path:
         import pickle
         snap = torch.cuda.memory._snapshot()
@@ -596,6 +626,10 @@ def _measure_cuda(cfg: dict, snapshot_path=None, device: str = "cuda") -> dict:
     row["nvidia_smi_after_eval_mib"] = next((p["nvidia_smi_process_mib"] for p in points if p["tag"] == "after_eval"), None)
     row["nvidia_smi_after_train_mib"] = next((p["nvidia_smi_process_mib"] for p in points if p["tag"] == "after_iter2"), None)
     row["max_reserved_bytes_overall"] = max(p.get("peak_reserved", 0) for p in phases.rows)
+    if later_cycles:
+        row["later_cycles"] = later_cycles
+        row["later_iterations"] = LATER_ITERATIONS
+        row["later_points"] = later_points(phases.rows)
     row["rounding"] = "CUDA caching allocator: allocated_bytes (512-byte blocks, unsplit large-block remainders included); *_raw_bytes = requested_bytes"
     row["phases"] = _compact_phases(phases.rows)
     st = torch.cuda.memory_stats()
@@ -642,6 +676,9 @@ def main(argv=None):
     ap.add_argument("--dry-run-cuda", action="store_true",
                     help="offline test of the cuda method: torch.cuda counters stubbed by a live-bytes "
                          "tracker on real CPU tensors (cuda_stub.py); numbers equal cpu-real's")
+    ap.add_argument("--later-cycles", type=int, default=0,
+                    help=f"cuda: go on after iteration 2 for this many cycles of {LATER_ITERATIONS} "
+                         "iterations and an eval, recording the reserve after each (row field later_points)")
     args = ap.parse_args(argv)
     cuda_device = "cuda"
     if args.dry_run_cuda:
@@ -657,8 +694,10 @@ def main(argv=None):
     else:
         cfg = json.loads(args.config_json)
         cfg.setdefault("id", "adhoc")
+    if args.later_cycles and args.method != "cuda":
+        sys.exit("--later-cycles measures the CUDA allocator's reserve: --method cuda only")
     row = measure(cfg, args.method, trace_path=args.trace, snapshot_path=args.snapshot,
-                  fused_adamw=not args.no_fused, cuda_device=cuda_device)
+                  fused_adamw=not args.no_fused, cuda_device=cuda_device, later_cycles=args.later_cycles)
     text = json.dumps(row, indent=1)
     if args.out:
         with open(args.out, "w") as f:
