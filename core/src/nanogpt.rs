@@ -1,8 +1,8 @@
 //! Reading and writing nanoGPT `config/train_*.py` files.
 //!
 //! nanoGPT's `configurator.py` simply `exec`s a config file inside `train.py`'s globals, so a
-//! config file is Python. vramfit reads the subset such files use: one assignment per line,
-//! `name = <expression>` with integers, floats (`6e-4`), strings (`'...'`, `"..."`), `True`,
+//! config file is Python. vramfit reads the subset such files use: assignments at the top level
+//! (one per line or joined by `;`, chained as `a = b = 4`), `name = <expression>` with integers, floats (`6e-4`), strings (`'...'`, `"..."`), `True`,
 //! `False`, `None`, names assigned earlier (or train.py's settings), `+ - * / // % **` and
 //! parentheses; an augmented assignment (`n_layer += 2`) is the assignment it amounts to.
 //! Anything else (imports, function calls, blocks) is skipped with a notice, unless it sets a
@@ -485,97 +485,101 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         if code.trim().is_empty() {
             continue;
         }
-        let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
-        if !code.starts_with(char::is_whitespace) {
-            // A top-level line that opens a block whose lines may or may not run.
-            let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
-            in_conditional_block = matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally")
-                && code.trim_end().ends_with(':');
-        }
-        if code.starts_with(char::is_whitespace) {
-            // Inside an `if`, a loop or a `try`, whether and how often a line runs is not known
-            // here. For a setting that changes the answer that is an error, not a silent
-            // default (unless a top-level line sets it again later: the last assignment wins).
-            // In a function body, a call's continued arguments or a string it is nothing.
-            let targets = assignments(code.trim_start()).filter(|_| in_conditional_block).unwrap_or_default();
-            for name in targets.iter().map(|(name, _)| *name) {
-                if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
-                    conditional.retain(|(k, _)| *k != shaping);
-                    conditional.push((shaping, line));
-                }
-                if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
-                    unreadable.push(name.to_string());
-                }
+        // `a = 1; b = 2` at the top level: each statement in turn, as Python runs them.
+        for code in top_level_statements(code) {
+            let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
+            if !code.starts_with(char::is_whitespace) {
+                // A top-level line that opens a block whose lines may or may not run.
+                let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+                in_conditional_block =
+                    matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally")
+                        && code.trim_end().ends_with(':');
             }
-            notices.push(skip("indented: vramfit reads top-level assignments only"));
-            continue;
-        }
-        // `n_layer += 2` is `n_layer = n_layer + (2)` for the settings read here.
-        let rewritten;
-        let code = match augmented_assignment(code) {
-            Some(plain) => {
-                rewritten = plain;
-                rewritten.as_str()
-            }
-            None => code,
-        };
-        if let Some(why) = sets_names_unseen(code).filter(|_| assignments(code).is_none()) {
-            // Skipping it would plan with values train.py would not use.
-            return Err(ConfigFileError::Syntax {
-                line,
-                reason: format!("`{}` {why}, which vramfit cannot follow: write the settings as assignments", excerpt(code.trim())),
-            });
-        }
-        let Some(targets) = assignments(code) else {
-            let first_word = code.split_whitespace().next().unwrap_or("");
-            let import = matches!(first_word, "import" | "from");
-            // A string on its own (a docstring) is not the mark of a file that is not config.
-            let docstring = code.trim_start().starts_with(['"', '\'']);
-            if !import && !docstring && first_statement.is_none() {
-                first_statement = Some((line, excerpt(code.trim())));
-            }
-            notices.push(skip(if import { "imports are not needed" } else { "not a simple assignment" }));
-            continue;
-        };
-        // Python evaluates every value before it assigns any (`a, b = b, a`).
-        let values: Vec<Result<Value, String>> = {
-            let lookup = |n: &str| env.get(n).cloned().or_else(|| config_value(&cfg, n));
-            targets.iter().map(|(_, expr)| expr.as_ref().map_err(Clone::clone).and_then(|e| evaluate(e, &lookup))).collect()
-        };
-        for ((name, expr), value) in targets.into_iter().zip(values) {
-            // Why the value cannot be read, quoting its expression where it has one of its own.
-            let unreadable_because = |e: String| match expr {
-                Ok(x) => format!("cannot read `{}`: {e}", excerpt(x.trim())),
-                Err(_) => e,
-            };
-            if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
-                let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
-                let value = value.map_err(|e| bad(unreadable_because(e)))?;
-                set_modelled(&mut cfg, name, &value).map_err(bad)?;
-                set_on.retain(|(k, _)| *k != modelled);
-                set_on.push((modelled, line));
-                conditional.retain(|(k, _)| *k != modelled);
-                env.insert(name.to_string(), value);
-                continue;
-            }
-            match value {
-                Ok(value) => {
-                    if is_known_extra(name) {
-                        unreadable.retain(|n| n != name);
-                        conditional.retain(|(k, _)| *k != name);
-                        match extra.iter_mut().find(|(k, _)| k == name) {
-                            Some(slot) => slot.1 = value.clone(),
-                            None => extra.push((name.to_string(), value.clone())),
-                        }
-                    } else {
-                        notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
+            if code.starts_with(char::is_whitespace) {
+                // Inside an `if`, a loop or a `try`, whether and how often a line runs is not known
+                // here. For a setting that changes the answer that is an error, not a silent
+                // default (unless a top-level line sets it again later: the last assignment wins).
+                // In a function body, a call's continued arguments or a string it is nothing.
+                let targets = assignments(code.trim_start()).filter(|_| in_conditional_block).unwrap_or_default();
+                for name in targets.iter().map(|(name, _)| *name) {
+                    if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
+                        conditional.retain(|(k, _)| *k != shaping);
+                        conditional.push((shaping, line));
                     }
-                    env.insert(name.to_string(), value);
-                }
-                Err(e) => {
-                    notices.push(format!("line {line}: ignored {name}: {}", unreadable_because(e)));
                     if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
                         unreadable.push(name.to_string());
+                    }
+                }
+                notices.push(skip("indented: vramfit reads top-level assignments only"));
+                continue;
+            }
+            // `n_layer += 2` is `n_layer = n_layer + (2)` for the settings read here.
+            let rewritten;
+            let code = match augmented_assignment(code) {
+                Some(plain) => {
+                    rewritten = plain;
+                    rewritten.as_str()
+                }
+                None => code,
+            };
+            if let Some(why) = sets_names_unseen(code).filter(|_| assignments(code).is_none()) {
+                // Skipping it would plan with values train.py would not use.
+                return Err(ConfigFileError::Syntax {
+                    line,
+                    reason: format!("`{}` {why}, which vramfit cannot follow: write the settings as assignments", excerpt(code.trim())),
+                });
+            }
+            let Some(targets) = assignments(code) else {
+                let first_word = code.split_whitespace().next().unwrap_or("");
+                let import = matches!(first_word, "import" | "from");
+                // A string on its own (a docstring) is not the mark of a file that is not config.
+                let docstring = code.trim_start().starts_with(['"', '\'']);
+                if !import && !docstring && first_statement.is_none() {
+                    first_statement = Some((line, excerpt(code.trim())));
+                }
+                notices.push(skip(if import { "imports are not needed" } else { "not a simple assignment" }));
+                continue;
+            };
+            // Python evaluates every value before it assigns any (`a, b = b, a`).
+            let values: Vec<Result<Value, String>> = {
+                let lookup = |n: &str| env.get(n).cloned().or_else(|| config_value(&cfg, n));
+                targets.iter().map(|(_, expr)| expr.as_ref().map_err(Clone::clone).and_then(|e| evaluate(e, &lookup))).collect()
+            };
+            for ((name, expr), value) in targets.into_iter().zip(values) {
+                // Why the value cannot be read, quoting its expression where it has one of its own.
+                let unreadable_because = |e: String| match expr {
+                    Ok(x) => format!("cannot read `{}`: {e}", excerpt(x.trim())),
+                    Err(_) => e,
+                };
+                if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
+                    let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
+                    let value = value.map_err(|e| bad(unreadable_because(e)))?;
+                    set_modelled(&mut cfg, name, &value).map_err(bad)?;
+                    set_on.retain(|(k, _)| *k != modelled);
+                    set_on.push((modelled, line));
+                    conditional.retain(|(k, _)| *k != modelled);
+                    env.insert(name.to_string(), value);
+                    continue;
+                }
+                match value {
+                    Ok(value) => {
+                        if is_known_extra(name) {
+                            unreadable.retain(|n| n != name);
+                            conditional.retain(|(k, _)| *k != name);
+                            match extra.iter_mut().find(|(k, _)| k == name) {
+                                Some(slot) => slot.1 = value.clone(),
+                                None => extra.push((name.to_string(), value.clone())),
+                            }
+                        } else {
+                            notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
+                        }
+                        env.insert(name.to_string(), value);
+                    }
+                    Err(e) => {
+                        notices.push(format!("line {line}: ignored {name}: {}", unreadable_because(e)));
+                        if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
+                            unreadable.push(name.to_string());
+                        }
                     }
                 }
             }
@@ -837,6 +841,26 @@ type Target<'a> = (&'a str, Result<&'a str, String>);
 /// unpacking, `a, b = 1, 2` (brackets on either side allowed); a target whose value cannot be
 /// told (`a, b = f()`) carries the reason. None: not an assignment (`==`, `+=`, `x.y = 1`, a
 /// call, an import).
+/// The statements of a line, split at its top-level semicolons (outside strings and
+/// brackets), the first as it is and the others trimmed; a trailing `;` ends nothing. A block's
+/// header (`if x: a = 1; b = 2`) is one statement: its `;`s belong to its one-line body.
+fn top_level_statements(code: &str) -> Vec<&str> {
+    let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+    let header = matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally" | "def" | "class");
+    if code.starts_with(char::is_whitespace) || header {
+        return vec![code];
+    }
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = find_in_code(rest, |_, c, depth| c == ';' && depth == 0) {
+        out.push(&rest[..at]);
+        rest = rest[at + 1..].trim_start();
+    }
+    out.push(rest);
+    out.retain(|s| !s.trim().is_empty());
+    out
+}
+
 /// `name OP= expr` as the plain assignment it amounts to, `name = name OP (expr)`.
 fn augmented_assignment(code: &str) -> Option<String> {
     let name_end = code.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(code.len());
@@ -871,6 +895,19 @@ fn sets_names_unseen(code: &str) -> Option<&'static str> {
 fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
     let eq = assignment_sign(code)?;
     let (lhs, expr) = (&code[..eq], &code[eq + 1..]);
+    // `a = b = 4`: every name takes the last expression, leftmost first, as Python assigns
+    // (chains of plain names; a chain through a tuple is not read).
+    if assignment_sign(expr).is_some() {
+        let name = unbracketed(lhs).trim();
+        let mut rest = assignments(expr)?;
+        let one_value = rest.iter().all(|(_, e)| e.is_ok() && *e == rest[0].1);
+        if !is_name(name) || !one_value {
+            return None;
+        }
+        let value = rest[0].1.clone();
+        rest.insert(0, (name, value));
+        return Some(rest);
+    }
     // An annotated assignment: `name: type = value` (the annotation may not contain `=`).
     let lhs = match lhs.split_once(':') {
         Some((name, annotation)) if !annotation.trim().is_empty() && is_name(name.trim()) => return Some(vec![(name.trim(), Ok(expr))]),
@@ -1426,6 +1463,29 @@ weight_decay = 1e-1
         }
         let f = parse("import os\nwandb_run_name = 'exec(1)'\nn_layer = 2\n").unwrap();
         assert_eq!(f.config.n_layer, 2);
+    }
+
+    /// Valid Python the reader once refused with an error line: statements joined by `;` run
+    /// in turn (not inside a string, and not the one-line body of a block), and a chained
+    /// assignment gives every name the value.
+    #[test]
+    fn semicolons_and_chained_assignments_are_read_as_python_runs_them() {
+        let f = parse("n_layer = 6; n_head = 6;\nn_embd = block_size = 384 ; out_dir = 'a;b'\n").unwrap();
+        assert_eq!((f.config.n_layer, f.config.n_head, f.config.n_embd, f.config.block_size), (6, 6, 384, 384));
+        assert_eq!(f.get("out_dir"), Some(&Value::Str("a;b".into())));
+        // Later statements see earlier ones, on the same line too.
+        let f = parse("n_layer = 4; n_layer += 2; n_head = n_layer\n").unwrap();
+        assert_eq!((f.config.n_layer, f.config.n_head), (6, 6));
+        // A block's one-line body is the block's: not run here, with its note, as before.
+        let f = parse("if big: n_layer = 24; n_head = 16\n").unwrap();
+        assert_eq!((f.config.n_layer, f.config.n_head), (12, 12));
+        assert!(f.notices.iter().any(|n| n.ends_with("(not a simple assignment)")), "{:#?}", f.notices);
+        // A chain through a tuple is not read as a chain of names.
+        let f = parse("out_dir = x, y = 1, 2\nn_layer = 3\n").unwrap();
+        assert_eq!((f.get("out_dir"), f.config.n_layer), (None, 3));
+        // A bad value in a joined statement names its line.
+        let err = parse("n_layer = 4; n_head = 'six'\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 1: n_head:"), "{err}");
     }
 
     #[test]
