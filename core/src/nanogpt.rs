@@ -501,15 +501,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 // default (unless a top-level line sets it again later: the last assignment wins).
                 // In a function body, a call's continued arguments or a string it is nothing.
                 let targets = assignments(code.trim_start()).filter(|_| in_conditional_block).unwrap_or_default();
-                for name in targets.iter().map(|(name, _)| *name) {
-                    if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
-                        conditional.retain(|(k, _)| *k != shaping);
-                        conditional.push((shaping, line));
-                    }
-                    if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
-                        unreadable.push(name.to_string());
-                    }
-                }
+                mark_conditional(targets.iter().map(|(name, _)| *name), line, &mut conditional, &mut unreadable);
                 notices.push(skip("indented: vramfit reads top-level assignments only"));
                 continue;
             }
@@ -530,6 +522,12 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 });
             }
             let Some(targets) = assignments(code) else {
+                // A block's one-line body is as conditional as an indented one.
+                for statement in conditional_body(code).map(split_statements).unwrap_or_default() {
+                    let plain = augmented_assignment(statement);
+                    let targets = assignments(plain.as_deref().unwrap_or(statement)).unwrap_or_default();
+                    mark_conditional(targets.iter().map(|(name, _)| *name), line, &mut conditional, &mut unreadable);
+                }
                 let first_word = code.split_whitespace().next().unwrap_or("");
                 let import = matches!(first_word, "import" | "from");
                 // A string on its own (a docstring) is not the mark of a file that is not config.
@@ -597,7 +595,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
         return Err(ConfigFileError::BadValue {
             line,
             key: name.to_string(),
-            reason: "set in an indented block, which vramfit does not run: move it to the top level".into(),
+            reason: "set inside a block (if, for, while, with, try), which vramfit does not run: move it to the top level".into(),
         });
     }
     let recognised = !set_on.is_empty() || !extra.is_empty() || !unreadable.is_empty();
@@ -850,6 +848,12 @@ fn top_level_statements(code: &str) -> Vec<&str> {
     if code.starts_with(char::is_whitespace) || header {
         return vec![code];
     }
+    split_statements(code)
+}
+
+/// `code` split at its top-level semicolons, the first as it is and the others trimmed, empty
+/// ones dropped.
+fn split_statements(code: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut rest = code;
     while let Some(at) = find_in_code(rest, |_, c, depth| c == ';' && depth == 0) {
@@ -859,6 +863,37 @@ fn top_level_statements(code: &str) -> Vec<&str> {
     out.push(rest);
     out.retain(|s| !s.trim().is_empty());
     out
+}
+
+/// Settings assigned where vramfit does not run the assignment (an indented or one-line block
+/// body that may or may not run): one that shapes the model is an error unless a top-level line
+/// sets it again later (`conditional`, with the line); a known train.py setting is unreadable.
+fn mark_conditional<'n>(
+    names: impl IntoIterator<Item = &'n str>,
+    line: usize,
+    conditional: &mut Vec<(&'static str, usize)>,
+    unreadable: &mut Vec<String>,
+) {
+    for name in names {
+        if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
+            conditional.retain(|(k, _)| *k != shaping);
+            conditional.push((shaping, line));
+        }
+        if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
+            unreadable.push(name.to_string());
+        }
+    }
+}
+
+/// The one-line body of a top-level block whose lines may or may not run (`if big: n_layer = 24`,
+/// `else: x = 1`), if `code` is such a header with a body after its colon.
+fn conditional_body(code: &str) -> Option<&str> {
+    let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+    if !matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally") {
+        return None;
+    }
+    let colon = find_in_code(code, |_, c, depth| c == ':' && depth == 0)?;
+    Some(code[colon + 1..].trim()).filter(|body| !body.is_empty())
 }
 
 /// `name OP= expr` as the plain assignment it amounts to, `name = name OP (expr)`.
@@ -1476,9 +1511,14 @@ weight_decay = 1e-1
         // Later statements see earlier ones, on the same line too.
         let f = parse("n_layer = 4; n_layer += 2; n_head = n_layer\n").unwrap();
         assert_eq!((f.config.n_layer, f.config.n_head), (6, 6));
-        // A block's one-line body is the block's: not run here, with its note, as before.
-        let f = parse("if big: n_layer = 24; n_head = 16\n").unwrap();
-        assert_eq!((f.config.n_layer, f.config.n_head), (12, 12));
+        // A block's one-line body is the block's, as conditional as an indented one: a setting
+        // that shapes the model there is an error unless a top-level line sets it again later; a
+        // train.py setting there cannot be read.
+        let err = parse("if big: n_layer = 24; n_head = 16\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 1: n_layer: set inside a block"), "{err}");
+        let f = parse("if big: n_layer += 12\nn_layer = 6\nelse: max_iters = 10\n").unwrap();
+        assert_eq!(f.config.n_layer, 6);
+        assert_eq!(f.unreadable, ["max_iters"]);
         assert!(f.notices.iter().any(|n| n.ends_with("(not a simple assignment)")), "{:#?}", f.notices);
         // A chain through a tuple is not read as a chain of names.
         let f = parse("out_dir = x, y = 1, 2\nn_layer = 3\n").unwrap();
@@ -1590,7 +1630,10 @@ weight_decay = 1e-1
     fn settings_inside_blocks_are_not_silently_defaults() {
         // A modelled setting only assigned inside a block: an error naming its line.
         let err = parse("n_embd = 384\nif big:\n    n_layer = 24\n").unwrap_err();
-        assert_eq!(err.to_string(), "line 3: n_layer: set in an indented block, which vramfit does not run: move it to the top level");
+        assert_eq!(
+            err.to_string(),
+            "line 3: n_layer: set inside a block (if, for, while, with, try), which vramfit does not run: move it to the top level"
+        );
         // A training setting only assigned inside a block: unreadable, so `train` refuses it.
         let f = parse("if True:\n    learning_rate = 5\n").unwrap();
         assert_eq!(f.unreadable, ["learning_rate"]);
@@ -1606,7 +1649,7 @@ weight_decay = 1e-1
         assert!(parse("max_iters = foo\nmax_iters = 10\n").unwrap().unreadable.is_empty());
         // init_from decides the model's shape: in a block it is an error too.
         let err = parse("for i in range(2):\n    init_from = 'gpt2-xl'\n").unwrap_err();
-        assert!(err.to_string().starts_with("line 2: init_from: set in an indented block"), "{err}");
+        assert!(err.to_string().starts_with("line 2: init_from: set inside a block"), "{err}");
         // Indented lines that are not in a conditional block stay notices: a call's continued
         // arguments, a string, a function's local variable.
         for text in ["wandb_config = dict(\n    n_layer=4,\n)\n", "\"\"\"\n    n_layer = 3\n\"\"\"\n", "def f():\n    n_layer = 3\n"] {
@@ -1703,10 +1746,10 @@ weight_decay = 1e-1
         assert_eq!(parse("n_layer, = 4\n").unwrap_err().to_string(), "line 1: n_layer: cannot unpack `4` into 1 name");
         // In a conditional block, unpacking a shaping setting is the same error as assigning it.
         let err = parse("if big:\n    n_layer, n_head = 24, 16\n").unwrap_err();
-        assert!(err.to_string().starts_with("line 2: n_layer: set in an indented block"), "{err}");
+        assert!(err.to_string().starts_with("line 2: n_layer: set inside a block"), "{err}");
         // Not assignments: comparisons, attributes, a bare annotation, and a keyword's block on
         // one line (not a name with an annotation). (An augmented assignment is one: see below.)
-        for text in ["n_layer == 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n", "else: x = 4\n"] {
+        for text in ["n_layer == 4\n", "cfg.n_layer = 4\n", "n_layer: int\n", "n_layer <= 4\n", "else: wandb_x = 4\n"] {
             let f = parse(text).unwrap();
             assert_eq!(f.config.n_layer, 12, "{text:?}");
             assert!(!f.recognised, "{text:?}");
@@ -1714,7 +1757,7 @@ weight_decay = 1e-1
         // Brackets inside strings do not count: `(')', 1)` is two values.
         let f = parse("out_dir, n_layer = (')', 4)\n").unwrap();
         assert_eq!((f.get("out_dir"), f.config.n_layer), (Some(&Value::Str(")".into())), 4));
-        let f = parse("else: n_layer = 4\n").unwrap();
+        let f = parse("else: wandb_x = 4\n").unwrap();
         assert!(f.notices[0].ends_with("(not a simple assignment)"), "{:#?}", f.notices);
     }
 

@@ -306,7 +306,7 @@ fn a_flood_of_config_file_notices_is_counted_not_printed() {
 fn settings_inside_blocks_are_one_error_line() {
     let file = temp_file("indented.py", "if big:\n    n_layer = 24\n");
     let err = assert_one_error_line(&["plan", "--config", file.to_str().unwrap()]);
-    assert!(err.contains("line 2: n_layer: set in an indented block"), "{err}");
+    assert!(err.contains("line 2: n_layer: set inside a block"), "{err}");
 }
 
 #[test]
