@@ -500,8 +500,23 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 // here. For a setting that changes the answer that is an error, not a silent
                 // default (unless a top-level line sets it again later: the last assignment wins).
                 // In a function body, a call's continued arguments or a string it is nothing.
-                let targets = assignments(code.trim_start()).filter(|_| in_conditional_block).unwrap_or_default();
-                mark_conditional(targets.iter().map(|(name, _)| *name), line, &mut conditional, &mut unreadable);
+                if in_conditional_block {
+                    if let Some(why) = sets_names_unseen(code) {
+                        // `for k, v in overrides.items(): globals()[k] = v` sets what it likes.
+                        return Err(ConfigFileError::Syntax {
+                            line,
+                            reason: format!(
+                                "`{}` {why}, which vramfit cannot follow: write the settings as assignments",
+                                excerpt(code.trim())
+                            ),
+                        });
+                    }
+                    for statement in split_statements(code.trim_start()) {
+                        let plain = augmented_assignment(statement);
+                        let targets = assignments(plain.as_deref().unwrap_or(statement)).unwrap_or_default();
+                        mark_conditional(targets.iter().map(|(name, _)| *name), line, &mut conditional, &mut unreadable);
+                    }
+                }
                 notices.push(skip("indented: vramfit reads top-level assignments only"));
                 continue;
             }
@@ -514,7 +529,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 }
                 None => code,
             };
-            if let Some(why) = sets_names_unseen(code).filter(|_| assignments(code).is_none()) {
+            if let Some(why) = sets_names_unseen(code) {
                 // Skipping it would plan with values train.py would not use.
                 return Err(ConfigFileError::Syntax {
                     line,
@@ -835,10 +850,6 @@ fn sequence_items(s: &str) -> Option<Vec<&str>> {
 /// One target of an assignment: its name, and its expression, or why its value cannot be told.
 type Target<'a> = (&'a str, Result<&'a str, String>);
 
-/// The targets of an assignment line, in order: `name = expr`, `name: annotation = expr`, and
-/// unpacking, `a, b = 1, 2` (brackets on either side allowed); a target whose value cannot be
-/// told (`a, b = f()`) carries the reason. None: not an assignment (`==`, `+=`, `x.y = 1`, a
-/// call, an import).
 /// The statements of a line, split at its top-level semicolons (outside strings and
 /// brackets), the first as it is and the others trimmed; a trailing `;` ends nothing. A block's
 /// header (`if x: a = 1; b = 2`) is one statement: its `;`s belong to its one-line body.
@@ -909,39 +920,68 @@ fn augmented_assignment(code: &str) -> Option<String> {
         .find_map(|op| rest.strip_prefix(op).map(|expr| format!("{name} = {name} {} ({})", &op[..op.len() - 1], expr.trim())))
 }
 
-/// Why a top-level statement may set names that no assignment shows (code that `exec`s text,
-/// writes `globals()`, or a star import of another config), if it does.
+/// Why a statement may set names that no assignment shows, if it may: code that `exec`s text or
+/// calls `setattr`, writes through `globals()`, `locals()` or `vars()` (reading them is fine), or
+/// imports settings from another file (`from config.x import *`, or a setting by name).
 fn sets_names_unseen(code: &str) -> Option<&'static str> {
     let code = code.trim();
-    let words: Vec<&str> = code.split_whitespace().collect();
-    if words.first() == Some(&"from") && words.get(2) == Some(&"import") && words.get(3).is_some_and(|w| w.starts_with('*')) {
-        return Some("takes every name of another file");
+    let words: Vec<&str> = code.split(|c: char| c.is_whitespace() || c == ',').filter(|w| !w.is_empty()).collect();
+    if words.first() == Some(&"from") {
+        let imported = words
+            .iter()
+            .skip_while(|w| !w.starts_with("import"))
+            .map(|w| w.trim_start_matches("import").trim_matches(|c| c == '(' || c == ')'));
+        let names: Vec<&str> = imported.filter(|w| !w.is_empty()).collect();
+        if names.iter().any(|n| n.starts_with('*')) {
+            return Some("takes every name of another file");
+        }
+        if names.iter().any(|n| MODELLED.contains(n) || is_known_extra(n) || *n == "init_from") {
+            return Some("takes a setting from another file");
+        }
+        return None;
     }
-    let calls = |f: &str| {
-        code.match_indices(f).any(|(at, _)| {
+    // Where each name is called, outside strings: what follows its `(`...`)`.
+    let calls = |f: &str, writes_only: bool| {
+        let mut found = false;
+        find_in_code(code, |at, c, _| {
             let before = code[..at].chars().next_back();
-            let after = code[at + f.len()..].trim_start();
-            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') && after.starts_with('(')
-        })
+            if c == f.as_bytes()[0] as char && code[at..].starts_with(f) && !before.is_some_and(|b| b.is_ascii_alphanumeric() || b == '_') {
+                let after = code[at + f.len()..].trim_start();
+                if let Some(args) = after.strip_prefix('(') {
+                    // `globals()[k] = v`, `vars().update(...)`; not `print(globals().keys())`.
+                    let rest = args.split_once(')').map_or("", |(_, r)| r.trim_start());
+                    found = !writes_only
+                        || rest.starts_with('[') && assignment_sign(rest).is_some()
+                        || [".update(", ".setdefault(", ".__setitem__("].iter().any(|m| rest.starts_with(m));
+                }
+            }
+            found
+        });
+        found
     };
-    ["exec", "globals", "locals", "vars", "setattr"].into_iter().any(calls).then_some("may set names in code")
+    let exec = calls("exec", false) || calls("setattr", false);
+    let writes = ["globals", "locals", "vars"].into_iter().any(|f| calls(f, true));
+    (exec || writes).then_some("may set names in code")
 }
 
+/// The targets of an assignment line, in order: `name = expr`, `name: annotation = expr`,
+/// unpacking, `a, b = 1, 2` (brackets on either side allowed), and chains of names, `a = b = 4`;
+/// a target whose value cannot be told (`a, b = f()`) carries the reason. None: not an
+/// assignment (`==`, `+=`, `x.y = 1`, a call, an import).
 fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
     let eq = assignment_sign(code)?;
     let (lhs, expr) = (&code[..eq], &code[eq + 1..]);
-    // `a = b = 4`: every name takes the last expression, leftmost first, as Python assigns
-    // (chains of plain names; a chain through a tuple is not read).
+    // `a = b = 4`: every name takes the last expression, leftmost first, as Python assigns.
+    // Another chain (`n_layer = d['n'] = 8`, `f = lambda x=1: x`) is read as `a = <the rest>`,
+    // whose value then cannot be read: an error for a setting vramfit models, as before.
     if assignment_sign(expr).is_some() {
         let name = unbracketed(lhs).trim();
-        let mut rest = assignments(expr)?;
-        let one_value = rest.iter().all(|(_, e)| e.is_ok() && *e == rest[0].1);
-        if !is_name(name) || !one_value {
-            return None;
+        let chained = assignments(expr).filter(|rest| rest.iter().all(|(_, e)| e.is_ok() && *e == rest[0].1));
+        if let (true, Some(mut rest)) = (is_name(name), chained) {
+            let value = rest[0].1.clone();
+            rest.insert(0, (name, value));
+            return Some(rest);
         }
-        let value = rest[0].1.clone();
-        rest.insert(0, (name, value));
-        return Some(rest);
     }
     // An annotated assignment: `name: type = value` (the annotation may not contain `=`).
     let lhs = match lhs.split_once(':') {
@@ -1498,6 +1538,41 @@ weight_decay = 1e-1
         }
         let f = parse("import os\nwandb_run_name = 'exec(1)'\nn_layer = 2\n").unwrap();
         assert_eq!(f.config.n_layer, 2);
+        // Code that only mentions or reads these runs as any other skipped line.
+        let f =
+            parse("print('call exec(x) later'); print(globals().keys())\nx = vars()\nexecution = 1\nfrom math import sqrt\nn_layer = 3\n")
+                .unwrap();
+        assert_eq!(f.config.n_layer, 3);
+        // What may set a setting: refused wherever it is, a block's body included.
+        for (text, line) in [
+            ("_ = exec('n_layer = 3')\n", 1),
+            ("import builtins\nbuiltins.exec('n_layer = 3')\n", 2),
+            ("for k, v in overrides.items():\n    globals()[k] = v\n", 2),
+            ("from config.train_gpt2 import n_layer\n", 1),
+            ("from config.train_gpt2 import (batch_size, max_iters)\n", 1),
+            ("from config.train_gpt2 import*\n", 1),
+        ] {
+            match parse(text) {
+                Err(ConfigFileError::Syntax { line: l, reason }) => {
+                    assert!(l == line && reason.contains("cannot follow"), "{text}: {reason}")
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // In an indented block, joined statements and augmented assignments are as conditional
+        // as plain ones.
+        for text in ["if big:\n    n_layer = 24; n_head = 16\n", "if big:\n    n_layer += 12\n"] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with("line 2: n_layer: set inside a block"), "{text:?}: {err}");
+        }
+        assert_eq!(parse("if big:\n    max_iters = 10; n_layer = 2\nn_layer = 4\n").unwrap().unreadable, ["max_iters"]);
+        // A chain vramfit cannot read whole is `a = <the rest>`: unreadable, an error for a
+        // modelled setting, a notice otherwise.
+        for text in ["n_layer = d['n_layer'] = 8\n", "n_layer = x.y = 8\n"] {
+            assert!(parse(text).unwrap_err().to_string().starts_with("line 1: n_layer:"), "{text:?}");
+        }
+        let f = parse("f = lambda x=1: x\nn_layer = 5\n").unwrap();
+        assert!(f.notices.iter().any(|n| n.starts_with("line 1: ignored f: cannot read")), "{:#?}", f.notices);
     }
 
     /// Valid Python the reader once refused with an error line: statements joined by `;` run

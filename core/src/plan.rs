@@ -151,9 +151,10 @@ pub struct LastingMicroBatch {
     /// (1-based) in which, or in whose following eval, its reserve passes the card.
     pub runs_out_at_iteration: u32,
     pub runs_out_in_eval: bool,
-    /// The largest micro-batch below it whose windows fit and whose continued reserve stays
-    /// within the card, or passes it but recovers by PyTorch's release of cached segments;
-    /// `None` if no smaller batch does.
+    /// A micro-batch below it whose windows fit and whose continued reserve stays within the
+    /// card (or passes it but recovers by PyTorch's release of cached segments), and whose next
+    /// one up does not: the largest such where the need grows with the batch (near the card it
+    /// need not, and a larger one may keep fitting too); `None` if no smaller batch does.
     pub batch_size: Option<u32>,
     /// Its need (nvidia-smi bytes) at its worst, the later growth included.
     pub needed_bytes: Option<u64>,

@@ -171,19 +171,22 @@ pub fn read_meta(path: &Path) -> Result<Option<Vocabulary>, String> {
     for (k, v) in itos {
         let id = match k {
             crate::pickle::Value::Int(id) if (0..itos.len() as i64).contains(id) => *id as usize,
-            _ => return Err(format!("{shown}: itos has the key {k:?} (its ids must be 0 to {})", itos.len() - 1)),
+            _ => return Err(format!("{shown}: itos has the key {} (its ids must be 0 to {})", short(k), itos.len() - 1)),
         };
         by_id[id] = match v {
             crate::pickle::Value::Str(s) if s.chars().count() == 1 => s.chars().next(),
             _ => {
                 return Err(format!(
-                    "{shown}: itos[{id}] is {v:?}, not one character (vramfit's vocabularies from meta.pkl are characters)"
+                    "{shown}: itos[{id}] is {}, not one character (vramfit's vocabularies from meta.pkl are characters)",
+                    short(v)
                 ))
             }
         };
     }
     let mut chars = String::new();
-    for c in by_id.into_iter().flatten() {
+    for (id, c) in by_id.into_iter().enumerate() {
+        // (A key set twice leaves an id without one.)
+        let Some(c) = c else { return Err(format!("{shown}: itos has no character for id {id}")) };
         if chars.chars().next_back().is_some_and(|last| last >= c) {
             return Err(format!("{shown}: its characters are not in sorted order (as prepare.py's sorted(set(data)) gives them)"));
         }
@@ -194,10 +197,19 @@ pub fn read_meta(path: &Path) -> Result<Option<Vocabulary>, String> {
     }
     match meta.get("vocab_size") {
         Some(crate::pickle::Value::Int(n)) if *n == itos.len() as i64 => {}
-        Some(other) => return Err(format!("{shown}: vocab_size is {other:?} but itos has {} characters", itos.len())),
+        Some(other) => return Err(format!("{shown}: vocab_size is {} but itos has {} characters", short(other), itos.len())),
         None => {}
     }
     Ok(Some(Vocabulary::Chars { chars }))
+}
+
+/// A pickled value as an error line quotes it: at most 40 characters of its `Debug`.
+fn short(v: &crate::pickle::Value) -> String {
+    let full = format!("{v:?}");
+    match full.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &full[..at]),
+        None => full,
+    }
 }
 
 /// A meta.pkl of 1.1 M characters is about 20 MiB; a larger file is not one.

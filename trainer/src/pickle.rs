@@ -21,31 +21,39 @@ pub enum Value {
     Bytes(Vec<u8>),
     /// Lists and tuples alike.
     List(Vec<Value>),
-    /// Items in the order they were set.
+    /// Items in the order they were set (a key set twice is there twice; see [`Value::get`]).
     Dict(Vec<(Value, Value)>),
 }
 
 impl Value {
-    /// The value under a string key of a dict.
+    /// The value under a string key of a dict (the last set, as Python keeps it).
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
-            Value::Dict(items) => items.iter().find(|(k, _)| matches!(k, Value::Str(s) if s == key)).map(|(_, v)| v),
+            Value::Dict(items) => items.iter().rev().find(|(k, _)| matches!(k, Value::Str(s) if s == key)).map(|(_, v)| v),
             _ => None,
         }
     }
 }
 
-/// What is on the machine's stack: a value, or a MARK.
+/// What is on the machine's stack: a value (with how deep its containers nest), or a MARK.
 enum Slot {
     Mark,
-    Value(Value),
+    Value(Value, usize),
 }
+
+/// Deepest nesting of lists and dicts read: plain data needs a few levels, and a value nested
+/// a million deep (two bytes a level) would overflow the stack when dropped.
+const MAX_DEPTH: usize = 64;
+
+/// Bytes of strings a pickle may copy out of its memo: a 2-byte BINGET can repeat a long string
+/// as often as it likes (references in Python, copies here).
+const MAX_COPIED_BYTES: usize = 64 << 20;
 
 /// Decodes a whole pickle to its value; one line saying what is wrong otherwise.
 pub fn load(bytes: &[u8]) -> Result<Value, String> {
     let mut at = 0usize;
     let mut stack: Vec<Slot> = Vec::new();
-    let mut memo: HashMap<u64, Value> = HashMap::new();
+    let mut memo: HashMap<u64, Option<Value>> = HashMap::new();
     let take = |at: &mut usize, n: usize| -> Result<&[u8], String> {
         let end = at.checked_add(n).filter(|&e| e <= bytes.len()).ok_or("it ends in the middle of a value")?;
         let s = &bytes[*at..end];
@@ -55,22 +63,29 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
     let uint = |b: &[u8]| b.iter().rev().fold(0u64, |n, &x| n << 8 | x as u64);
     let text = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| "a string in it is not UTF-8".to_string());
     let pop = |stack: &mut Vec<Slot>| match stack.pop() {
-        Some(Slot::Value(v)) => Ok(v),
+        Some(Slot::Value(v, depth)) => Ok((v, depth)),
         _ => Err("its program takes a value from an empty stack".to_string()),
     };
-    // The values above the topmost MARK, which goes too.
-    let pop_mark = |stack: &mut Vec<Slot>| -> Result<Vec<Value>, String> {
+    // The values above the topmost MARK, which goes too, and their deepest nesting.
+    let pop_mark = |stack: &mut Vec<Slot>| -> Result<(Vec<Value>, usize), String> {
         let mark = stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or("its program has no MARK where one is needed")?;
         let items = stack.split_off(mark + 1);
         stack.pop();
-        Ok(items.into_iter().map(|s| if let Slot::Value(v) = s { v } else { Value::None }).collect())
+        let depth = items.iter().map(|s| if let Slot::Value(_, d) = s { *d } else { 0 }).max().unwrap_or(0);
+        Ok((items.into_iter().map(|s| if let Slot::Value(v, _) = s { v } else { Value::None }).collect(), depth))
     };
+    // A container around values nested `depth` deep.
+    let nest = |depth: usize| match depth + 1 {
+        d if d > MAX_DEPTH => Err(format!("it nests lists or dicts more than {MAX_DEPTH} deep")),
+        d => Ok(d),
+    };
+    let mut copied = 0usize;
     loop {
         let op = *take(&mut at, 1)?.first().unwrap_or(&0);
         let value = match op {
             b'.' => {
                 // STOP: the value left is the pickle's.
-                let v = pop(&mut stack)?;
+                let (v, _) = pop(&mut stack)?;
                 return Ok(v);
             }
             0x80 => {
@@ -90,29 +105,41 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
                 stack.push(Slot::Mark);
                 continue;
             }
-            0x94 => {
-                // MEMOIZE: the top of the stack gets the next memo index.
-                let top = match stack.last() {
-                    Some(Slot::Value(v)) => v.clone(),
+            0x94 | b'q' | b'r' => {
+                // MEMOIZE (the next index), BINPUT (1-byte index), LONG_BINPUT (4-byte): the top
+                // of the stack is remembered. Python remembers a reference; this keeps a copy of
+                // a scalar or string, and for a list or dict (which is still filled in after
+                // this, and which plain data never shares) that one was remembered.
+                let index = match op {
+                    0x94 => memo.len() as u64,
+                    b'q' => uint(take(&mut at, 1)?),
+                    _ => uint(take(&mut at, 4)?),
+                };
+                let kept = match stack.last() {
+                    Some(Slot::Value(Value::List(_) | Value::Dict(_), _)) => None,
+                    Some(Slot::Value(v, _)) => Some(v.clone()),
                     _ => return Err("its program memoizes nothing".into()),
                 };
-                memo.insert(memo.len() as u64, top);
-                continue;
-            }
-            b'q' | b'r' => {
-                // BINPUT (1-byte index), LONG_BINPUT (4-byte).
-                let index = uint(take(&mut at, if op == b'q' { 1 } else { 4 })?);
-                let top = match stack.last() {
-                    Some(Slot::Value(v)) => v.clone(),
-                    _ => return Err("its program memoizes nothing".into()),
-                };
-                memo.insert(index, top);
+                memo.insert(index, kept);
                 continue;
             }
             b'h' | b'j' => {
                 // BINGET, LONG_BINGET.
                 let index = uint(take(&mut at, if op == b'h' { 1 } else { 4 })?);
-                memo.get(&index).cloned().ok_or(format!("its program reads memo entry {index}, which was never written"))?
+                let value = match memo.get(&index) {
+                    Some(Some(v)) => v.clone(),
+                    Some(None) => return Err("it refers to one list or dict from two places, which vramfit does not read".into()),
+                    None => return Err(format!("its program reads memo entry {index}, which was never written")),
+                };
+                copied += match &value {
+                    Value::Str(s) => s.len(),
+                    Value::Bytes(b) => b.len(),
+                    _ => 8,
+                };
+                if copied > MAX_COPIED_BYTES {
+                    return Err("it repeats its strings past 64 MiB".into());
+                }
+                value
             }
             b'N' => Value::None,
             0x88 => Value::Bool(true),
@@ -152,50 +179,69 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
                 let n = uint(take(&mut at, 4)?) as usize;
                 Value::Bytes(take(&mut at, n)?.to_vec())
             }
-            b'}' => Value::Dict(Vec::new()),
-            b']' | b')' => Value::List(Vec::new()),
-            b't' | b'l' => Value::List(pop_mark(&mut stack)?),
+            b'}' => {
+                stack.push(Slot::Value(Value::Dict(Vec::new()), 1));
+                continue;
+            }
+            b']' | b')' => {
+                stack.push(Slot::Value(Value::List(Vec::new()), 1));
+                continue;
+            }
+            b't' | b'l' => {
+                let (items, depth) = pop_mark(&mut stack)?;
+                stack.push(Slot::Value(Value::List(items), nest(depth)?));
+                continue;
+            }
             0x85..=0x87 => {
                 // TUPLE1..3
                 let n = (op - 0x84) as usize;
-                let mut items = Vec::with_capacity(n);
+                let (mut items, mut depth) = (Vec::with_capacity(n), 0);
                 for _ in 0..n {
-                    items.push(pop(&mut stack)?);
+                    let (v, d) = pop(&mut stack)?;
+                    items.push(v);
+                    depth = depth.max(d);
                 }
                 items.reverse();
-                Value::List(items)
+                stack.push(Slot::Value(Value::List(items), nest(depth)?));
+                continue;
             }
             b's' | b'u' => {
                 // SETITEM (one key and value), SETITEMS (pairs above a MARK), into the dict below.
-                let flat = if op == b's' {
-                    let v = pop(&mut stack)?;
-                    let k = pop(&mut stack)?;
-                    vec![k, v]
+                let (flat, depth) = if op == b's' {
+                    let (v, dv) = pop(&mut stack)?;
+                    let (k, dk) = pop(&mut stack)?;
+                    (vec![k, v], dv.max(dk))
                 } else {
                     pop_mark(&mut stack)?
                 };
                 if flat.len() % 2 != 0 {
                     return Err("its program sets a dict key without a value".into());
                 }
-                let Some(Slot::Value(Value::Dict(items))) = stack.last_mut() else {
+                let depth = nest(depth)?;
+                let Some(Slot::Value(Value::Dict(items), dict_depth)) = stack.last_mut() else {
                     return Err("its program sets items of something that is not a dict".into());
                 };
+                *dict_depth = (*dict_depth).max(depth);
+                // In order; a key set again is found last by `Value::get`, as Python keeps it.
                 let mut pairs = flat.into_iter();
                 while let (Some(k), Some(v)) = (pairs.next(), pairs.next()) {
-                    // A key set again replaces its value, as in Python.
-                    match items.iter_mut().find(|(key, _)| *key == k) {
-                        Some(item) => item.1 = v,
-                        None => items.push((k, v)),
-                    }
+                    items.push((k, v));
                 }
                 continue;
             }
             b'a' | b'e' => {
                 // APPEND, APPENDS, onto the list below.
-                let new = if op == b'a' { vec![pop(&mut stack)?] } else { pop_mark(&mut stack)? };
-                let Some(Slot::Value(Value::List(items))) = stack.last_mut() else {
+                let (new, depth) = if op == b'a' {
+                    let (v, d) = pop(&mut stack)?;
+                    (vec![v], d)
+                } else {
+                    pop_mark(&mut stack)?
+                };
+                let depth = nest(depth)?;
+                let Some(Slot::Value(Value::List(items), list_depth)) = stack.last_mut() else {
                     return Err("its program appends to something that is not a list".into());
                 };
+                *list_depth = (*list_depth).max(depth);
                 items.extend(new);
                 continue;
             }
@@ -204,7 +250,7 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
             }
             other => return Err(format!("it uses pickle opcode 0x{other:02x}, which vramfit does not read")),
         };
-        stack.push(Slot::Value(value));
+        stack.push(Slot::Value(value, 0));
     }
 }
 
@@ -246,5 +292,38 @@ mod tests {
         assert!(load(b"\x80\x01N.").unwrap_err().contains("protocol 1"));
         assert!(load(b"hello world").is_err());
         assert!(load(b"\x80\x04h\x05.").unwrap_err().contains("memo entry 5"));
+    }
+
+    /// What would take the reader's memory or stack: a list shared by reference (copies here,
+    /// 8^12 of them from 250 bytes), nesting a million deep (two bytes a level), and one long
+    /// string repeated by 2-byte references.
+    #[test]
+    fn hostile_pickles_are_refused_before_they_grow() {
+        let mut shared = b"\x80\x04]\x94".to_vec();
+        for level in 0..12u8 {
+            shared.push(b'(');
+            shared.extend(std::iter::repeat_n([b'h', level], 8).flatten());
+            shared.extend([b'l', 0x94]);
+        }
+        shared.push(b'.');
+        assert!(load(&shared).unwrap_err().contains("one list or dict from two places"));
+        let depth = 200_000;
+        let nested: Vec<u8> = std::iter::repeat_n(b'(', depth).chain(std::iter::repeat_n(b'l', depth)).chain([b'.']).collect();
+        assert!(load(&nested).unwrap_err().contains("more than 64 deep"));
+        let tuples: Vec<u8> = [b'N'].into_iter().chain(std::iter::repeat_n(0x85, depth)).chain([b'.']).collect();
+        assert!(load(&tuples).unwrap_err().contains("more than 64 deep"));
+        let big = 4usize << 20;
+        let mut repeated = b"\x80\x04(\x8d".to_vec();
+        repeated.extend((big as u64).to_le_bytes());
+        repeated.extend(std::iter::repeat_n(b'x', big));
+        repeated.push(0x94);
+        repeated.extend(std::iter::repeat_n([b'h', 0], 20).flatten());
+        repeated.extend(b"l.");
+        assert!(load(&repeated).unwrap_err().contains("past 64 MiB"));
+        // Plain data at the limits reads: 64 levels, and a key set twice (the last one counts).
+        let deep: Vec<u8> = [b'N'].into_iter().chain(std::iter::repeat_n(0x85, 64)).chain([b'.']).collect();
+        assert!(load(&deep).is_ok());
+        let twice = load(b"\x80\x04}(\x8c\x01aK\x01\x8c\x01aK\x02u.").unwrap();
+        assert_eq!(twice.get("a"), Some(&Value::Int(2)));
     }
 }

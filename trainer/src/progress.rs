@@ -59,7 +59,7 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
     use std::io::{BufRead, BufReader};
     let path = out_dir.join(LOG_FILE);
     let Ok(file) = File::open(&path) else { return Ok(None) };
-    let (mut offset, mut cut, mut lines_after) = (0u64, None, 0u64);
+    let (mut offset, mut cut, mut lines_after, mut last_byte) = (0u64, None, 0u64, None);
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     loop {
@@ -70,6 +70,7 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
         }
         offset += n as u64;
         lines_after += 1;
+        last_byte = line.last().copied();
         // Only checkpoint records are parsed (a log has one per save).
         const CHECKPOINT: &[u8] = b"\"checkpoint\"";
         if line.windows(CHECKPOINT.len()).any(|w| w == CHECKPOINT) {
@@ -80,7 +81,16 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
             }
         }
     }
-    let Some(cut) = cut.filter(|_| lines_after > 0) else { return Ok(None) };
+    // A last record cut short (a run killed mid-write) would have the next one appended onto
+    // its line: the log ends with a newline before anything is appended.
+    let ends_in_newline = last_byte.is_none_or(|b| b == b'\n');
+    let Some(cut) = cut.filter(|_| lines_after > 0) else {
+        if !ends_in_newline {
+            let mut log = OpenOptions::new().append(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            writeln!(log).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        return Ok(None);
+    };
     let log = OpenOptions::new().write(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     log.set_len(cut).map_err(|e| format!("cannot trim {}: {e}", path.display()))?;
     Ok(Some(format!(
@@ -281,5 +291,43 @@ impl Progress {
 
     pub fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log a resume continues: cut after the checkpoint's own save record, the last one of
+    /// its iteration; left whole where it has none; ending in a newline either way, so that the
+    /// next record never joins a line cut short.
+    #[test]
+    fn a_resume_cuts_the_log_back_to_its_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("vramfit-log-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(LOG_FILE);
+        let saved = "{\"iter\":0,\"kind\":\"eval\"}\n{\"iter\":2,\"kind\":\"checkpoint\"}\n{\"iter\":2,\"kind\":\"iter\"}\n{\"iter\":4,\"kind\":\"checkpoint\"}\n";
+        let cases = [
+            // (log, checkpoint iteration, log after, a note)
+            (format!("{saved}{{\"iter\":4,\"kind\":\"iter\"}}\n{{\"iter\":5,\"ki"), 4, saved.to_string(), true),
+            (saved.to_string(), 4, saved.to_string(), false),
+            (saved.trim_end().to_string(), 4, saved.to_string(), false),
+            (
+                format!("{saved}{{\"iter\":4,\"kind\":\"iter\"}}\n"),
+                2,
+                saved[..saved.find("{\"iter\":2,\"kind\":\"iter\"}").unwrap()].to_string(),
+                true,
+            ),
+            (format!("{saved}{{\"iter\":9,\"ki"), 7, format!("{saved}{{\"iter\":9,\"ki\n"), false),
+            (String::new(), 4, String::new(), false),
+        ];
+        for (before, iter, after, noted) in cases {
+            std::fs::write(&log, &before).unwrap();
+            let note = trim_log_to_checkpoint(&dir, iter).unwrap();
+            assert_eq!(std::fs::read_to_string(&log).unwrap(), after, "{before:?} at {iter}");
+            assert_eq!(note.is_some(), noted, "{before:?}: {note:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(trim_log_to_checkpoint(&dir, 1).unwrap(), None, "no log, nothing to do");
     }
 }

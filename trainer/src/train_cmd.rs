@@ -198,7 +198,19 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     let data = Dataset::load(&source).map_err(input)?;
     if let Some(ckpt) = &resume {
         if data.vocab != ckpt.meta.vocab {
-            return Err(input(format!("the data's vocabulary ({}) differs from the checkpoint's", describe_vocab(&data.vocab))));
+            // A checkpoint from before vramfit read meta.pkl took these .bin files for GPT-2 tokens.
+            let meta_since = match (&source, &ckpt.meta.vocab, &data.vocab) {
+                (DataSource::Bin { dir }, Vocabulary::Gpt2, Vocabulary::Chars { .. }) => format!(
+                    ": it read these .bin files as GPT-2 tokens, before vramfit read {}; to resume it as it was trained, \
+                     move that file away",
+                    dir.join(vramfit::data::META_FILE).display()
+                ),
+                _ => String::new(),
+            };
+            return Err(input(format!(
+                "the data's vocabulary ({}) differs from the checkpoint's{meta_since}",
+                describe_vocab(&data.vocab)
+            )));
         }
     }
     let data_vocab = data.vocab.size() as u32;

@@ -141,12 +141,15 @@ fn gpt2_text_and_bin_files_train_and_sample() {
 fn char_bin_files_with_meta_pkl_train_and_sample_their_characters() {
     let dir = scratch("char-bins");
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/meta_small.pkl");
-    std::fs::copy(&fixture, dir.join("meta.pkl")).unwrap();
-    let vocab = vramfit::data::read_meta(&dir.join("meta.pkl")).unwrap().expect("a vocabulary");
+    let vocab = vramfit::data::read_meta(&fixture).unwrap().expect("a vocabulary");
     let size = vocab.size() as u16;
     let ids: Vec<u8> = (0..600u16).map(|i| (i * 7) % size).flat_map(|i| i.to_le_bytes()).collect();
     std::fs::write(dir.join("train.bin"), &ids).unwrap();
     std::fs::write(dir.join("val.bin"), &ids[..300]).unwrap();
+    // A run from before vramfit read meta.pkl: the same files as GPT-2 tokens.
+    let old = dir.join("out-old");
+    train_ok(&old, &["--data", dir.to_str().unwrap(), "--max-iters", "1", "--eval-interval", "1"]);
+    std::fs::copy(&fixture, dir.join("meta.pkl")).unwrap();
     let out = dir.join("out");
     let trained = train_ok(&out, &["--data", dir.to_str().unwrap(), "--max-iters", "1", "--eval-interval", "1"]);
     assert!(text(&trained.stdout).contains(&format!("vocabulary {size} characters")), "{}", text(&trained.stdout));
@@ -159,6 +162,12 @@ fn char_bin_files_with_meta_pkl_train_and_sample_their_characters() {
     let printed = text(&sample.stdout);
     let body = printed.trim_end().trim_end_matches('-');
     assert!(body.chars().count() > 150 && body.chars().all(|c| chars.contains(c)), "{printed}");
+    // That older run cannot be resumed on the characters: the error says what changed and how
+    // to resume it as it was trained.
+    let resumed = run(&["train", "--out-dir", old.to_str().unwrap(), "--resume", "--max-iters", "2"]);
+    assert_eq!(resumed.status.code(), Some(2));
+    let line = text(&resumed.stderr);
+    assert!(line.contains("read these .bin files as GPT-2 tokens, before vramfit read") && line.contains("move that file away"), "{line}");
     // A broken meta.pkl is one error line, and nothing trains.
     std::fs::write(dir.join("meta.pkl"), b"garbage").unwrap();
     let failed = run(&["train", "--out-dir", dir.join("out2").to_str().unwrap(), "--data", dir.to_str().unwrap(), "--max-iters", "1"]);
