@@ -856,7 +856,7 @@ type Target<'a> = (&'a str, Result<&'a str, String>);
 fn top_level_statements(code: &str) -> Vec<&str> {
     let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
     let header = matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally" | "def" | "class");
-    if code.starts_with(char::is_whitespace) || header {
+    if code.starts_with(char::is_whitespace) || header || !code.contains(';') {
         return vec![code];
     }
     split_statements(code)
@@ -925,6 +925,10 @@ fn augmented_assignment(code: &str) -> Option<String> {
 /// imports settings from another file (`from config.x import *`, or a setting by name).
 fn sets_names_unseen(code: &str) -> Option<&'static str> {
     let code = code.trim();
+    // Every case below is an import or a call (the common line is neither: read fast).
+    if !code.contains('(') && !code.starts_with("from") {
+        return None;
+    }
     let words: Vec<&str> = code.split(|c: char| c.is_whitespace() || c == ',').filter(|w| !w.is_empty()).collect();
     if words.first() == Some(&"from") {
         let imported = words
@@ -974,7 +978,7 @@ fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
     // `a = b = 4`: every name takes the last expression, leftmost first, as Python assigns.
     // Another chain (`n_layer = d['n'] = 8`, `f = lambda x=1: x`) is read as `a = <the rest>`,
     // whose value then cannot be read: an error for a setting vramfit models, as before.
-    if assignment_sign(expr).is_some() {
+    if expr.contains('=') && assignment_sign(expr).is_some() {
         let name = unbracketed(lhs).trim();
         let chained = assignments(expr).filter(|rest| rest.iter().all(|(_, e)| e.is_ok() && *e == rest[0].1));
         if let (true, Some(mut rest)) = (is_name(name), chained) {
