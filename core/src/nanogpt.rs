@@ -490,10 +490,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
             let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
             if !code.starts_with(char::is_whitespace) {
                 // A top-level line that opens a block whose lines may or may not run.
-                let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
-                in_conditional_block =
-                    matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally")
-                        && code.trim_end().ends_with(':');
+                in_conditional_block = opens_conditional_block(code) && code.trim_end().ends_with(':');
             }
             if code.starts_with(char::is_whitespace) {
                 // Inside an `if`, a loop or a `try`, whether and how often a line runs is not known
@@ -501,21 +498,9 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 // default (unless a top-level line sets it again later: the last assignment wins).
                 // In a function body, a call's continued arguments or a string it is nothing.
                 if in_conditional_block {
-                    if let Some(why) = sets_names_unseen(code) {
-                        // `for k, v in overrides.items(): globals()[k] = v` sets what it likes.
-                        return Err(ConfigFileError::Syntax {
-                            line,
-                            reason: format!(
-                                "`{}` {why}, which vramfit cannot follow: write the settings as assignments",
-                                excerpt(code.trim())
-                            ),
-                        });
-                    }
-                    for statement in split_statements(code.trim_start()) {
-                        let plain = augmented_assignment(statement);
-                        let targets = assignments(plain.as_deref().unwrap_or(statement)).unwrap_or_default();
-                        mark_conditional(targets.iter().map(|(name, _)| *name), line, &mut conditional, &mut unreadable);
-                    }
+                    // `for k, v in overrides.items(): globals()[k] = v` sets what it likes.
+                    refuse_names_unseen(code, line)?;
+                    mark_conditional(code.trim_start(), line, &mut conditional, &mut unreadable);
                 }
                 notices.push(skip("indented: vramfit reads top-level assignments only"));
                 continue;
@@ -529,19 +514,12 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 }
                 None => code,
             };
-            if let Some(why) = sets_names_unseen(code) {
-                // Skipping it would plan with values train.py would not use.
-                return Err(ConfigFileError::Syntax {
-                    line,
-                    reason: format!("`{}` {why}, which vramfit cannot follow: write the settings as assignments", excerpt(code.trim())),
-                });
-            }
+            // Skipping it would plan with values train.py would not use.
+            refuse_names_unseen(code, line)?;
             let Some(targets) = assignments(code) else {
                 // A block's one-line body is as conditional as an indented one.
-                for statement in conditional_body(code).map(split_statements).unwrap_or_default() {
-                    let plain = augmented_assignment(statement);
-                    let targets = assignments(plain.as_deref().unwrap_or(statement)).unwrap_or_default();
-                    mark_conditional(targets.iter().map(|(name, _)| *name), line, &mut conditional, &mut unreadable);
+                if let Some(body) = conditional_body(code) {
+                    mark_conditional(body, line, &mut conditional, &mut unreadable);
                 }
                 let first_word = code.split_whitespace().next().unwrap_or("");
                 let import = matches!(first_word, "import" | "from");
@@ -854,8 +832,7 @@ type Target<'a> = (&'a str, Result<&'a str, String>);
 /// brackets), the first as it is and the others trimmed; a trailing `;` ends nothing. A block's
 /// header (`if x: a = 1; b = 2`) is one statement: its `;`s belong to its one-line body.
 fn top_level_statements(code: &str) -> Vec<&str> {
-    let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
-    let header = matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally" | "def" | "class");
+    let header = opens_conditional_block(code) || matches!(first_word(code), "def" | "class");
     if code.starts_with(char::is_whitespace) || header || !code.contains(';') {
         return vec![code];
     }
@@ -876,22 +853,42 @@ fn split_statements(code: &str) -> Vec<&str> {
     out
 }
 
-/// Settings assigned where vramfit does not run the assignment (an indented or one-line block
-/// body that may or may not run): one that shapes the model is an error unless a top-level line
-/// sets it again later (`conditional`, with the line); a known train.py setting is unreadable.
-fn mark_conditional<'n>(
-    names: impl IntoIterator<Item = &'n str>,
-    line: usize,
-    conditional: &mut Vec<(&'static str, usize)>,
-    unreadable: &mut Vec<String>,
-) {
-    for name in names {
-        if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
-            conditional.retain(|(k, _)| *k != shaping);
-            conditional.push((shaping, line));
-        }
-        if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
-            unreadable.push(name.to_string());
+/// The word a line starts with (a keyword, a name), without what follows it.
+fn first_word(code: &str) -> &str {
+    code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("")
+}
+
+/// Whether `code` starts a block whose lines may or may not run, or run many times.
+fn opens_conditional_block(code: &str) -> bool {
+    matches!(first_word(code), "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally")
+}
+
+/// An error for a statement that may set names no assignment shows (see [`sets_names_unseen`]).
+fn refuse_names_unseen(code: &str, line: usize) -> Result<(), ConfigFileError> {
+    match sets_names_unseen(code) {
+        Some(why) => Err(ConfigFileError::Syntax {
+            line,
+            reason: format!("`{}` {why}, which vramfit cannot follow: write the settings as assignments", excerpt(code.trim())),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Settings assigned in `body` (its statements, augmented ones included), where vramfit does
+/// not run the assignment (an indented or one-line block body that may or may not run): one
+/// that shapes the model is an error unless a top-level line sets it again later
+/// (`conditional`, with the line); a known train.py setting is unreadable.
+fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str, usize)>, unreadable: &mut Vec<String>) {
+    for statement in split_statements(body) {
+        let plain = augmented_assignment(statement);
+        for (name, _) in assignments(plain.as_deref().unwrap_or(statement)).unwrap_or_default() {
+            if let Some(&shaping) = MODELLED.iter().chain(&["init_from"]).find(|&&m| m == name) {
+                conditional.retain(|(k, _)| *k != shaping);
+                conditional.push((shaping, line));
+            }
+            if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
+                unreadable.push(name.to_string());
+            }
         }
     }
 }
@@ -899,8 +896,7 @@ fn mark_conditional<'n>(
 /// The one-line body of a top-level block whose lines may or may not run (`if big: n_layer = 24`,
 /// `else: x = 1`), if `code` is such a header with a body after its colon.
 fn conditional_body(code: &str) -> Option<&str> {
-    let first_word = code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
-    if !matches!(first_word, "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally") {
+    if !opens_conditional_block(code) {
         return None;
     }
     let colon = find_in_code(code, |_, c, depth| c == ':' && depth == 0)?;

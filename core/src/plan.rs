@@ -141,6 +141,21 @@ pub struct Plan {
     pub largest_lasting_micro_batch: Option<LastingMicroBatch>,
 }
 
+impl Plan {
+    /// The later growth where the windows fit the first card but the grown reserve does not:
+    /// what turns a plain "fits" into "fits the first two steps".
+    pub fn later_past_card(&self) -> Option<&LaterGrowth> {
+        self.later.as_ref().filter(|l| !l.fits && self.cards.first().is_some_and(|c| c.fits))
+    }
+
+    /// Where the config's own batch is the largest that fits and runs out later: the batch
+    /// below it that keeps fitting (what to use instead).
+    pub fn own_lasting_batch(&self) -> Option<u32> {
+        let own = self.largest_micro_batch == Some(self.config.batch_size);
+        self.largest_lasting_micro_batch.as_ref().filter(|_| own).and_then(|l| l.batch_size)
+    }
+}
+
 /// The largest micro-batch that fits sits at the card's edge, where a reserve that grows a few
 /// steps later (see [`LaterGrowth`]) is most likely to pass it. Where the allocator model says
 /// it does, and PyTorch could not release enough: the largest micro-batch below it that keeps
@@ -181,7 +196,7 @@ pub struct LaterGrowth {
     /// Where it passes the card: what PyTorch's allocator could release there (its cached
     /// segments that hold no live block), and whether the run then goes on. The figures above
     /// are then where it passed (later iterations are not simulated).
-    pub past_card: Option<PastCard>,
+    pub past_card: Option<sim::PastLimit>,
     /// Where it does not fit: the need with `expandable_segments` (PyTorch's allocator grows
     /// one segment page by page, so blocks do not strand), if that config fits the card in the
     /// simulated windows and its reserve does not grow later.
@@ -202,12 +217,6 @@ fn when(iteration: u32, in_eval: bool) -> String {
     } else {
         format!("iteration {iteration}")
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PastCard {
-    pub releasable_bytes: u64,
-    pub recovers: bool,
 }
 
 const MIB: u64 = 1 << 20;
@@ -578,7 +587,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
             reserved_bytes: l.reserved_bytes,
             nvidia_smi_bytes,
             fits,
-            past_card: l.past_limit.map(|p| PastCard { releasable_bytes: p.releasable_bytes, recovers: p.recovers }),
+            past_card: l.past_limit,
             source: Source::Estimate,
         }
     });
@@ -658,8 +667,11 @@ fn largest_lasting(cfg: &Config, gpu: &Gpu, available: u64, largest: u32, own: O
     let seen: RefCell<Vec<(u32, Lasting)>> = RefCell::new(Vec::new());
     let keeps = |b: u32| {
         let found = seen.borrow().iter().find(|(x, _)| *x == b).map(|(_, l)| *l);
-        let l = found.unwrap_or_else(|| lasting_of(&Config { batch_size: b, ..cfg.clone() }, gpu, available));
-        seen.borrow_mut().push((b, l));
+        let l = found.unwrap_or_else(|| {
+            let l = lasting_of(&Config { batch_size: b, ..cfg.clone() }, gpu, available);
+            seen.borrow_mut().push((b, l));
+            l
+        });
         matches!(l, Lasting::Keeps(_))
     };
     // Down from the largest in doubling steps until a batch keeps fitting (the answer is
@@ -697,14 +709,14 @@ fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64) -> Note {
     let when = l.when();
     let outcome = match l.past_card {
         _ if l.fits => format!("That is still within the {} MiB available on the {}.", mib(available), gpu.id),
-        Some(PastCard { releasable_bytes, recovers: true }) => format!(
+        Some(sim::PastLimit { releasable_bytes, recovers: true }) => format!(
             "That is past the {} MiB available on the {}: PyTorch then returns the {} MiB of cached segments that hold no \
              tensor and retries, so the run goes on, that step slower (later steps not simulated).",
             mib(available),
             gpu.id,
             mib(releasable_bytes)
         ),
-        Some(PastCard { releasable_bytes, recovers: false }) => format!(
+        Some(sim::PastLimit { releasable_bytes, recovers: false }) => format!(
             "That is past the {} MiB available on the {}, and the {} MiB of cached segments that hold no tensor, which \
              PyTorch returns before it gives up, are not enough: out of memory at that step.",
             mib(available),

@@ -273,14 +273,7 @@ fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool)
         return writeln!(out, "  not computed (--no-fixes)");
     };
     if fixes.is_empty() {
-        let later = plan.later.as_ref().filter(|l| fits && !l.fits);
-        // At the largest batch, the one below it that keeps fitting is known.
-        let lasting = plan
-            .largest_lasting_micro_batch
-            .as_ref()
-            .filter(|_| plan.largest_micro_batch == Some(plan.config.batch_size))
-            .and_then(|l| l.batch_size);
-        let none = match (later, lasting) {
+        let none = match (plan.later_past_card(), plan.own_lasting_batch()) {
             (Some(l), lasting) => {
                 let mut ways: Vec<String> = Vec::new();
                 if l.expandable_fix_bytes.is_some() {

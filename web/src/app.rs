@@ -1098,7 +1098,7 @@ pub fn App() -> impl IntoView {
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
                             let invalid = computed.with(|r| r.is_err());
                             // The verdict warns of growth past the card after the simulated steps.
-                            let later = computed.with(|r| r.as_ref().ok().is_some_and(|c| model::verdict(&c.plan).later.is_some()));
+                            let later = computed.with(|r| r.as_ref().ok().is_some_and(|c| c.plan.later_past_card().is_some()));
                             // When the card leaves nothing for any run, no fix can help.
                             let no_room =
                                 computed.with(|r| r.as_ref().ok().is_some_and(|c| state.with(|s| model::capacity_warning(s, c)).is_some()));

@@ -266,36 +266,24 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             font(12.0).pos(Pos::new(HPos::Right, VPos::Top)),
         ))
         .map_err(err)?;
-        if let Some(lf) = series.largest_fit {
-            let x = lf as f64;
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(2)))).map_err(err)?;
+        // The largest batch that fits, and (thin: the allocator model's estimate) the one below
+        // it that keeps fitting after a few steps; labels below the curves' legend (top left).
+        let fit_label = series.largest_fit.map(|lf| {
+            // The verdict says the card cannot run the dtype; the marker must not read as a go.
+            let label = if series.dtype_unsupported {
+                format!("largest that fits memory: {lf} (no bf16 here)")
+            } else {
+                format!("largest that fits: {lf}")
+            };
+            (lf, 2, label, 40)
+        });
+        let lasting_label = series.lasting.map(|k| (k, 1, format!("keeps fitting after a few steps: {k} (estimate)"), 56));
+        for (b, width, label, dy) in fit_label.into_iter().chain(lasting_label) {
+            let x = b as f64;
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(width)))).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, ymax));
             let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
-            // Below the curves' legend (top left), so the two never overlap.
-            root.draw(&Text::new(
-                // The verdict says the card cannot run the dtype; the marker must not read as a go.
-                if series.dtype_unsupported {
-                    format!("largest that fits memory: {lf} (no bf16 here)")
-                } else {
-                    format!("largest that fits: {lf}")
-                },
-                (px + dx, top + 40),
-                font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)),
-            ))
-            .map_err(err)?;
-        }
-        if let Some(k) = series.lasting {
-            // A thin line: the allocator model's estimate beside the validated marker.
-            let x = k as f64;
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(1)))).map_err(err)?;
-            let (px, top) = chart.backend_coord(&(x, ymax));
-            let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
-            root.draw(&Text::new(
-                format!("keeps fitting after a few steps: {k} (estimate)"),
-                (px + dx, top + 56),
-                font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)),
-            ))
-            .map_err(err)?;
+            root.draw(&Text::new(label, (px + dx, top + dy), font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
         }
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.2))), EVAL.stroke_width(2))).map_err(err)?;

@@ -474,7 +474,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
     let (_, desc, w) = windows(plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
     let phase = w.phase.map(|p| p.label()).unwrap_or("-");
     let where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
-    let later = plan.later.as_ref().filter(|l| !l.fits && card.fits).map(|l| {
+    let later = plan.later_past_card().map(|l| {
         let at = l.when();
         let outcome = match l.past_card {
             Some(p) if p.recovers => "PyTorch frees its cached blocks there and goes on, slower",
@@ -483,12 +483,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
         };
         let fix = l.expandable_fix_bytes.map_or(String::new(), |b| format!("; expandable_segments fits ({} GiB)", format_gib(b)));
         // At the largest batch, the plan knows the one below that keeps fitting.
-        let lasting = plan
-            .largest_lasting_micro_batch
-            .as_ref()
-            .filter(|_| plan.largest_micro_batch == Some(plan.config.batch_size))
-            .and_then(|l| l.batch_size)
-            .map_or(String::new(), |b| format!("; batch_size {b} keeps fitting"));
+        let lasting = plan.own_lasting_batch().map_or(String::new(), |b| format!("; batch_size {b} keeps fitting"));
         format!("After a few steps: the allocator model needs {} GiB at {at}: {outcome}{fix}{lasting}", format_gib(l.nvidia_smi_bytes))
     });
     // A run the model sees stop after a few steps must not read as a plain "Fits" at a glance.
