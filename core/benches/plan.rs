@@ -17,7 +17,29 @@ use vramfit_core::plan::{largest_micro_batch, largest_micro_batch_given, plan, P
 
 fn main() {
     accuracy_table();
+    capped_table();
     timings();
+}
+
+/// Runs with PyTorch's reserve capped (a large GPU standing in for a small one's end) against
+/// the model's outcome for the same cap.
+fn capped_table() {
+    let runs = reference_data::capped_runs();
+    println!("\n## Runs with the reserve capped: how they ended, measured and by the model\n");
+    println!("| data | config | cap MiB | measured | model | agree |");
+    println!("|---|---|---:|---|---|---|");
+    for r in &runs {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.file,
+            r.id,
+            r.cap_bytes >> 20,
+            r.measured.describe(),
+            r.predicted.describe(),
+            if r.agrees() { "yes" } else { "no" }
+        );
+    }
+    println!("\n{} of {} capped runs end where the model says.", runs.iter().filter(|r| r.agrees()).count(), runs.len());
 }
 
 fn accuracy_table() {

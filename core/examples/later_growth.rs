@@ -20,13 +20,21 @@
 //! (`tests/reference/later_configs.json`, run by `tests/reference/probes/later_growth.sh`): the
 //! grid's configs whose reserve the model grows most on an H100, those that grow latest, the
 //! README's GPT-2 example, and a few that do not grow, in configs.json's format.
+//!
+//! With `capped`, it prints six of those configs with a cap on PyTorch's reserve
+//! (`tests/reference/capped_configs.json`, run by `tests/reference/probes/capped.sh`, which
+//! sets `torch.cuda.set_per_process_memory_fraction` so that the allocator meets the cap as it
+//! meets a smaller card's end: release cached segments, retry, else out of memory): between the
+//! model's reserve through the measured windows and after its later growth, where the model
+//! says whether the run recovers or runs out; and just above the windows where it does not grow.
 use std::collections::BTreeMap;
 use vramfit_core::{device, plan, sim, Config, Dtype, Gpu};
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("configs") {
-        print_measurement_configs();
-        return;
+    match std::env::args().nth(1).as_deref() {
+        Some("configs") => return print_measurement_configs(),
+        Some("capped") => return print_capped_configs(),
+        _ => {}
     }
     let gpu = device::default_gpu();
     let target = gpu.target();
@@ -204,4 +212,79 @@ fn print_measurement_configs() {
         "configs": configs,
     });
     println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+}
+
+/// The capped runs (see the module's doc): ids from `later_configs.json`, each with a cap on the
+/// reserve, on the H200 preset's target (where the caps were measured).
+fn print_capped_configs() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/later_configs.json");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("later_configs.json")).expect("JSON");
+    let target = Gpu::find("h200-141gb").expect("preset").target();
+    const MIB: u64 = 1 << 20;
+    let mut configs = Vec::new();
+    for id in [
+        "later-L6H6C768-T256-B8-V50304-bfloat16-ga1",
+        "later-L12H6C384-T256-B4-V50304-bfloat16-ga1",
+        "later-L4H6C384-T1024-B12-V65-float32-ga1",
+        "later-L6H6C384-T256-B8-V50304-bfloat16-ga5",
+        "later-L4H6C768-T256-B8-V50304-float32-ga5",
+        "later-L12H12C768-T1024-B8-V50304-bfloat16-ga5",
+    ] {
+        let entry = doc["configs"].as_array().expect("configs").iter().find(|c| c["id"] == id).expect("id in later_configs.json");
+        let cfg = config_of(entry);
+        let (windows, later) = sim::simulate_exact_and_later(&cfg, &target, None);
+        let simulated = [&windows.train, &windows.eval, &windows.first_iter, &windows.eval_at_start]
+            .iter()
+            .map(|p| p.reserved_bytes)
+            .max()
+            .unwrap_or(0);
+        // Halfway into the later growth, or 32 MiB above a reserve that does not grow.
+        let cap = match later {
+            Some(l) => (simulated + (l.reserved_bytes - simulated) / 2) / (2 * MIB) * (2 * MIB),
+            None => simulated + 32 * MIB,
+        };
+        let (_, capped) = sim::simulate_exact_and_later(&cfg, &target, Some(cap));
+        let model = match capped {
+            None => "keeps fitting".to_string(),
+            Some(l) => match l.past_limit {
+                Some(p) if p.recovers => format!(
+                    "passes the cap at iteration {}{}; releasing cached segments makes room",
+                    l.iteration,
+                    if l.in_eval { " (eval)" } else { "" }
+                ),
+                Some(_) => format!("out of memory at iteration {}{}", l.iteration, if l.in_eval { " (eval)" } else { "" }),
+                None => format!("grows to {} MiB at iteration {}, under the cap", l.reserved_bytes / MIB, l.iteration),
+            },
+        };
+        let mut c = entry.clone();
+        c["reserve_cap_bytes"] = cap.into();
+        c["note"] = format!("windows' reserve {} MiB, cap {} MiB: the model says {model}", simulated / MIB, cap / MIB).into();
+        configs.push(c);
+    }
+    let doc = serde_json::json!({
+        "description": "later_configs.json rows with a cap on PyTorch's reserve (tests/reference/probes/capped.sh), \
+            chosen by core/examples/later_growth.rs capped with the H200 preset's allocator model.",
+        "configs": configs,
+    });
+    println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+}
+
+/// A config from a configs.json entry (the keys `print_measurement_configs` writes).
+fn config_of(e: &serde_json::Value) -> Config {
+    let u = |k: &str| e[k].as_u64().expect("number") as u32;
+    Config {
+        n_layer: u("n_layer"),
+        n_head: u("n_head"),
+        n_embd: u("n_embd"),
+        block_size: u("block_size"),
+        batch_size: u("batch_size"),
+        vocab_size: u("vocab_size"),
+        gradient_accumulation_steps: u("gradient_accumulation_steps"),
+        bias: e["bias"].as_bool().expect("bias"),
+        dropout: e["dropout"].as_f64().expect("dropout"),
+        dtype: Dtype::parse(e["dtype"].as_str().expect("dtype")).expect("dtype name"),
+        eval_iters: u("eval_iters"),
+        compile: false,
+        ..Config::default()
+    }
 }

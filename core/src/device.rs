@@ -232,6 +232,14 @@ pub fn presets() -> Vec<Gpu> {
             context_source: Measured,
             ..gpu("h100-80gb", "NVIDIA H100 80GB HBM3", 81559, 81079.0 / 1024.0, Measured, (9, 0))
         },
+        Gpu {
+            // Measured on this card (tests/reference/data/cuda-h200*.json, 2026-11-26): mem_get_info()
+            // reports a total of 150,109,880,320 B (139.8 GiB); nvidia-smi less
+            // max_memory_reserved() is 742-758 MiB, the H100's figure to the MiB.
+            usable_bytes: 150_109_880_320,
+            context_source: Measured,
+            ..gpu("h200-141gb", "NVIDIA H200 141GB", 143771, 139.8, Measured, (9, 0))
+        },
     ]
 }
 
@@ -252,6 +260,9 @@ mod tests {
         let h100 = Gpu::find("h100-80gb").unwrap();
         assert_eq!(h100.usable_bytes, 85_017_493_504);
         assert_eq!((h100.usable_source, h100.context_source), (Source::Measured, Source::Measured));
+        let h200 = Gpu::find("h200").unwrap();
+        assert_eq!(h200.usable_bytes, 150_109_880_320);
+        assert_eq!((h200.usable_source, h200.context_source), (Source::Measured, Source::Measured));
     }
 
     #[test]

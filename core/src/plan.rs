@@ -1277,7 +1277,7 @@ fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             gpu.name,
             gpu.usable_bytes as f64 / (1u64 << 30) as f64,
             match gpu.usable_source {
-                Source::Measured if gpu.id == "h100-80gb" => "measured: torch.cuda.mem_get_info()",
+                Source::Measured if matches!(gpu.id.as_str(), "h100-80gb" | "h200-141gb") => "measured: torch.cuda.mem_get_info()",
                 Source::Measured | Source::Validated => "as PyTorch reported it in a public out-of-memory message",
                 Source::Estimate => "estimated from the card's size",
             }

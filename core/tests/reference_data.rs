@@ -72,7 +72,7 @@ pub fn file_name(path: &Path) -> String {
     path.file_name().unwrap().to_string_lossy().to_string()
 }
 
-fn config_from_row(c: &Value) -> Option<Config> {
+pub fn config_from_row(c: &Value) -> Option<Config> {
     let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|x| x as u32);
     let b = |k: &str| c.get(k).and_then(Value::as_bool);
     let s = |k: &str| c.get(k).and_then(Value::as_str);
@@ -106,6 +106,9 @@ fn gpu_for(provenance: &Value) -> Option<Gpu> {
     if device.contains("h100") {
         return Gpu::find("h100-80gb");
     }
+    if device.contains("h200") {
+        return Gpu::find("h200-141gb");
+    }
     None
 }
 
@@ -119,11 +122,7 @@ fn target_for(provenance: &Value) -> Option<Target> {
     if method.starts_with("cpu") {
         return Some(Target::cpu_trace());
     }
-    let device = provenance.get("device_name").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-    if device.contains("h100") {
-        return Gpu::find("h100-80gb").map(|g| g.target());
-    }
-    None
+    gpu_for(provenance).map(|g| g.target())
 }
 
 /// All comparisons in all data files (rows that failed to measure are skipped). A file core
@@ -142,6 +141,9 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
             continue;
         }
         let doc = read_doc(path);
+        if is_capped(&doc) {
+            continue; // compared by `capped_runs`
+        }
         let Some(target) = target_for(&doc["provenance"]) else {
             panic!("{file}: no simulation target for its provenance {}", doc["provenance"]);
         };
@@ -200,6 +202,112 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
                     push("nvidia_smi", smi_mib << 20, reserved + gpu.context_bytes);
                 }
             }
+        }
+    }
+    out
+}
+
+/// Whether a data file holds runs with PyTorch's reserve capped (`probes/capped.sh`): no peaks
+/// to compare, an outcome each (see [`capped_runs`]).
+pub fn is_capped(doc: &Value) -> bool {
+    doc["provenance"]["method"] == "cuda-capped"
+}
+
+/// How a run with the reserve capped ended, measured or by the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CappedOutcome {
+    /// Went on to the end of the measured loop (or, in the model, kept fitting: its reserve
+    /// stayed under the cap, or releasing cached segments made room).
+    Ran,
+    /// Out of memory in `iteration` (1-based; 0 before the first), or in the estimate_loss
+    /// after it when `in_eval`.
+    OutOfMemory { iteration: u32, in_eval: bool },
+}
+
+impl CappedOutcome {
+    /// The measured phase an out-of-memory error left (measure.py's names: `eval0`, `it3.bwd0`,
+    /// `eval`, `eval.after18`).
+    pub fn from_phase(phase: &str) -> Option<CappedOutcome> {
+        let oom = |iteration, in_eval| Some(CappedOutcome::OutOfMemory { iteration, in_eval });
+        match phase {
+            "init" | "eval0" => oom(0, false),
+            "eval" => oom(1, true),
+            _ => match phase.strip_prefix("eval.after") {
+                Some(k) => oom(k.parse().ok()?, true),
+                None => oom(phase.strip_prefix("it")?.split('.').next()?.parse().ok()?, false),
+            },
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            CappedOutcome::Ran => "ran".into(),
+            CappedOutcome::OutOfMemory { iteration, in_eval: false } => format!("out of memory in iteration {iteration}"),
+            CappedOutcome::OutOfMemory { iteration, in_eval: true } => format!("out of memory in the eval after iteration {iteration}"),
+        }
+    }
+}
+
+/// One capped run and what the model says of the same config and cap.
+#[derive(Debug, Clone)]
+pub struct CappedRun {
+    pub file: String,
+    pub id: String,
+    pub cap_bytes: u64,
+    pub measured: CappedOutcome,
+    pub predicted: CappedOutcome,
+}
+
+impl CappedRun {
+    /// The same outcome, out of memory at the same point; within the two iterations the
+    /// windows simulate (which the model does not place finer than "within them"), any point.
+    pub fn agrees(&self) -> bool {
+        match (self.measured, self.predicted) {
+            (CappedOutcome::OutOfMemory { iteration: a, .. }, CappedOutcome::OutOfMemory { iteration: b, .. }) if a <= 2 && b <= 2 => true,
+            (m, p) => m == p,
+        }
+    }
+}
+
+/// Every row of every capped data file, with the model's outcome: its windows' reserve past the
+/// cap is out of memory within them; else `simulate_exact_and_later` with the cap as limit,
+/// out of memory where the reserve passes it and releasing cached segments leaves too little.
+/// A row that did not run, or whose config core cannot read, is an error (a dropped row would
+/// shrink the check).
+pub fn capped_runs() -> Vec<CappedRun> {
+    let mut out = Vec::new();
+    for path in data_files() {
+        let doc = read_doc(&path);
+        if !is_capped(&doc) {
+            continue;
+        }
+        let file = file_name(&path);
+        let target = target_for(&doc["provenance"]).unwrap_or_else(|| panic!("{file}: no simulation target"));
+        for row in doc["rows"].as_array().cloned().unwrap_or_default() {
+            let id = row["id"].as_str().unwrap_or("?").to_string();
+            let cfg = config_from_row(&row["config"]).unwrap_or_else(|| panic!("{file} {id}: config core cannot read"));
+            let cap_bytes = row["reserve_cap_bytes"].as_u64().unwrap_or_else(|| panic!("{file} {id}: no reserve_cap_bytes"));
+            let measured = match row["outcome"].as_str() {
+                Some("ran") => CappedOutcome::Ran,
+                Some("out_of_memory") => row["oom_phase"]
+                    .as_str()
+                    .and_then(CappedOutcome::from_phase)
+                    .unwrap_or_else(|| panic!("{file} {id}: unreadable oom_phase {}", row["oom_phase"])),
+                other => panic!("{file} {id}: outcome {other:?} ({})", row["error"]),
+            };
+            let sim = simulate_exact(&cfg, &target);
+            let windows = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
+            let predicted = if windows > cap_bytes {
+                CappedOutcome::OutOfMemory { iteration: 2, in_eval: false }
+            } else {
+                match vramfit_core::sim::simulate_exact_and_later(&cfg, &target, Some(cap_bytes)).1 {
+                    Some(l) if l.past_limit.is_some_and(|p| !p.recovers) => {
+                        CappedOutcome::OutOfMemory { iteration: l.iteration, in_eval: l.in_eval }
+                    }
+                    _ => CappedOutcome::Ran,
+                }
+            };
+            out.push(CappedRun { file: file.clone(), id, cap_bytes, measured, predicted });
         }
     }
     out
