@@ -27,6 +27,8 @@
 //! meets a smaller card's end: release cached segments, retry, else out of memory): between the
 //! model's reserve through the measured windows and after its later growth, where the model
 //! says whether the run recovers or runs out; and just above the windows where it does not grow.
+//! Where the model says a run runs out, the same config at the largest batch below that it says
+//! keeps fitting under that cap follows.
 use std::collections::BTreeMap;
 use vramfit_core::{device, plan, sim, Config, Dtype, Gpu};
 
@@ -260,6 +262,29 @@ fn print_capped_configs() {
         c["reserve_cap_bytes"] = cap.into();
         c["note"] = format!("windows' reserve {} MiB, cap {} MiB: the model says {model}", simulated / MIB, cap / MIB).into();
         configs.push(c);
+        // Where the model says the run runs out later, the batch below that it says keeps
+        // fitting under the same cap (what `plan` offers as the largest lasting micro-batch).
+        if capped.is_some_and(|l| l.past_limit.is_some_and(|p| !p.recovers)) {
+            let keeps = (1..cfg.batch_size).rev().find(|&b| {
+                let smaller = Config { batch_size: b, ..cfg.clone() };
+                let (w, later) = sim::simulate_exact_and_later(&smaller, &target, Some(cap));
+                let reserve = [&w.train, &w.eval, &w.first_iter, &w.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
+                reserve <= cap && later.is_none_or(|l| l.past_limit.is_none_or(|p| p.recovers))
+            });
+            if let Some(b) = keeps {
+                let mut c = entry.clone();
+                c["id"] = format!("{id}-B{b}-lasting").into();
+                c["batch_size"] = b.into();
+                c["reserve_cap_bytes"] = cap.into();
+                c["note"] = format!(
+                    "batch {b}, the largest below {} that the model says keeps fitting under the cap of {} MiB",
+                    cfg.batch_size,
+                    cap / MIB
+                )
+                .into();
+                configs.push(c);
+            }
+        }
     }
     let doc = serde_json::json!({
         "description": "later_configs.json rows with a cap on PyTorch's reserve (tests/reference/probes/capped.sh), \

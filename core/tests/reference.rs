@@ -148,21 +148,22 @@ fn later_points_are_compared_with_the_continued_simulation() {
 
 /// Runs with PyTorch's reserve capped (`tests/reference/probes/capped.sh` on an H200: the cap
 /// between the model's reserve through the measured windows and after its later growth, or
-/// just above one that does not grow) end where the model says in 4 of 6, as the README
+/// just above one that does not grow; and, where the model says a run runs out, the batch below
+/// it that the model says keeps fitting) end where the model says in 8 of 10, as the README
 /// reports: out of memory at the same iteration where the real reserve grows as the model's
-/// does, and going on where neither grows. Every capped row is compared.
+/// does, going on where neither grows and at each lasting batch. Every capped row is compared.
 #[test]
 fn capped_runs_end_where_the_model_says() {
     let runs = reference_data::capped_runs();
     let rows: usize =
         data_files().iter().map(|p| read_doc(p)).filter(reference_data::is_capped).map(|d| d["rows"].as_array().map_or(0, Vec::len)).sum();
     assert_eq!(runs.len(), rows, "every capped row is compared");
-    assert!(runs.len() >= 6, "only {} capped runs", runs.len());
+    assert!(runs.len() >= 10, "only {} capped runs", runs.len());
     for r in &runs {
         println!("{} {} cap {} MiB: measured {}, model {}", r.file, r.id, r.cap_bytes >> 20, r.measured.describe(), r.predicted.describe());
     }
     let agree = runs.iter().filter(|r| r.agrees()).count();
-    assert!(agree >= 4, "{agree} of {} capped runs end where the model says (README: 4 of 6)", runs.len());
+    assert!(agree >= 8, "{agree} of {} capped runs end where the model says (README: 8 of 10)", runs.len());
     // The out-of-memory claims the model makes a few steps in are the product's warning.
     let later_oom =
         |o: reference_data::CappedOutcome| matches!(o, reference_data::CappedOutcome::OutOfMemory { iteration, .. } if iteration > 2);

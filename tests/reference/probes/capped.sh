@@ -3,11 +3,12 @@
 #
 # Runs tests/reference/probes/capped.py over tests/reference/capped_configs.json (six configs of
 # later_configs.json, each with a cap on the reserve between the model's reserve through the
-# measured windows and after its later growth, or just above a reserve that does not grow;
-# written by `cargo run --release -p vramfit-core --example later_growth -- capped`), each in a
+# measured windows and after its later growth, or just above a reserve that does not grow; and
+# where the model says a run runs out, the batch below that it says keeps fitting; written by
+# `cargo run --release -p vramfit-core --example later_growth -- capped`), each in a
 # fresh process, and writes $OUT/cuda-<gpu>-capped.json (rows plus provenance). Commit it to
 # tests/reference/data/; core/tests/reference.rs compares each row's outcome with the model's.
-# About 15 s per config. Knobs: GPU_PY (default python3), OUT, IDS=a,b, CYCLES (default 2).
+# About 12 s per config (10 rows: 116 s on an H200). Knobs: GPU_PY (default python3), OUT, IDS=a,b, CYCLES (default 2).
 set -u
 HERE="tests/reference"
 if [ ! -f "$HERE/measure.py" ]; then

@@ -3,7 +3,8 @@
 #
 # core's allocator model, run on past iteration 2 (sim::simulate_exact_and_later), grows its
 # reserve again in some configs (README: Accuracy, "After the two iterations"), and `plan` warns,
-# marks fixes and lowers the largest lasting batch on that prediction; no GPU has checked it yet.
+# marks fixes and lowers the largest lasting batch on that prediction. Run on an H200 on
+# 2026-11-26 (tests/reference/data/cuda-h200-later.json; README: Accuracy).
 # This runs measure.py's cuda method with --later-cycles 3 (iterations 3 to 50, an estimate_loss
 # after every 16th) over tests/reference/later_configs.json (16 configs: the model's largest and
 # latest growth on the H100 preset, README's GPT-2 example, four that do not grow; written by
