@@ -70,8 +70,9 @@ impl Gpu {
     }
 
     /// cuBLAS workspace per (handle, stream), as PyTorch sizes it by default
-    /// (`CUBLAS_WORKSPACE_CONFIG` unset): 32 MiB on sm90 (measured on an H100 with torch 2.11:
-    /// exactly 33554432 bytes for the forward thread and again for the autograd thread), and
+    /// (`CUBLAS_WORKSPACE_CONFIG` unset): 32 MiB on sm90 (measured on an H100 and an H200 with
+    /// torch 2.11: exactly 33554432 bytes for the forward thread and again for the autograd
+    /// thread), and
     /// 4096 KiB x 2 + 16 KiB x 8 on other cards (PyTorch's documented default; not measured here).
     pub fn cublas_workspace_bytes(&self) -> u64 {
         if self.compute_capability == (9, 0) {

@@ -221,7 +221,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         };
         writeln!(
             out,
-            "  {} after a few steps (the allocator model at {when}, not measured): needs {}: {verdict}, see the notes",
+            "  {} after a few steps (the allocator model at {when}, an estimate): needs {}: {verdict}, see the notes",
             first.gpu,
             size(later.nvidia_smi_bytes, true)
         )?;
@@ -256,7 +256,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             };
             writeln!(
                 out,
-                "  after a few steps (the allocator model, not measured): batch_size {b} runs out of memory at {}; {keeps}",
+                "  after a few steps (the allocator model, an estimate): batch_size {b} runs out of memory at {}; {keeps}",
                 lasting.when()
             )?;
         }

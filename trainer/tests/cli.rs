@@ -872,7 +872,7 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     text_args.extend_from_slice(&with_batch);
     let text = String::from_utf8_lossy(&vramfit(&text_args).stdout).into_owned();
     assert!(
-        text.contains(&format!("rtx-4070 after a few steps (the allocator model at iteration {}, not measured)", later.iteration)),
+        text.contains(&format!("rtx-4070 after a few steps (the allocator model at iteration {}, an estimate)", later.iteration)),
         "{text}"
     );
     assert!(text.contains("- later_reserve (estimate): after the two iterations simulated above"), "{text}");
@@ -892,7 +892,7 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     let keeps = lasting.batch_size.expect("a smaller batch keeps fitting");
     assert!(
         text.contains(&format!(
-            "  after a few steps (the allocator model, not measured): batch_size 8 runs out of memory at {}; ~{keeps} keeps fitting",
+            "  after a few steps (the allocator model, an estimate): batch_size 8 runs out of memory at {}; ~{keeps} keeps fitting",
             lasting.when()
         )),
         "{text}"

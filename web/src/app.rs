@@ -354,7 +354,7 @@ fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
             {v.later.map(|later| {
                 view! {
                     <p class="verdict-later">
-                        {later} " " {estimate_marker(Some("the allocator model beyond the two measured iterations: not measured (see the notes)".to_string()))}
+                        {later} " " {estimate_marker(Some("the allocator model beyond the two measured iterations: an estimate, checked on an H200 (see the notes)".to_string()))}
                     </p>
                 }
             })}
@@ -1257,7 +1257,7 @@ pub fn App() -> impl IntoView {
                 <p>
                     "Memory model: "
                     <code>"vramfit-core"</code>
-                    ", validated against PyTorch's own counters on an H100 (README: Accuracy); figures marked estimate rest on terms not measured for this config or card. Same numbers as "
+                    ", validated against PyTorch's own counters on an H100 and an H200 (README: Accuracy); figures marked estimate rest on terms not measured for this config or card. Same numbers as "
                     <code>"vramfit plan --link"</code>
                     "."
                 </p>
