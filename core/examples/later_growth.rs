@@ -29,6 +29,9 @@
 //! says whether the run recovers or runs out; and just above the windows where it does not grow.
 //! Where the model says a run runs out, the same config at the largest batch below that it says
 //! keeps fitting under that cap follows.
+#[path = "../tests/reference_data.rs"]
+mod reference_data;
+
 use std::collections::BTreeMap;
 use vramfit_core::{device, plan, sim, Config, Dtype, Gpu};
 
@@ -233,13 +236,9 @@ fn print_capped_configs() {
         "later-L12H12C768-T1024-B8-V50304-bfloat16-ga5",
     ] {
         let entry = doc["configs"].as_array().expect("configs").iter().find(|c| c["id"] == id).expect("id in later_configs.json");
-        let cfg = config_of(entry);
+        let cfg = reference_data::config_from_row(entry).expect("a config core reads");
         let (windows, later) = sim::simulate_exact_and_later(&cfg, &target, None);
-        let simulated = [&windows.train, &windows.eval, &windows.first_iter, &windows.eval_at_start]
-            .iter()
-            .map(|p| p.reserved_bytes)
-            .max()
-            .unwrap_or(0);
+        let simulated = reference_data::windows_reserved(&windows);
         // Halfway into the later growth, or 32 MiB above a reserve that does not grow.
         let cap = match later {
             Some(l) => (simulated + (l.reserved_bytes - simulated) / 2) / (2 * MIB) * (2 * MIB),
@@ -268,8 +267,7 @@ fn print_capped_configs() {
             let keeps = (1..cfg.batch_size).rev().find(|&b| {
                 let smaller = Config { batch_size: b, ..cfg.clone() };
                 let (w, later) = sim::simulate_exact_and_later(&smaller, &target, Some(cap));
-                let reserve = [&w.train, &w.eval, &w.first_iter, &w.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
-                reserve <= cap && later.is_none_or(|l| l.past_limit.is_none_or(|p| p.recovers))
+                reference_data::windows_reserved(&w) <= cap && later.is_none_or(|l| l.past_limit.is_none_or(|p| p.recovers))
             });
             if let Some(b) = keeps {
                 let mut c = entry.clone();
@@ -292,24 +290,4 @@ fn print_capped_configs() {
         "configs": configs,
     });
     println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
-}
-
-/// A config from a configs.json entry (the keys `print_measurement_configs` writes).
-fn config_of(e: &serde_json::Value) -> Config {
-    let u = |k: &str| e[k].as_u64().expect("number") as u32;
-    Config {
-        n_layer: u("n_layer"),
-        n_head: u("n_head"),
-        n_embd: u("n_embd"),
-        block_size: u("block_size"),
-        batch_size: u("batch_size"),
-        vocab_size: u("vocab_size"),
-        gradient_accumulation_steps: u("gradient_accumulation_steps"),
-        bias: e["bias"].as_bool().expect("bias"),
-        dropout: e["dropout"].as_f64().expect("dropout"),
-        dtype: Dtype::parse(e["dtype"].as_str().expect("dtype")).expect("dtype name"),
-        eval_iters: u("eval_iters"),
-        compile: false,
-        ..Config::default()
-    }
 }

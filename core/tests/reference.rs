@@ -141,7 +141,7 @@ fn later_points_are_compared_with_the_continued_simulation() {
     let cfg: vramfit_core::Config = serde_json::from_value(row["config"].clone()).unwrap_or_else(|_| panic!("{}", row["config"]));
     let target = vramfit_core::Gpu::find("h100-80gb").unwrap().target();
     let (sim, continued) = vramfit_core::sim::simulate_exact_and_later(&cfg, &target, None);
-    let windows = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap();
+    let windows = reference_data::windows_reserved(&sim);
     assert_eq!(window("reserved").predicted, windows);
     assert_eq!(window("later_reserved").predicted, continued.map_or(windows, |l| l.reserved_bytes));
 }

@@ -176,7 +176,7 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
             }
             // The caching allocator's reserve (never released during the loop) and the
             // process's line in nvidia-smi after the steady iteration, where measured.
-            let reserved = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
+            let reserved = windows_reserved(&sim);
             // A row run on past iteration 2 (measure.py --later-cycles) has the reserve after each
             // later iteration and eval: the first point, after iteration 2, is what the windows
             // model (the reserve never shrinks), the last what `simulate_exact_and_later` says
@@ -205,6 +205,11 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
         }
     }
     out
+}
+
+/// The reserve through the simulated windows (it never shrinks: the largest is the last).
+pub fn windows_reserved(sim: &vramfit_core::sim::Simulation) -> u64 {
+    [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0)
 }
 
 /// Whether a data file holds runs with PyTorch's reserve capped (`probes/capped.sh`): no peaks
@@ -296,8 +301,7 @@ pub fn capped_runs() -> Vec<CappedRun> {
                 other => panic!("{file} {id}: outcome {other:?} ({})", row["error"]),
             };
             let sim = simulate_exact(&cfg, &target);
-            let windows = [&sim.train, &sim.eval, &sim.first_iter, &sim.eval_at_start].iter().map(|p| p.reserved_bytes).max().unwrap_or(0);
-            let predicted = if windows > cap_bytes {
+            let predicted = if windows_reserved(&sim) > cap_bytes {
                 CappedOutcome::OutOfMemory { iteration: 2, in_eval: false }
             } else {
                 match vramfit_core::sim::simulate_exact_and_later(&cfg, &target, Some(cap_bytes)).1 {
