@@ -740,8 +740,8 @@ fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64) -> Note {
             "after the two iterations simulated above, the allocator model's reserve grows at {when} to {} MiB (nvidia-smi \
              ~{} MiB): a large request finds no cached block, the blocks having shifted since. {outcome}{fix} An estimate: on an \
              H200 with PyTorch's reserve capped, runs ran out of memory where the model said in 3 of 4 and the batches it \
-             said keep fitting all did, but it also predicts growth in 2 of 16 configs run to iteration 50 whose reserve \
-             never grew (README: Accuracy).",
+             said keep fitting all did, but it also predicts growth in 3 of 16 configs run to iteration 50 whose reserve \
+             never grew, two of them by 394 MiB (README: Accuracy).",
             mib(l.reserved_bytes),
             mib(l.nvidia_smi_bytes)
         ),

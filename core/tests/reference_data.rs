@@ -259,6 +259,8 @@ pub struct CappedRun {
     pub file: String,
     pub id: String,
     pub cap_bytes: u64,
+    /// The last iteration the measured loop runs to (iteration 2, then 16 per later cycle).
+    pub measured_through: u32,
     pub measured: CappedOutcome,
     pub predicted: CappedOutcome,
 }
@@ -276,7 +278,8 @@ impl CappedRun {
 
 /// Every row of every capped data file, with the model's outcome: its windows' reserve past the
 /// cap is out of memory within them; else `simulate_exact_and_later` with the cap as limit,
-/// out of memory where the reserve passes it and releasing cached segments leaves too little.
+/// out of memory where the reserve passes it and releasing cached segments leaves too little
+/// (a pass it recovers from counts as running on: the model stops there, as `plan` does).
 /// A row that did not run, or whose config core cannot read, is an error (a dropped row would
 /// shrink the check).
 pub fn capped_runs() -> Vec<CappedRun> {
@@ -292,6 +295,8 @@ pub fn capped_runs() -> Vec<CappedRun> {
             let id = row["id"].as_str().unwrap_or("?").to_string();
             let cfg = config_from_row(&row["config"]).unwrap_or_else(|| panic!("{file} {id}: config core cannot read"));
             let cap_bytes = row["reserve_cap_bytes"].as_u64().unwrap_or_else(|| panic!("{file} {id}: no reserve_cap_bytes"));
+            let cycles = row["later_cycles"].as_u64().unwrap_or_else(|| panic!("{file} {id}: no later_cycles")) as u32;
+            let measured_through = 2 + 16 * cycles;
             let measured = match row["outcome"].as_str() {
                 Some("ran") => CappedOutcome::Ran,
                 Some("out_of_memory") => row["oom_phase"]
@@ -311,7 +316,7 @@ pub fn capped_runs() -> Vec<CappedRun> {
                     _ => CappedOutcome::Ran,
                 }
             };
-            out.push(CappedRun { file: file.clone(), id, cap_bytes, measured, predicted });
+            out.push(CappedRun { file: file.clone(), id, cap_bytes, measured_through, measured, predicted });
         }
     }
     out

@@ -8,7 +8,7 @@
 # `cargo run --release -p vramfit-core --example later_growth -- capped`), each in a
 # fresh process, and writes $OUT/cuda-<gpu>-capped.json (rows plus provenance). Commit it to
 # tests/reference/data/; core/tests/reference.rs compares each row's outcome with the model's.
-# About 12 s per config (10 rows: 116 s on an H200). Knobs: GPU_PY (default python3), OUT, IDS=a,b, CYCLES (default 2).
+# About 12 s per config (10 rows: 2 minutes on an H200). Knobs: GPU_PY (default python3), OUT, IDS=a,b, CYCLES (default 2).
 set -u
 HERE="tests/reference"
 if [ ! -f "$HERE/measure.py" ]; then
@@ -27,10 +27,12 @@ configs = json.load(open("tests/reference/capped_configs.json"))["configs"]
 wanted = [c["id"] for c in configs if not ids or c["id"] in ids.split(",")]
 rows, t0 = [], time.time()
 for cid in wanted:
-    p = subprocess.run([py, "tests/reference/probes/capped.py", "--config-id", cid, "--later-cycles", cycles],
-                       capture_output=True, text=True, timeout=180)
     try:
+        p = subprocess.run([py, "tests/reference/probes/capped.py", "--config-id", cid, "--later-cycles", cycles],
+                           capture_output=True, text=True, timeout=180)
         row = json.loads(p.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        row = {"id": cid, "outcome": "error", "error": "timeout after 180 s"}
     except Exception:
         row = {"id": cid, "outcome": "error", "error": (p.stderr or p.stdout)[-2000:]}
     rows.append(row)
