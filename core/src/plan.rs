@@ -740,8 +740,8 @@ fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64) -> Note {
             "after the two iterations simulated above, the allocator model's reserve grows at {when} to {} MiB (nvidia-smi \
              ~{} MiB): a large request finds no cached block, the blocks having shifted since. {outcome}{fix} An estimate: on an \
              H200 with PyTorch's reserve capped, runs ran out of memory where the model said in 3 of 4 and the batches it \
-             said keep fitting all did, but it also predicts growth in 3 of 16 configs run to iteration 50 whose reserve \
-             never grew, two of them by 394 MiB (README: Accuracy).",
+             said keep fitting all did, but it also predicts growth in 2 of 16 configs run to iteration 50 whose reserve \
+             never grew, both by 394 MiB (README: Accuracy).",
             mib(l.reserved_bytes),
             mib(l.nvidia_smi_bytes)
         ),
@@ -1530,8 +1530,8 @@ mod tests {
         }
     }
 
-    /// Shakespeare-char with manual attention and dropout on an RTX 3060 fits at batches
-    /// 265-268 and 270 but not at 264, 269 or 271. From 270, which fits, the search's first
+    /// Shakespeare-char with manual attention and dropout on an RTX 3060 fits at every batch up
+    /// to 268 and at 270, but not at 269 or 271. From 270, which fits, the search's first
     /// guess lies above and four steps down all miss, so it bisects below; it then answered
     /// 268, smaller than the batch the user has and that fits.
     #[test]
@@ -1711,8 +1711,9 @@ mod tests {
     /// reserve says it runs out of memory a few steps in, the plan names a batch below it that
     /// keeps fitting and whose next one does not (a boundary, by the same continuation run
     /// here afresh); where the largest keeps fitting, nothing. The configs are GPT-2 124M at
-    /// nanoGPT's sizes, a 6-layer char model that lands its answer by bisection, and two
-    /// small ones whose reserve does not run out.
+    /// nanoGPT's sizes (keeps fitting), a 6-layer char model that lands its answer by
+    /// bisection, 12 layers of 768 at block 256 accumulating 5 (runs out), and two small ones
+    /// whose reserve does not run out.
     #[test]
     fn the_largest_batch_that_keeps_fitting_a_few_steps_later() {
         let gpu = default_gpu();
@@ -1741,6 +1742,7 @@ mod tests {
         for cfg in [
             Config { n_head: 12, ..eager(12, 768, 1024, 50304, 5) },
             eager(6, 768, 512, 65, 5),
+            Config { n_head: 6, ..eager(12, 768, 256, 50304, 5) },
             eager(4, 384, 256, 65, 1),
             eager(6, 384, 256, 50304, 5),
         ] {
@@ -1765,13 +1767,16 @@ mod tests {
                     let (fits_next, runs_out_next, _) = at(&cfg, k + 1);
                     assert!(!fits_next || runs_out_next, "{cfg:?}: {} keeps fitting too", k + 1);
                     let need = l.needed_bytes.unwrap();
-                    let grown = later_k.map_or(0, |l| l.reserved_bytes + gpu.context_bytes);
+                    // Where it passes the card but PyTorch's release of cached segments makes
+                    // room, it needs what is left after the release.
+                    let released = |l: &sim::LaterReserve| l.past_limit.map_or(0, |p| p.releasable_bytes);
+                    let grown = later_k.map_or(0, |l| l.reserved_bytes - released(&l) + gpu.context_bytes);
                     assert!(need <= available && need >= grown, "{need} {grown}");
                     named += 1;
                 }
             }
         }
-        assert_eq!((named, none), (2, 2));
+        assert_eq!((named, none), (2, 3));
     }
     /// A fix that fits the two simulated iterations can still run out of memory later, by the
     /// allocator model (here a shorter block for a 6-layer char model at batch 91 on the 12 GB

@@ -829,20 +829,20 @@ fn the_trainer_plan_offers_eval_fixes_that_fit() {
 }
 
 /// Where the allocator model's reserve grows past the card after the two simulated iterations
-/// (GPT-2 124M, batch 8 accumulating 5, bfloat16, eager, on the 12 GB default card), `plan`
-/// says so beside the validated verdict: JSON `later` with core's own figures, and a line and a
-/// note in the text. Batch 4 has no such growth past the card.
+/// (12 layers of 768 at block 256, vocab 50304, batch 33 accumulating 5, bfloat16, eager, on the
+/// 12 GB default card), `plan` says so beside the validated verdict: JSON `later` with core's
+/// own figures, and a line and a note in the text. Batch 4 has no such growth past the card.
 #[test]
 fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     let args = [
         "--n-layer",
         "12",
         "--n-head",
-        "12",
+        "6",
         "--n-embd",
         "768",
         "--block-size",
-        "1024",
+        "256",
         "--vocab-size",
         "50304",
         "--gradient-accumulation-steps",
@@ -853,7 +853,7 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
         "false",
     ];
     let mut with_batch = args.to_vec();
-    with_batch.extend(["--batch-size", "8"]);
+    with_batch.extend(["--batch-size", "33"]);
     let plan = plan_json(&with_batch);
     let gpu = device::default_gpu();
     let cfg: Config = serde_json::from_value(plan["config"].clone()).unwrap();
@@ -877,7 +877,7 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     );
     assert!(text.contains("- later_reserve (estimate): after the two iterations simulated above"), "{text}");
     assert!(text.contains("  none needed for the two simulated steps; for the growth after them"), "{text}");
-    // Batch 8 is the largest that fits, and it is the batch that runs out: core's plan names
+    // Batch 33 is the largest that fits, and it is the batch that runs out: core's plan names
     // the one below that keeps fitting, and `plan` prints it, as JSON and in words.
     let core_plan = vramfit_core::plan::plan(&vramfit_core::plan::PlanRequest {
         config: cfg.clone(),
@@ -888,21 +888,26 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     .unwrap();
     let lasting = core_plan.largest_lasting_micro_batch.clone().expect("the largest runs out later");
     assert_eq!(plan["largest_lasting_micro_batch"], serde_json::to_value(&lasting).unwrap());
-    assert_eq!(plan["largest_micro_batch"], 8);
+    assert_eq!(plan["largest_micro_batch"], 33);
     let keeps = lasting.batch_size.expect("a smaller batch keeps fitting");
     assert!(
         text.contains(&format!(
-            "  after a few steps (the allocator model, an estimate): batch_size 8 runs out of memory at {}; ~{keeps} keeps fitting",
+            "  after a few steps (the allocator model, an estimate): batch_size 33 runs out of memory at {}; ~{keeps} keeps fitting",
             lasting.when()
         )),
         "{text}"
     );
-    assert!(text.contains(&format!("or --batch-size {keeps} (see the notes)")), "{text}");
+    // The fixes line offers expandable segments too where the model says they fit (not here).
+    let ways = match plan["later"]["expandable_fix_bytes"].is_null() {
+        true => format!("--batch-size {keeps}"),
+        false => format!("expandable_segments:True or --batch-size {keeps}"),
+    };
+    assert!(text.contains(&format!("for the growth after them, {ways} (see the notes)")), "{text}");
     let mut small = args.to_vec();
     small.extend(["--batch-size", "4"]);
     let small = plan_json(&small);
     assert!(small["later"].is_null() || small["later"]["fits"] == true, "{}", small["later"]);
-    // Its largest is the same batch 8, which still runs out.
+    // Its largest is the same batch 33, which still runs out.
     assert_eq!(small["largest_lasting_micro_batch"], plan["largest_lasting_micro_batch"]);
 }
 

@@ -244,18 +244,19 @@ async fn a_fix_that_runs_out_later_says_so_in_its_row() {
 }
 
 /// Where the allocator model's reserve passes the card after the two simulated iterations
-/// (GPT-2 124M eager, batch 8 accumulating 5), the verdict says so in its own line, marked as an
-/// estimate; one step down the batch slider, where it does not, the line goes.
+/// (12 layers of 768 at block 256, eager, batch 33 accumulating 5), the verdict says so in its
+/// own line, marked as an estimate; at batch 4, where it does not, the line goes.
 #[wasm_bindgen_test]
 async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
-    let page = mount_with("?v=1&B=8&GA=5&cmp=0").await;
-    let want = expected(Config { batch_size: 8, gradient_accumulation_steps: 5, compile: false, ..Config::default() });
+    let page = mount_with("?v=1&H=6&T=256&B=33&GA=5&cmp=0").await;
+    let grows = Config { n_head: 6, block_size: 256, gradient_accumulation_steps: 5, compile: false, ..Config::default() };
+    let want = expected(Config { batch_size: 33, ..grows.clone() });
     let verdict = vramfit_web::model::verdict(&want.plan);
     let later = verdict.later.clone().expect("the model's reserve passes the card later");
     assert_eq!(page.text(".verdict-title"), "Fits the first two steps");
     let shown = page.text(".verdict-later");
     assert!(shown.starts_with(&later) && shown.ends_with("estimate"), "{shown}");
-    // Batch 8 is the largest that fits: the batch chart also marks the one that keeps fitting.
+    // Batch 33 is the largest that fits: the batch chart also marks the one that keeps fitting.
     let lasting = want.series.lasting.expect("a smaller batch keeps fitting");
     assert!(later.ends_with(&format!("; batch_size {lasting} keeps fitting")), "{later}");
     let chart = page.chart("chart-batch");
@@ -264,7 +265,7 @@ async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
     page.wait_for(".fixes-none", "no fixes").await;
     assert!(page.text(".fixes-none").starts_with("It fits the first two steps"), "{}", page.text(".fixes-none"));
     page.type_into("batch_size", "4").await;
-    let smaller = expected(Config { batch_size: 4, gradient_accumulation_steps: 5, compile: false, ..Config::default() });
+    let smaller = expected(Config { batch_size: 4, ..grows });
     assert_eq!(vramfit_web::model::verdict(&smaller.plan).later, None);
     assert!(!page.has(".verdict-later"));
     assert_eq!(page.text(".verdict-title"), "Fits");
