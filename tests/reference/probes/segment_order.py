@@ -5,9 +5,11 @@ Usage (from the repository root; plain Python 3, no torch needed to read the pic
 For each snapshot, and in total, prints how many pairs of segments each rule puts in the
 measured address order: all pairs, pairs of equal size, and pairs of equal size of 96 MiB or
 more (the ties between large free blocks that decide the reserve). Rules: `creation` (newer
-segments lie higher, the model's assumption before 2026-11-26) and `chunks` (core's
-`AddressSpace` in core/src/allocator.rs: chunks of the size rounded up to 32 MiB, each below the
-last; a segment first fills the lowest unused chunk top it fits, from its bottom up).
+segments lie higher, the model's assumption before 2026-11-26), `newest-lowest` (each new
+segment directly below the last), and `chunks-N` (core's `AddressSpace` in
+core/src/allocator.rs with N = 32: chunks of the size rounded up to N MiB, each below the last;
+a segment first fills the lowest unused chunk top it fits, from its bottom up). The rules are
+scored on the same snapshots the 32 MiB chunk was chosen on: an in-sample fit.
 """
 import glob
 import gzip
@@ -16,7 +18,6 @@ import pickle
 import sys
 
 MIB = 1 << 20
-CHUNK = 32 * MIB
 
 
 def segments(path):
@@ -34,7 +35,15 @@ def creation(sizes):
     return out
 
 
-def chunks(sizes):
+def newest_lowest(sizes):
+    out, addr = [], 0
+    for size in sizes:
+        addr -= size
+        out.append(addr)
+    return out
+
+
+def chunks(sizes, chunk_mib):
     gaps, low, out = [], 0, []
     for size in sizes:
         fitting = [g for g in gaps if g[1] - g[0] >= size]
@@ -44,7 +53,7 @@ def chunks(sizes):
             gap[0] += size
             gaps = [g for g in gaps if g[0] < g[1]]
             continue
-        chunk = -(-size // CHUNK) * CHUNK
+        chunk = -(-size // (chunk_mib * MIB)) * chunk_mib * MIB
         low -= chunk
         if chunk > size:
             gaps.append([low + size, low + chunk])
@@ -67,7 +76,9 @@ def score(real, predicted, sizes):
 
 def main():
     paths = sys.argv[1:] or sorted(glob.glob("tests/reference/snapshots/*.pickle*"))
-    rules = {"creation": creation, "chunks": chunks}
+    rules = {"creation": creation, "newest-lowest": newest_lowest}
+    for mib in (2, 16, 32, 64):
+        rules[f"chunks-{mib}"] = lambda sizes, mib=mib: chunks(sizes, mib)
     totals = {name: [[0, 0], [0, 0], [0, 0]] for name in rules}
     for path in paths:
         segs = segments(path)
@@ -78,10 +89,10 @@ def main():
             for total, c in zip(totals[name], counts):
                 total[0] += c[0]
                 total[1] += c[1]
-            print(f"  {name:9} " + "  ".join(f"{label} {r}/{n}" for label, (r, n) in zip(("all", "equal", "equal>=96MiB"), counts)))
+            print(f"  {name:14} " + "  ".join(f"{label} {r}/{n}" for label, (r, n) in zip(("all", "equal", "equal>=96MiB"), counts)))
     print("total")
     for name, counts in totals.items():
-        print(f"  {name:9} " + "  ".join(f"{label} {r}/{n} ({r / max(n, 1):.0%})" for label, (r, n) in zip(("all", "equal", "equal>=96MiB"), counts)))
+        print(f"  {name:14} " + "  ".join(f"{label} {r}/{n} ({r / max(n, 1):.0%})" for label, (r, n) in zip(("all", "equal", "equal>=96MiB"), counts)))
 
 
 if __name__ == "__main__":
