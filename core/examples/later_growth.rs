@@ -19,7 +19,8 @@
 //! With the argument `configs`, it prints instead the configs for measuring this on a GPU
 //! (`tests/reference/later_configs.json`, run by `tests/reference/probes/later_growth.sh`): the
 //! grid's configs whose reserve the model grows most on an H100, those that grow latest, the
-//! README's GPT-2 example, and a few that do not grow, in configs.json's format.
+//! GPT-2 124M at batch 8 accumulating 5 (eager, the README's 12 GB case), and a few that do not
+//! grow, in configs.json's format.
 //!
 //! With `capped`, it prints six of those configs with a cap on PyTorch's reserve
 //! (`tests/reference/capped_configs.json`, run by `tests/reference/probes/capped.sh`, which
@@ -189,7 +190,10 @@ fn print_measurement_configs() {
     let (_, later) = sim::simulate_exact_and_later(&example, &h100, None);
     take(
         &example,
-        format!("README's GPT-2 124M example; on the H100 the model {}", if later.is_some() { "grows" } else { "does not grow" }),
+        format!(
+            "GPT-2 124M at batch 8 accumulating 5 (README); on the H100 the model {}",
+            if later.is_some() { "grows" } else { "does not grow" }
+        ),
     );
     for cfg in steady.iter().step_by(steady.len().div_ceil(4).max(1)).take(4) {
         take(cfg, "a control: the model's reserve does not grow".into());

@@ -7,8 +7,8 @@
 # 2026-11-26 (tests/reference/data/cuda-h200-later.json; README: Accuracy).
 # This runs measure.py's cuda method with --later-cycles 3 (iterations 3 to 50, an estimate_loss
 # after every 16th) over tests/reference/later_configs.json (16 configs: the model's largest and
-# latest growth on the H100 preset, README's GPT-2 example, four that do not grow; written by
-# `cargo run --release -p vramfit-core --example later_growth -- configs`).
+# latest growth on the H100 preset, GPT-2 124M at batch 8 accumulating 5, four that do not grow;
+# written by `cargo run --release -p vramfit-core --example later_growth -- configs`).
 #
 # Run from the repository root on a machine with CUDA and PyTorch 2.11; about 15 s per config:
 #
