@@ -31,7 +31,7 @@
 /// branches the CPU cannot predict) and shifting on every insert and remove.
 #[derive(Clone, Debug)]
 struct FreeList {
-    classes: Vec<Vec<Entry>>,
+    classes: Box<[Vec<Entry>; CLASSES]>,
     non_empty: [u64; CLASS_WORDS],
 }
 
@@ -64,7 +64,7 @@ fn size_class(size: u64) -> usize {
 
 impl FreeList {
     fn new() -> FreeList {
-        FreeList { classes: vec![Vec::new(); CLASSES], non_empty: [0; CLASS_WORDS] }
+        FreeList { classes: Box::new(std::array::from_fn(|_| Vec::new())), non_empty: [0; CLASS_WORDS] }
     }
 
     /// Adds free block `idx` (its size and address as `blocks` has them).
@@ -353,8 +353,7 @@ impl CachingAllocator {
         let size = round_size(bytes);
         let small = size <= SMALL_SIZE;
         let (list, blocks) = self.pool(small);
-        let found = list.take_best_fit(blocks, size);
-        let idx = match found {
+        let idx = match list.take_best_fit(blocks, size) {
             Some(idx) => idx,
             None if self.expandable && !small => self.grow(size),
             None => {
@@ -365,27 +364,28 @@ impl CachingAllocator {
                 self.new_block(Block { size: seg, addr, prev: NONE, next: NONE, pos: NONE, class: 0, free: true, small })
             }
         };
-        let block = self.blocks[idx as usize];
-        let remaining = block.size - size;
+        let Block { size: found, addr, next, .. } = self.blocks[idx as usize];
+        let remaining = found - size;
         let split = if small || self.expandable { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
-        if split {
+        let b = if split {
             // The request keeps the front; the rest becomes a free block after it.
-            let rest =
-                Block { size: remaining, addr: block.addr + size, prev: idx, next: block.next, pos: NONE, class: 0, free: true, small };
+            let rest = Block { size: remaining, addr: addr + size, prev: idx, next, pos: NONE, class: 0, free: true, small };
             let r = self.new_block(rest);
-            if block.next != NONE {
-                self.blocks[block.next as usize].prev = r;
+            if next != NONE {
+                self.blocks[next as usize].prev = r;
             }
             if self.tail == idx {
                 self.tail = r;
             }
+            let (list, blocks) = self.pool(small);
+            list.insert(blocks, r);
             let b = &mut self.blocks[idx as usize];
             b.size = size;
             b.next = r;
-            let (list, blocks) = self.pool(small);
-            list.insert(blocks, r);
-        }
-        let b = &mut self.blocks[idx as usize];
+            b
+        } else {
+            &mut self.blocks[idx as usize]
+        };
         b.free = false;
         let counted = b.size;
         self.allocated += counted;
@@ -424,45 +424,46 @@ impl CachingAllocator {
 
     /// Returns a block; it merges with free neighbours in its segment.
     pub fn free(&mut self, idx: u32) {
-        let mut b = self.blocks[idx as usize];
-        debug_assert!(!b.free);
-        self.allocated -= b.size;
-        let small = b.small;
+        let Block { mut size, mut addr, mut prev, mut next, small, .. } = self.blocks[idx as usize];
+        debug_assert!(!self.blocks[idx as usize].free);
+        self.allocated -= size;
+        let (list, blocks) = if small { (&mut self.free_small, &mut self.blocks) } else { (&mut self.free_large, &mut self.blocks) };
         // Merge with the previous block.
-        if b.prev != NONE && self.blocks[b.prev as usize].free {
-            let p = b.prev;
-            let pb = self.blocks[p as usize];
-            let (list, blocks) = self.pool(small);
+        if prev != NONE && blocks[prev as usize].free {
+            let p = prev;
             list.remove(blocks, p);
-            b.size += pb.size;
-            b.addr = pb.addr;
-            b.prev = pb.prev;
-            if pb.prev != NONE {
-                self.blocks[pb.prev as usize].next = idx;
+            let pb = &mut blocks[p as usize];
+            size += pb.size;
+            addr = pb.addr;
+            prev = pb.prev;
+            pb.size = 0;
+            if prev != NONE {
+                blocks[prev as usize].next = idx;
             }
-            self.blocks[p as usize].size = 0;
             self.spare.push(p);
         }
         // Merge with the next block.
-        if b.next != NONE && self.blocks[b.next as usize].free {
-            let n = b.next;
-            let nb = self.blocks[n as usize];
-            let (list, blocks) = self.pool(small);
+        if next != NONE && blocks[next as usize].free {
+            let n = next;
             list.remove(blocks, n);
-            b.size += nb.size;
-            b.next = nb.next;
-            if nb.next != NONE {
-                self.blocks[nb.next as usize].prev = idx;
+            let nb = &mut blocks[n as usize];
+            size += nb.size;
+            next = nb.next;
+            nb.size = 0;
+            if next != NONE {
+                blocks[next as usize].prev = idx;
             }
             if self.tail == n {
                 self.tail = idx;
             }
-            self.blocks[n as usize].size = 0;
             self.spare.push(n);
         }
+        let b = &mut blocks[idx as usize];
+        b.size = size;
+        b.addr = addr;
+        b.prev = prev;
+        b.next = next;
         b.free = true;
-        self.blocks[idx as usize] = b;
-        let (list, blocks) = self.pool(small);
         list.insert(blocks, idx);
     }
 }
