@@ -469,26 +469,31 @@ impl Dataset {
 
 /// Reads a whole file the user named (data, checkpoint, config file) without reading until
 /// memory runs out: with a `limit`, anything longer (`/dev/zero`, an endless pipe) is refused once
-/// that many bytes are read; without one, devices are refused (`/dev/zero` and `/dev/urandom`
-/// never end).
+/// that many bytes are read; without one, only regular files are read (`/dev/zero` and
+/// `/dev/urandom` never end, and opening a named pipe nothing writes to waits forever).
 pub fn read_input_file(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let file = File::open(path)?;
-    let meta = file.metadata()?;
     let Some(limit) = limit else {
+        // Checked before opening: the open itself is what waits on a pipe.
         #[cfg(unix)]
         {
             use std::os::unix::fs::FileTypeExt;
-            let kind = meta.file_type();
+            let kind = std::fs::metadata(path)?.file_type();
             if kind.is_char_device() || kind.is_block_device() {
                 return Err(std::io::Error::other("it is a device, not a file"));
             }
+            if kind.is_fifo() || kind.is_socket() {
+                return Err(std::io::Error::other("it is a named pipe or socket, not a file"));
+            }
         }
+        let file = File::open(path)?;
         // Sized up front as `std::fs::read` does: a checkpoint may be gigabytes.
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        let mut bytes = Vec::with_capacity(usize::try_from(file.metadata()?.len()).unwrap_or(0));
         (&file).read_to_end(&mut bytes)?;
         return Ok(bytes);
     };
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
     let too_long = || std::io::Error::other(format!("it is longer than {} MiB", limit >> 20));
     if meta.len() > limit {
         return Err(too_long());

@@ -81,13 +81,13 @@ pub fn render(curves: &Curves) -> Result<String, String> {
     Ok(svg)
 }
 
-/// Redraws `out_dir/loss.svg` from `out_dir/log.jsonl`. A plot is a convenience: failures are
-/// reported as a note and training goes on.
-pub fn write_for(out_dir: &Path) {
+/// Redraws `out_dir/loss.svg` from `out_dir/log.jsonl`; whether it did. A plot is a
+/// convenience: failures are reported as a note and training goes on.
+pub fn write_for(out_dir: &Path) -> bool {
     let log = out_dir.join(LOG_FILE);
     if !log.exists() {
         // Nothing recorded (a library caller with a silent progress): nothing to draw.
-        return;
+        return false;
     }
     let result = (|| -> Result<(), String> {
         let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
@@ -100,10 +100,11 @@ pub fn write_for(out_dir: &Path) {
         }
         written.map_err(|e| e.to_string())
     })();
-    if let Err(e) = result {
+    if let Err(e) = &result {
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "note: cannot draw {}: {e}", out_dir.join(SVG_FILE).display());
     }
+    result.is_ok()
 }
 
 #[cfg(test)]

@@ -116,6 +116,9 @@ pub struct Summary {
     pub checkpoint: Option<PathBuf>,
     /// Training tokens per second over this run's iterations.
     pub tokens_per_s: f64,
+    /// Whether this run's last redraw of `out_dir/loss.svg` drew it (a file left by an earlier
+    /// run is not this run's curve).
+    pub loss_curve: bool,
 }
 
 /// One split's mean loss over `eval_iters` random batches.
@@ -231,7 +234,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
     let (mut last_eval, mut last_eval_iter) = (None, None);
     let (mut train_secs, mut train_iters) = (0f64, 0u64);
     let pause = if cfg!(debug_assertions) { std::env::var(PAUSE_HOOK).ok().and_then(|ms| ms.parse().ok()) } else { None };
-    let mut plot = LossPlot { out_dir: &settings.out_dir, given_up: false };
+    let mut plot = LossPlot { out_dir: &settings.out_dir, given_up: false, drawn: false };
 
     loop {
         if interrupt.load(Ordering::SeqCst) {
@@ -248,6 +251,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                     interrupted: true,
                     checkpoint: None,
                     tokens_per_s,
+                    loss_curve: plot.drawn,
                 });
             }
             save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
@@ -261,6 +265,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                 interrupted: true,
                 checkpoint: Some(ckpt_path),
                 tokens_per_s,
+                loss_curve: plot.drawn,
             });
         }
         let finished = state.iter_num >= settings.max_iters;
@@ -375,15 +380,18 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         interrupted: false,
         checkpoint: saved_any.then_some(ckpt_path),
         tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),
+        loss_curve: plot.drawn,
     })
 }
 
 /// `out_dir/loss.svg`, redrawn at each save and at the end.
 struct LossPlot<'a> {
     out_dir: &'a Path,
-    /// A redraw left no plot (a directory holds its name, ...): its note was said once, and the
-    /// run does not try (and say it) again at every evaluation.
+    /// A redraw failed (a directory holds its name, the log is unreadable, ...): its note was
+    /// said once, and the run does not try (and say it) again at every save.
     given_up: bool,
+    /// The last redraw drew it.
+    drawn: bool,
 }
 
 impl LossPlot<'_> {
@@ -391,8 +399,8 @@ impl LossPlot<'_> {
         if self.given_up {
             return;
         }
-        crate::lossplot::write_for(self.out_dir);
-        self.given_up = !self.out_dir.join(crate::lossplot::SVG_FILE).is_file();
+        self.drawn = crate::lossplot::write_for(self.out_dir);
+        self.given_up = !self.drawn;
     }
 }
 

@@ -159,6 +159,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // The data, and the vocabulary size it implies.
     let source = match (&args.data, &resume) {
         (Some(path), resumed) => {
+            check_utf8_path(path, "--data")?;
             // Resuming on new text keeps the checkpoint's tokenizer unless told otherwise.
             let resumed_tokenizer = match resumed.as_ref().map(|c| &c.meta.data) {
                 Some(DataSource::Text { tokenizer, .. }) => Some(*tokenizer),
@@ -390,11 +391,12 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         }
         None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
     }
-    lines.push(format!(
-        "log: {}, loss curve: {}",
-        settings.out_dir.join(vramfit::progress::LOG_FILE).display(),
-        settings.out_dir.join(vramfit::lossplot::SVG_FILE).display()
-    ));
+    let log = settings.out_dir.join(vramfit::progress::LOG_FILE);
+    lines.push(if summary.loss_curve {
+        format!("log: {}, loss curve: {}", log.display(), settings.out_dir.join(vramfit::lossplot::SVG_FILE).display())
+    } else {
+        format!("log: {} (this run drew no loss curve)", log.display())
+    });
     for l in lines {
         progress.line(&l);
     }
@@ -473,9 +475,14 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
         // Training on a default in place of a setting the file meant to change loses the run.
         return Err(input(format!("{what} (train needs every training setting it is given)")));
     }
-    // What a file's eval_only and init_from = 'resume' mean for train.py's plan; `train` says
-    // its own (it trains; a resume in a file is an error, or a note under --weights).
-    let plan_only = |n: &String| n.contains("eval_only = True: train.py") || n.contains("init_from = 'resume': train.py");
+    // What a file's eval_only and init_from mean for train.py's plan; `train` says its own (an
+    // error for eval_only, a resume in a file, or a name train.py stops on; a note for a resume
+    // under --weights).
+    let plan_only = |n: &String| {
+        ["eval_only = True: train.py", "init_from = 'resume': train.py", "train.py would stop; vramfit plans"]
+            .iter()
+            .any(|said| n.contains(said))
+    };
     let notices: Vec<String> = resolved.notices.iter().filter(|n| !plan_only(n)).cloned().collect();
     crate::print_input_notes(&notices);
     let link_gives = |name: &str| resolved.link_sets.contains(&name);
@@ -532,11 +539,13 @@ fn data_changed(meta: &CheckpointMeta, data: &Dataset) -> Option<String> {
         Some(l) if then.val != now.val => format!("; the best val loss so far, {l:.4}, was measured on the old val split"),
         _ => String::new(),
     };
-    Some(format!(
-        "{} changed since this checkpoint was written: {}. The run continues on the data as it is now{best}.",
-        data.source.describe(),
-        changed.join("; ")
-    ))
+    // Resuming on other data (`--data`) is not the checkpoint's data having changed.
+    let what = if meta.data == data.source {
+        format!("{} changed since this checkpoint was written", data.source.describe())
+    } else {
+        format!("{} is not the data this checkpoint was trained on ({})", data.source.describe(), meta.data.describe())
+    };
+    Some(format!("{what}: {}. The run continues on the data as it is now{best}.", changed.join("; ")))
 }
 
 /// With `--resume`, flags may not change the model the checkpoint holds.
@@ -627,11 +636,24 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
             "init_from" if *v == Value::Str("resume".into()) => {
                 crate::print_note("config file: init_from = 'resume' is not used: --weights starts a new run from those weights")
             }
+            // train.py stops on a name that is none of its own; so does this.
+            "init_from" if !matches!(v, Value::Str(name) if name == "scratch" || vramfit_core::nanogpt::pretrained(name).is_some()) => {
+                return Err(input(format!(
+                    "{file}: init_from = {v} is none of train.py's (scratch, resume, gpt2, gpt2-medium, gpt2-large, gpt2-xl)"
+                )))
+            }
             "init_from" if *v != Value::Str("scratch".into()) && !weights => crate::print_note(&format!(
                 "config file: init_from = {v}: vramfit downloads no weights; without --weights (GPT-2's model.safetensors) it \
                  trains from scratch, or continues with --resume"
             )),
-            "eval_only" if *v == Value::Bool(true) => crate::print_note("config file: eval_only = True is not used: vramfit trains"),
+            // train.py would evaluate and stop, writing nothing; a run here would train and
+            // replace out_dir's checkpoint at its first save.
+            "eval_only" if *v == Value::Bool(true) => {
+                return Err(input(format!(
+                    "{file}: eval_only = True: vramfit train has no evaluate-only mode, and training would replace out_dir's \
+                     checkpoint; remove the line to train"
+                )))
+            }
             _ => {}
         }
     }
@@ -714,6 +736,13 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
             format!("lr_decay_iters ({}) must be at least warmup_iters ({})", s.lr.lr_decay_iters, s.lr.warmup_iters),
         ));
     }
+    if s.lr.decay_lr && s.lr.min_lr > s.lr.learning_rate {
+        // train.py's get_lr runs with it too: its cosine "decay" then climbs towards min_lr.
+        crate::print_note(&format!(
+            "min_lr ({:e}) is above learning_rate ({:e}): after warmup the rate rises towards min_lr instead of decaying",
+            s.lr.min_lr, s.lr.learning_rate
+        ));
+    }
     Ok(())
 }
 
@@ -737,6 +766,7 @@ fn check_seed_flag(saved: u64, flag: Option<u64>) -> Result<(), Failure> {
 /// must be able to go there: checked before any work, not found out at the first save.
 fn check_out_dir(dir: &Path, flag_given: bool, resume: bool) -> Result<(), Failure> {
     let name = if flag_given { "--out-dir" } else { "out_dir" };
+    check_utf8_path(dir, name)?;
     match std::fs::metadata(dir) {
         Ok(m) if m.is_file() => return Err(input(format!("{name} {} is a file, not a directory", dir.display()))),
         Ok(m) if !m.is_dir() => return Err(input(format!("{name} {} is not a directory", dir.display()))),
@@ -761,6 +791,18 @@ fn check_out_dir(dir: &Path, flag_given: bool, resume: bool) -> Result<(), Failu
         }
     }
     Ok(())
+}
+
+/// The checkpoint records the out_dir and the data's path as text (JSON): a name that is not
+/// UTF-8 is refused before any work, not found out at the first save (with the run lost).
+fn check_utf8_path(path: &Path, name: &str) -> Result<(), Failure> {
+    match path.to_str() {
+        Some(_) => Ok(()),
+        None => Err(input(format!(
+            "{name} {}: the name is not valid UTF-8, and the checkpoint records it as text: rename it or pick another",
+            path.display()
+        ))),
+    }
 }
 
 /// The lock file a running `vramfit train` holds in its out_dir. It is never removed (as Cargo

@@ -35,6 +35,9 @@ fn unwritable_loss_plot_leaves_no_temporary_file() {
     std::fs::create_dir_all(dir.join("loss.svg")).unwrap();
     let out = train_ok(&dir, &["--max-iters", "4", "--eval-interval", "1"]);
     assert_eq!(text(&out.stderr).matches("note: cannot draw").count(), 1, "{}", text(&out.stderr));
+    // The summary does not point at a curve it could not draw.
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("(this run drew no loss curve)") && !stdout.contains("loss curve: "), "{stdout}");
     let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, [".vramfit-train.lock", "ckpt.safetensors", "log.jsonl", "loss.svg"]);

@@ -282,6 +282,76 @@ fn preflight_heeds_the_address_space_limit() {
     }
 }
 
+/// A named pipe nothing writes to, named as a data file or checkpoint, is refused with one line;
+/// opening it would wait forever.
+#[cfg(unix)]
+#[test]
+fn named_pipes_are_refused_not_waited_on() {
+    let dir = scratch("named-pipes");
+    let fifo = |path: &Path| {
+        let made = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+        assert!(made.success());
+    };
+    fifo(&dir.join("data.txt"));
+    let out_dir = dir.join("out");
+    let line = one_error_line(&run_within(
+        &["train", "--out-dir", out_dir.to_str().unwrap(), "--data", dir.join("data.txt").to_str().unwrap()],
+        60,
+    ));
+    assert_has(&line, &["cannot read data file", "data.txt", "a named pipe or socket, not a file"]);
+    std::fs::create_dir_all(&out_dir).unwrap();
+    fifo(&out_dir.join("ckpt.safetensors"));
+    let line = one_error_line(&run_within(&["sample", "--out-dir", out_dir.to_str().unwrap()], 60));
+    assert_has(&line, &["cannot read checkpoint", "a named pipe or socket, not a file"]);
+    let line = one_error_line(&run_within(&["train", "--out-dir", out_dir.to_str().unwrap(), "--resume"], 60));
+    assert_has(&line, &["cannot read checkpoint", "a named pipe or socket, not a file"]);
+}
+
+/// The checkpoint records the out_dir and the data's path as text: a name that is not UTF-8 is
+/// refused before training, not at the first save with the run lost.
+#[cfg(unix)]
+#[test]
+fn paths_that_are_not_utf8_are_refused_before_training() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("not-utf8");
+    let bad_out = dir.join(OsStr::from_bytes(b"out\xff"));
+    let bad_data = dir.join(OsStr::from_bytes(b"data\xff.txt"));
+    std::fs::write(&bad_data, "hello world, a little text to train on\n".repeat(40)).unwrap();
+    let good_out = dir.join("out");
+    let cases = [
+        (vec![OsStr::new("--out-dir"), bad_out.as_os_str()], "--out-dir"),
+        (vec![OsStr::new("--out-dir"), good_out.as_os_str(), OsStr::new("--data"), bad_data.as_os_str()], "--data"),
+    ];
+    for (paths, flag) in cases {
+        let out = vramfit().arg("train").args(&paths).args(TINY).args(["--max-iters", "2"]).output().expect("the binary runs");
+        assert_has(&one_error_line(&out), &[flag, "not valid UTF-8"]);
+        assert!(!bad_out.exists() && !good_out.join("log.jsonl").exists(), "a refused run started");
+    }
+}
+
+/// Config-file settings under which train.py would not train are refused, not noted and trained
+/// over: an `init_from` that is none of train.py's (it stops), and `eval_only = True` (it
+/// evaluates and writes nothing, where training would replace the checkpoint).
+#[test]
+fn config_settings_train_py_would_not_train_with_are_refused() {
+    let dir = scratch("train-py-would-not-train");
+    let shape = "n_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 16\nbatch_size = 4\neval_iters = 2\nmax_iters = 2\n";
+    for (line, expected) in [
+        ("init_from = 'gtp2'", &["init_from = 'gtp2' is none of train.py's"][..]),
+        ("eval_only = True", &["eval_only = True", "no evaluate-only mode"][..]),
+    ] {
+        let file = dir.join("config.py");
+        std::fs::write(&file, format!("{line}\n{shape}")).unwrap();
+        let out_dir = dir.join("out");
+        let out = run_within(&["train", "--config", file.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()], 60);
+        assert_has(&one_error_line(&out), expected);
+        // Nothing of plan's ("vramfit plans the model these settings give") either.
+        assert!(!text(&out.stderr).contains("note:"), "{}", text(&out.stderr));
+        assert!(!out_dir.exists(), "a refused run created its out_dir");
+    }
+}
+
 /// Runs the binary, failing the test (instead of hanging it) if it is still running after `secs`.
 fn run_within(args: &[&str], secs: u64) -> std::process::Output {
     use std::process::Stdio;

@@ -176,7 +176,8 @@ fn memory_savers_train_the_same_model() {
 
 /// A checkpoint records its data's fingerprint; resumed on data that changed since (an edited
 /// text file, new `.bin`s), the run goes on and says which split changed, and for the val split
-/// that the best val loss was measured on the old one. Unchanged data says nothing.
+/// that the best val loss was measured on the old one. Unchanged data says nothing; other data
+/// (`--data` elsewhere) is said to be not the checkpoint's.
 #[test]
 fn resume_says_when_the_data_changed() {
     let dir = scratch("resume-data-changed");
@@ -215,4 +216,14 @@ fn resume_says_when_the_data_changed() {
     assert!(stderr.contains("was measured on the old val split"), "{stderr}");
     assert!(!stderr.contains("train split"), "the previous resume's checkpoint records the edited train split: {stderr}");
     assert_eq!(checkpoint_tensors(&out).0.iter_num, 4);
+
+    // Other data named with --data: not "changed", but not the checkpoint's.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("train.bin"), ids(400, 3)).unwrap();
+    std::fs::write(other.join("val.bin"), ids(300, 5)).unwrap();
+    let moved = train_ok(&out, &["--resume", "--max-iters", "5", "--data", other.to_str().unwrap()]);
+    let stderr = text(&moved.stderr);
+    assert!(stderr.contains("is not the data this checkpoint was trained on"), "{stderr}");
+    assert!(stderr.contains("the train split has other ids in its 400 tokens") && !stderr.contains("changed since"), "{stderr}");
 }
