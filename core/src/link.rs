@@ -43,6 +43,10 @@
 //! nothing; nanoGPT's long names (`n_layer=12`) work as keys too; keys are case-sensitive. Whatever
 //! it cannot use falls back to the default with one notice saying what was ignored and why.
 //! [`decode_strict`] turns any notice into an error, for the command line.
+//! [`decode_strict_deferred`] is the command line's reader under flags: strict about each key,
+//! it leaves the checks of settings together (n_embd divisible by n_head, sizes that overflow
+//! only in combination, a block past the checkpoint's) to the caller, who makes them once the
+//! flags are applied.
 
 use crate::config::{self, Attention, Config, ConfigError, Dtype, Optimizer};
 use crate::device::{self, Gpu};
@@ -330,12 +334,17 @@ fn has_settings(input: &str) -> bool {
 }
 
 /// One key as the link spelt it, for notices: `C=abc (n_embd)`.
+#[derive(Clone, Debug, PartialEq)]
 struct Given {
     key: String,
     value: String,
 }
 
 impl Given {
+    /// `C=768`, as the link wrote it (cut and escaped as notices quote values).
+    fn written(&self) -> String {
+        format!("{}={}", shown(&self.key), shown(&self.value))
+    }
     fn describe(&self, field: Field) -> String {
         if self.key == field.long_name() {
             format!("{}={}", shown(&self.key), shown(&self.value))
@@ -481,7 +490,19 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
 /// ignored (with a notice) and the rest are the checkpoint's, not the link's choice (`given`
 /// false, so a later fallback never reverts them); a block longer than 1024, or an eval context
 /// longer than the block, falls back to the base's, cropped.
-fn take_checkpoint_shape(state: &mut LinkState, base: &Config, latest: &[Option<Given>], given: &mut [bool], notices: &mut Vec<String>) {
+///
+/// With [`Combination::Defer`], the block and eval context are left for the caller to check
+/// (a flag after the link may shorten them): the checkpoint crops only a block the link
+/// neither wrote nor chose the checkpoint for (the base's, under the base's checkpoint, as
+/// [`decode`] crops it), and keeps an eval context the link wrote.
+fn take_checkpoint_shape(
+    state: &mut LinkState,
+    base: &Config,
+    latest: &[Option<Given>],
+    given: &mut [bool],
+    notices: &mut Vec<String>,
+    combination: Combination,
+) {
     let Some(name) = state.init_from.clone() else { return };
     let mut shaped = state.config.clone();
     crate::nanogpt::take_pretrained_shape(&mut shaped, &name);
@@ -508,6 +529,17 @@ fn take_checkpoint_shape(state: &mut LinkState, base: &Config, latest: &[Option<
             }
             given[field.index()] = false;
         }
+    }
+    if combination == Combination::Defer {
+        let (block, eval_block) = (state.config.block_size, state.config.eval_block_size);
+        crate::nanogpt::take_pretrained_shape(&mut state.config, &name);
+        if given[Field::BlockSize.index()] || given[Field::InitFrom.index()] {
+            state.config.block_size = block;
+            state.config.eval_block_size = eval_block;
+        } else if given[Field::EvalBlock.index()] {
+            state.config.eval_block_size = eval_block;
+        }
+        return;
     }
     let limit = crate::nanogpt::PRETRAINED_BLOCK;
     if given[Field::BlockSize.index()] && state.config.block_size > limit {
@@ -615,6 +647,21 @@ pub fn decode(input: &str) -> Decoded {
 /// Like [`decode`], but keys the link does not mention keep their value from `base` (and
 /// fallbacks go to `base`), so a partial link can refine a config read elsewhere.
 pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
+    read(base, input, Combination::FallBack).decoded
+}
+
+/// What [`decode_over`] does with settings that are valid one by one but not together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Combination {
+    /// Give up on the link's fields one at a time, with a notice each, until the config is
+    /// valid (the page's way).
+    FallBack,
+    /// Keep them all: the caller applies its own settings on top and validates the result.
+    Defer,
+}
+
+/// The link read over `base`, with the keys it wrote and kept.
+fn read(base: &LinkState, input: &str, combination: Combination) -> Deferred {
     let mut notices = Vec::new();
     // Last occurrence of each field wins: collect first, so repeats can be reported.
     let mut latest: Vec<Option<Given>> = FIELDS.iter().map(|_| None).collect();
@@ -658,10 +705,10 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
             Err(why) => notices.push(format!("ignored {}: {why}", g.describe(field))),
         }
     }
-    take_checkpoint_shape(&mut state, &base.config, &latest, &mut given, &mut notices);
+    take_checkpoint_shape(&mut state, &base.config, &latest, &mut given, &mut notices, combination);
 
     // Each field is fine alone; give up on fields one at a time until the combination is valid.
-    while let Err(err) = state.config.validate() {
+    while let (Combination::FallBack, Err(err)) = (combination, state.config.validate()) {
         match blame(&err, &state.config, &base.config, &given) {
             Some(field) => {
                 let g = latest[field.index()].as_ref().expect("a given field has its key and value");
@@ -683,9 +730,11 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
         }
     }
     if let Some(name) = state.init_from.clone() {
-        // A block reverted to a base from scratch may be longer than the checkpoint's: cropped
-        // (never invalid: a shorter block and eval context only shrink the run).
-        crate::nanogpt::take_pretrained_shape(&mut state.config, &name);
+        if combination == Combination::FallBack {
+            // A block reverted to a base from scratch may be longer than the checkpoint's:
+            // cropped (never invalid: a shorter block and eval context only shrink the run).
+            crate::nanogpt::take_pretrained_shape(&mut state.config, &name);
+        }
         if given[Field::InitFrom.index()] {
             // The link chose the shape, by naming the checkpoint.
             for field in PRETRAINED_SHAPE {
@@ -693,8 +742,13 @@ pub fn decode_over(base: &LinkState, input: &str) -> Decoded {
             }
         }
     }
+    let written = FIELDS
+        .iter()
+        .filter(|(field, _, _)| given[field.index()])
+        .filter_map(|(field, _, long)| latest[field.index()].as_ref().map(|g| (*long, g.clone())))
+        .collect();
     let given = FIELDS.iter().filter(|(field, _, _)| given[field.index()]).map(|(_, _, long)| *long).collect();
-    Decoded { state, notices, given }
+    Deferred { decoded: Decoded { state, notices, given }, written }
 }
 
 /// Reads a link for the command line: anything [`decode`] would ignore is an error, reported
@@ -705,6 +759,49 @@ pub fn decode_strict(input: &str) -> Result<LinkState, String> {
 
 /// [`decode_strict`] on top of `base` (see [`decode_over`]); what it returns has no notices.
 pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<Decoded, String> {
+    strict(base, input, Combination::FallBack).map(|read| read.decoded)
+}
+
+/// What [`decode_strict_deferred`] read: the link over the base, each key valid on its own,
+/// but the config not checked as a whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deferred {
+    /// Has no notices. Its config may fail `Config::validate` (n_head not dividing n_embd, an
+    /// eval context longer than the block, sizes too large together), and under a checkpoint
+    /// its block may be longer than the checkpoint's positions: the caller checks both.
+    pub decoded: Decoded,
+    /// The keys the link wrote and that were kept, by long name (a checkpoint's shape that
+    /// `init` implies is given but not written).
+    written: Vec<(&'static str, Given)>,
+}
+
+impl Deferred {
+    fn given(&self, long_name: &str) -> Option<(Field, &Given)> {
+        let (_, given) = self.written.iter().find(|(long, _)| *long == long_name)?;
+        Some((Field::from_config_field(long_name)?, given))
+    }
+
+    /// How the link wrote the setting of this long name (`H=5`), if it wrote it.
+    pub fn written(&self, long_name: &str) -> Option<String> {
+        self.given(long_name).map(|(_, g)| g.written())
+    }
+
+    /// The same, as notices and errors name it: `H=5 (n_head)`.
+    pub fn described(&self, long_name: &str) -> Option<String> {
+        self.given(long_name).map(|(field, g)| g.describe(field))
+    }
+}
+
+/// Reads a link for the command line, to be overridden by flags: anything [`decode_strict`]
+/// refuses for a key on its own (not a number, out of the setting's range, an unknown key, a
+/// repeat, a shape that differs from the checkpoint the link names) is an error, reported as
+/// one line; but settings that are valid one by one and not together are kept, for the caller
+/// to check once its own settings are applied (a later `--n-embd 100` makes `H=5` valid).
+pub fn decode_strict_deferred(base: &LinkState, input: &str) -> Result<Deferred, String> {
+    strict(base, input, Combination::Defer)
+}
+
+fn strict(base: &LinkState, input: &str, combination: Combination) -> Result<Deferred, String> {
     if !has_settings(input) {
         // The page opens a bare address with its defaults; asked for on purpose, a link without
         // settings is a wrong paste.
@@ -714,13 +811,13 @@ pub fn decode_strict_over(base: &LinkState, input: &str) -> Result<Decoded, Stri
             shown(input.trim())
         ));
     }
-    let decoded = decode_over(base, input);
-    if decoded.notices.is_empty() {
-        Ok(decoded)
+    let read = read(base, input, combination);
+    if read.decoded.notices.is_empty() {
+        Ok(read)
     } else {
         // In an error, "ignored" would be misleading: nothing is used.
         // One line stays one readable line, however many keys a link repeats.
-        let problems: Vec<String> = decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n).to_string()).collect();
+        let problems: Vec<String> = read.decoded.notices.iter().map(|n| n.strip_prefix("ignored ").unwrap_or(n).to_string()).collect();
         let (shown, more) = distinct_first(&problems, 3);
         let more = if more > 0 { format!("; and {more} more") } else { String::new() };
         Err(format!("{}{more}", shown.join("; ")))
@@ -1078,6 +1175,66 @@ pub(crate) mod tests {
         assert_eq!((d.state.config.block_size, d.state.config.eval_block_size), (512, None));
     }
 
+    /// The command line's reader under flags keeps settings that only conflict together, for
+    /// the flags to settle, and refuses what is wrong for a key on its own as the strict one does.
+    #[test]
+    fn deferred_decoding_keeps_combinations_and_refuses_bad_keys() {
+        let base = LinkState::default();
+        let d = decode_strict_deferred(&base, "?v=1&H=5").unwrap();
+        assert_eq!((d.decoded.state.config.n_head, d.decoded.state.config.n_embd), (5, 768));
+        assert!(d.decoded.notices.is_empty() && d.decoded.sets("n_head"));
+        assert!(d.decoded.state.config.validate().is_err());
+        assert_eq!(d.written("n_head").as_deref(), Some("H=5"));
+        assert_eq!(d.described("n_head").as_deref(), Some("H=5 (n_head)"));
+        assert_eq!((d.written("n_embd"), d.written("version")), (None, None));
+        // The strict reader refuses the same link; the page's falls back.
+        assert!(decode_strict_over(&base, "H=5").unwrap_err().contains("divisible"));
+        assert_eq!(decode("H=5").state.config.n_head, 12);
+        for (link, config) in [
+            ("T=256&ET=512", Config { block_size: 256, eval_block_size: Some(512), ..Config::default() }),
+            ("B=65536&T=1048576&V=4194304", Config { batch_size: 65536, block_size: 1 << 20, vocab_size: 1 << 22, ..Config::default() }),
+        ] {
+            let d = decode_strict_deferred(&base, link).unwrap();
+            assert_eq!(d.decoded.state.config, config, "{link}");
+        }
+        // Each key is still checked on its own.
+        for (link, why) in [
+            ("H=0", "H=0 (n_head): must be at least 1"),
+            ("H=abc", "H=abc (n_head): not a number"),
+            ("C=-4", "C=-4 (n_embd): cannot be negative"),
+            ("zz=1", "zz=1: unknown key"),
+            ("L=4&L=5", "L=4 (n_layer): n_layer is given again later"),
+            ("init=gpt2&L=4", "L=4 (n_layer): init_from = 'gpt2' loads GPT-2's n_layer (12)"),
+            ("", "carries no settings"),
+        ] {
+            let err = decode_strict_deferred(&base, link).unwrap_err();
+            assert!(err.contains(why), "{link}: {err}");
+        }
+    }
+
+    /// Under a checkpoint the deferred reader takes the shape but leaves the block to the
+    /// caller: a flag may shorten it.
+    #[test]
+    fn deferred_decoding_leaves_a_checkpoints_block_to_the_caller() {
+        let d = decode_strict_deferred(&LinkState::default(), "init=gpt2-medium&T=2048&ET=1536&V=50257").unwrap();
+        let c = &d.decoded.state.config;
+        assert_eq!((c.n_layer, c.n_embd, c.vocab_size, c.bias), (24, 1024, 50257, true));
+        assert_eq!((c.block_size, c.eval_block_size), (2048, Some(1536)));
+        assert_eq!(d.written("vocab_size").as_deref(), Some("V=50257"));
+        assert_eq!(d.written("n_layer"), None);
+        assert!(d.decoded.sets("n_layer"));
+        // A base's long block under the link's checkpoint stays for the caller to refuse.
+        let long = state(Config { block_size: 2048, ..Config::default() });
+        assert_eq!(decode_strict_deferred(&long, "init=gpt2").unwrap().decoded.state.config.block_size, 2048);
+        // Under the base's own checkpoint, a link naming neither it nor the block is cropped, as
+        // the page crops it.
+        let base =
+            LinkState { config: Config { block_size: 2048, ..Config::default() }, init_from: Some("gpt2".into()), ..LinkState::default() };
+        let d = decode_strict_deferred(&base, "B=4").unwrap();
+        assert_eq!((d.decoded.state.config.block_size, d.decoded.state.config.n_layer), (1024, 12));
+        assert_eq!(d.decoded.state, decode_over(&base, "B=4").state);
+    }
+
     #[test]
     fn pretrained_conflict_names_what_the_checkpoint_fixes() {
         let s = from_checkpoint("gpt2", Config::default());
@@ -1181,6 +1338,19 @@ pub(crate) mod tests {
             prop_assert_eq!(d.state.pretrained_conflict(), None);
             let joined = input.join("&");
             prop_assert!(decode_strict(&joined).is_ok() == (d.notices.is_empty() && has_settings(&joined)));
+            // The deferred reader accepts all the strict one does, with the same result, and
+            // what it accepts besides only fails as a whole.
+            let deferred = decode_strict_deferred(&LinkState::default(), &joined);
+            match decode_strict_over(&LinkState::default(), &joined) {
+                Ok(strict) => prop_assert_eq!(deferred.map(|r| r.decoded), Ok(strict)),
+                Err(_) => {
+                    if let Ok(r) = deferred {
+                        let c = &r.decoded.state.config;
+                        let past_checkpoint = r.decoded.state.init_from.is_some() && c.block_size > crate::nanogpt::PRETRAINED_BLOCK;
+                        prop_assert!(c.validate().is_err() || past_checkpoint, "{:?}", c);
+                    }
+                }
+            }
         }
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! nanoGPT's `configurator.py` simply `exec`s a config file inside `train.py`'s globals, so a
 //! config file is Python. vramfit reads the subset such files use: assignments at the top level
-//! (one per line or joined by `;`, chained as `a = b = 4`), `name = <expression>` with integers, floats (`6e-4`), strings (`'...'`, `"..."`), `True`,
+//! (one per line or joined by `;`, chained as `a = b = 4`), `name = <expression>` with integers
+//! (`1_000`, `0x1f`, `0o17`, `0b101`), floats (`6e-4`), strings (`'...'`, `"..."`, with Python's
+//! escapes but not `\N{name}`; no prefixes such as `r'...'`), `True`,
 //! `False`, `None`, names assigned earlier (or train.py's settings), `+ - * / // % **` and
 //! parentheses; an augmented assignment (`n_layer += 2`) is the assignment it amounts to.
 //! Anything else (imports, function calls, blocks) is skipped with a notice, unless it sets a
@@ -68,7 +70,8 @@ impl Value {
 /// What a config file set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConfigFile {
-    /// The base config with the file's modelled settings applied; passes `Config::validate`.
+    /// The base config with the file's modelled settings applied; passes `Config::validate`
+    /// (from [`parse_config_file`]; [`parse_config_file_deferring`] says when it does not).
     pub config: Config,
     /// Training settings vramfit recognises but does not model (`learning_rate`, `max_iters`,
     /// `out_dir`, ...), in file order, each once with its last value.
@@ -79,6 +82,11 @@ pub struct ConfigFile {
     /// harmless for `plan`, but `train` must not run on a default in their place.
     #[serde(default)]
     pub unreadable: Vec<String>,
+    /// Why each of `unreadable` could not be read, at the same index: one line naming the line
+    /// of the file, e.g. ``line 3: cannot read `1e400`: 1e400 is too large``. See
+    /// [`ConfigFile::unreadable_reason`].
+    #[serde(default)]
+    pub unreadable_reasons: Vec<String>,
     /// Whether the file assigns any setting vramfit knows (modelled or not), whatever its value:
     /// false for prose, a link or an empty file, which a reader should refuse rather than take
     /// as train.py's defaults.
@@ -95,6 +103,13 @@ impl ConfigFile {
     /// The value of a recognised unmodelled setting, if the file set it.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.extra.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Why the setting `name` of [`ConfigFile::unreadable`] could not be read (one line naming
+    /// the line of the file), if it is one.
+    pub fn unreadable_reason(&self, name: &str) -> Option<&str> {
+        let at = self.unreadable.iter().position(|n| n == name)?;
+        self.unreadable_reasons.get(at).map(String::as_str)
     }
 }
 
@@ -357,7 +372,7 @@ fn int_in(value: &Value, min: u32, max: u32) -> Result<u32, String> {
         Value::Int(n) if *n < min as i64 => Err(format!("must be at least {min} (got {n})")),
         Value::Int(n) if *n > max as i64 => Err(format!("{n} is larger than vramfit models (at most {max})")),
         Value::Int(n) => Ok(*n as u32),
-        other => Err(format!("expected an integer, got {} ({other})", other.type_name())),
+        other => Err(format!("expected an integer, got {} ({})", other.type_name(), quoted(other))),
     }
 }
 
@@ -374,14 +389,14 @@ fn boolean(value: &Value) -> Result<bool, String> {
         Value::Bool(b) => Ok(*b),
         Value::Int(0) => Ok(false),
         Value::Int(1) => Ok(true),
-        other => Err(format!("expected True or False, got {} ({other})", other.type_name())),
+        other => Err(format!("expected True or False, got {} ({})", other.type_name(), quoted(other))),
     }
 }
 
 fn string<'a>(value: &'a Value, expected: &str) -> Result<&'a str, String> {
     match value {
         Value::Str(s) => Ok(s),
-        other => Err(format!("expected {expected}, got {} ({other})", other.type_name())),
+        other => Err(format!("expected {expected}, got {} ({})", other.type_name(), quoted(other))),
     }
 }
 
@@ -406,7 +421,7 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
             let p = match value {
                 Value::Int(n) => *n as f64,
                 Value::Float(x) => *x,
-                other => return Err(format!("expected a number, got {} ({other})", other.type_name())),
+                other => return Err(format!("expected a number, got {} ({})", other.type_name(), quoted(other))),
             };
             if !(p.is_finite() && (0.0..1.0).contains(&p)) {
                 return Err(format!("must be in [0, 1) (got {p})"));
@@ -415,15 +430,17 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
         }
         "dtype" => {
             let s = string(value, "'float32', 'float16' or 'bfloat16'")?;
-            cfg.dtype = Dtype::parse(s).ok_or_else(|| format!("unknown dtype {value}: expected 'float32', 'float16' or 'bfloat16'"))?;
+            cfg.dtype =
+                Dtype::parse(s).ok_or_else(|| format!("unknown dtype {}: expected 'float32', 'float16' or 'bfloat16'", quoted(value)))?;
         }
         "attention" => {
             let s = string(value, "'flash' or 'manual'")?;
-            cfg.attention = Attention::parse(s).ok_or_else(|| format!("unknown attention {value}: expected 'flash' or 'manual'"))?;
+            cfg.attention =
+                Attention::parse(s).ok_or_else(|| format!("unknown attention {}: expected 'flash' or 'manual'", quoted(value)))?;
         }
         "optimizer" => {
             let s = string(value, "'adamw' or 'sgd'")?;
-            cfg.optimizer = Optimizer::parse(s).ok_or_else(|| format!("unknown optimizer {value}: expected 'adamw' or 'sgd'"))?;
+            cfg.optimizer = Optimizer::parse(s).ok_or_else(|| format!("unknown optimizer {}: expected 'adamw' or 'sgd'", quoted(value)))?;
         }
         // Only names in MODELLED reach here; keep the two lists in step.
         _ => return Err("not a modelled setting".into()),
@@ -434,12 +451,30 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
 /// Reads a nanoGPT config file on top of `base` (train.py's settings before the file runs).
 ///
 /// Lines it cannot read produce notices; a modelled setting it cannot read, or a combination
-/// `Config::validate` rejects, is an error naming the line.
+/// `Config::validate` rejects, is an error naming the line. As in Python only a setting's last
+/// value counts: an out-of-range value a later line replaces is no error.
 pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, ConfigFileError> {
+    match parse_config_file_deferring(text, base)? {
+        (file, None) => Ok(file),
+        (_, Some(err)) => Err(err),
+    }
+}
+
+/// [`parse_config_file`] for a reader with more settings to apply on top (train.py's
+/// command-line overrides): what would refuse the file only for its final values (a modelled
+/// setting's value out of range or of the wrong type, [`ConfigFileError::BadValue`]; a
+/// combination `Config::validate` rejects, [`ConfigFileError::Invalid`] or `InvalidBase`) is
+/// returned beside the file rather than as the error, and the file's `config` then need not
+/// pass `Config::validate`: a later setting may still make it valid. Syntax errors and values
+/// that cannot be read at all are errors as before.
+pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigFile, Option<ConfigFileError>), ConfigFileError> {
     let mut cfg = base.clone();
+    // Modelled settings whose last value is bad on its own (a later line may replace it).
+    let mut bad_values: Vec<(&'static str, ConfigFileError)> = Vec::new();
     let mut extra: Vec<(String, Value)> = Vec::new();
     let mut notices = Vec::new();
-    let mut unreadable: Vec<String> = Vec::new();
+    // Recognised settings whose value could not be read, each with why (naming its line).
+    let mut unreadable: Vec<(String, String)> = Vec::new();
     // Names the file assigned, for later expressions (Python globals).
     // A map, not a list of every assignment: a pasted file of 100,000 lines once froze the page
     // for 22 s, each lookup passing every earlier line.
@@ -545,7 +580,11 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
                     let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
                     let value = value.map_err(|e| bad(unreadable_because(e)))?;
-                    set_modelled(&mut cfg, name, &value).map_err(bad)?;
+                    // Python assigns any value; only the one train.py ends up with must be good.
+                    bad_values.retain(|(k, _)| *k != modelled);
+                    if let Err(reason) = set_modelled(&mut cfg, name, &value) {
+                        bad_values.push((modelled, bad(reason)));
+                    }
                     set_on.retain(|(k, _)| *k != modelled);
                     set_on.push((modelled, line));
                     conditional.retain(|(k, _)| *k != modelled);
@@ -555,7 +594,7 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                 match value {
                     Ok(value) => {
                         if is_known_extra(name) {
-                            unreadable.retain(|n| n != name);
+                            unreadable.retain(|(n, _)| n != name);
                             conditional.retain(|(k, _)| *k != name);
                             match extra.iter_mut().find(|(k, _)| k == name) {
                                 Some(slot) => slot.1 = value.clone(),
@@ -567,9 +606,10 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
                         env.insert(name.to_string(), value);
                     }
                     Err(e) => {
-                        notices.push(format!("line {line}: ignored {name}: {}", unreadable_because(e)));
-                        if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
-                            unreadable.push(name.to_string());
+                        let why = unreadable_because(e);
+                        notices.push(format!("line {line}: ignored {name}: {why}"));
+                        if is_known_extra(name) {
+                            mark_unreadable(&mut unreadable, name, format!("line {line}: {why}"));
                         }
                     }
                 }
@@ -603,35 +643,58 @@ pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, Config
     file_notes.append(&mut notices);
     let notices = file_notes;
 
-    if let Err(err) = cfg.validate() {
-        let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
-        let line = match &err {
-            ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => line_of(&[field.as_str(), "batch_size"]),
-            ConfigError::HeadsDoNotDivide { .. } => line_of(&["n_embd", "n_head"]),
-            ConfigError::EvalBlockTooLong { .. } => line_of(&["eval_block_size", "block_size"]),
-            ConfigError::Dropout(_) => line_of(&["dropout"]),
-            ConfigError::Overflow(_) => {
-                line_of(&["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"])
+    // The earliest line whose value is still bad, else a combination the file's values make.
+    let first_bad = bad_values.into_iter().map(|(_, e)| e).min_by_key(|e| match e {
+        ConfigFileError::BadValue { line, .. } => *line,
+        _ => usize::MAX,
+    });
+    let deferred = first_bad.or_else(|| {
+        cfg.validate().err().map(|err| {
+            let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
+            let line = match &err {
+                ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => line_of(&[field.as_str(), "batch_size"]),
+                ConfigError::HeadsDoNotDivide { .. } => line_of(&["n_embd", "n_head"]),
+                ConfigError::EvalBlockTooLong { .. } => line_of(&["eval_block_size", "block_size"]),
+                ConfigError::Dropout(_) => line_of(&["dropout"]),
+                ConfigError::Overflow(_) => {
+                    line_of(&["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"])
+                }
+            };
+            match line {
+                Some(line) => ConfigFileError::Invalid { line, source: err },
+                None => ConfigFileError::InvalidBase(err),
             }
-        };
-        return Err(match line {
-            Some(line) => ConfigFileError::Invalid { line, source: err },
-            None => ConfigFileError::InvalidBase(err),
-        });
-    }
-    Ok(ConfigFile { config: cfg, extra, notices, unreadable, recognised, first_statement })
+        })
+    });
+    let (unreadable, unreadable_reasons) = unreadable.into_iter().unzip();
+    Ok((ConfigFile { config: cfg, extra, notices, unreadable, unreadable_reasons, recognised, first_statement }, deferred))
 }
 
 /// Longest piece of a line quoted in a message.
 const MAX_EXCERPT_CHARS: usize = 60;
 
-/// A piece of the file (or of any input) as messages quote it: one line, bounded length.
+/// A piece of the file (or of any input) as messages quote it: one line, bounded length, and
+/// the characters that would reshape a terminal's line (control characters, bidirectional
+/// overrides: [`crate::reshapes_text`]) shown escaped, `\u{1b}`, as `link`'s notices show them.
 pub(crate) fn excerpt(s: &str) -> String {
-    let mut out: String = s.chars().take(MAX_EXCERPT_CHARS).map(|c| if crate::reshapes_text(c) { ' ' } else { c }).collect();
-    if s.chars().count() > MAX_EXCERPT_CHARS {
-        out.push('…');
+    let mut out = String::new();
+    for (n, ch) in s.chars().enumerate() {
+        if n == MAX_EXCERPT_CHARS {
+            out.push('…');
+            break;
+        }
+        if crate::reshapes_text(ch) {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
     }
     out
+}
+
+/// A value as messages quote it: its Python `repr`, through [`excerpt`].
+fn quoted(value: &Value) -> String {
+    excerpt(&value.to_string())
 }
 
 /// Calls `visit(index, char, depth)` for each character of `s` outside string literals ('...'
@@ -878,7 +941,7 @@ fn refuse_names_unseen(code: &str, line: usize) -> Result<(), ConfigFileError> {
 /// not run the assignment (an indented or one-line block body that may or may not run): one
 /// that shapes the model is an error unless a top-level line sets it again later
 /// (`conditional`, with the line); a known train.py setting is unreadable.
-fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str, usize)>, unreadable: &mut Vec<String>) {
+fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str, usize)>, unreadable: &mut Vec<(String, String)>) {
     for statement in split_statements(body) {
         let plain = augmented_assignment(statement);
         for (name, _) in assignments(plain.as_deref().unwrap_or(statement)).unwrap_or_default() {
@@ -886,10 +949,20 @@ fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str
                 conditional.retain(|(k, _)| *k != shaping);
                 conditional.push((shaping, line));
             }
-            if is_known_extra(name) && !unreadable.iter().any(|n| n == name) {
-                unreadable.push(name.to_string());
+            if is_known_extra(name) {
+                let why = format!("line {line}: set inside a block (if, for, while, with, try), which vramfit does not run");
+                mark_unreadable(unreadable, name, why);
             }
         }
+    }
+}
+
+/// Records that the setting `name` cannot be read, and why: a setting already recorded keeps
+/// its place (the first is the one `train` names) and takes the reason of its latest line.
+fn mark_unreadable(unreadable: &mut Vec<(String, String)>, name: &str, why: String) {
+    match unreadable.iter_mut().find(|(n, _)| n == name) {
+        Some(slot) => slot.1 = why,
+        None => unreadable.push((name.to_string(), why)),
     }
 }
 
@@ -1032,14 +1105,16 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
             i += 1;
         } else if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
             let start = i;
+            // `0x1e+5` is 0x1e plus 5: only a decimal literal has an exponent.
+            let prefixed = c == '0' && chars.get(i + 1).is_some_and(|p| matches!(p, 'x' | 'X' | 'o' | 'O' | 'b' | 'B'));
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_') {
                 // An exponent's sign belongs to the number: 6e-4.
-                if matches!(chars[i], 'e' | 'E') && matches!(chars.get(i + 1), Some('+' | '-')) {
+                if !prefixed && matches!(chars[i], 'e' | 'E') && matches!(chars.get(i + 1), Some('+' | '-')) {
                     i += 1;
                 }
                 i += 1;
             }
-            let literal: String = chars[start..i].iter().filter(|&&c| c != '_').collect();
+            let literal: String = chars[start..i].iter().collect();
             tokens.push(Token::Value(number(&literal)?));
         } else if c.is_alphabetic() || c == '_' {
             let start = i;
@@ -1048,7 +1123,7 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
             }
             let word: String = chars[start..i].iter().collect();
             if matches!(chars.get(i), Some('\'' | '"')) {
-                return Err(format!("string prefix {word}'...' is not supported"));
+                return Err(format!("string prefix {}'...' is not supported", excerpt(&word)));
             }
             tokens.push(match word.as_str() {
                 "True" => Token::Value(Value::Bool(true)),
@@ -1073,12 +1148,7 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
                 (_, '(') => (Token::Open, 1),
                 (_, ')') => (Token::Close, 1),
                 (_, '.') => return Err("attribute access (`.`) is not supported".into()),
-                _ => {
-                    return Err(format!(
-                        "unsupported `{}`",
-                        if crate::reshapes_text(c) { c.escape_unicode().to_string() } else { c.to_string() }
-                    ))
-                }
+                _ => return Err(format!("unsupported `{}`", excerpt(&c.to_string()))),
             };
             tokens.push(token);
             i += len;
@@ -1087,10 +1157,36 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
     Ok(tokens)
 }
 
-/// An integer or float literal (underscores already removed).
+/// An integer or float literal as the file wrote it: decimal (`1_000`, leading zeros only on
+/// zero), `0x`/`0o`/`0b` with their digits, or a float (`6e-4`, `.5`, `5.`, `1_000.5`), with
+/// underscores where Python takes them (singly, between digits, or after a base's prefix).
 fn number(literal: &str) -> Result<Value, String> {
     // Messages quote the literal cut short: a pasted 100,000-digit number stays one short line.
     let shown = excerpt(literal);
+    let bytes = literal.as_bytes();
+    let radix = match bytes.get(..2) {
+        Some([b'0', b'x' | b'X']) => Some(16),
+        Some([b'0', b'o' | b'O']) => Some(8),
+        Some([b'0', b'b' | b'B']) => Some(2),
+        _ => None,
+    };
+    if let Some(radix) = radix {
+        // `0x_1f` is Python's; `0x`, `0x_`, `0x1f_`, `0x1__f` are not.
+        let body = &literal[2..];
+        let digits = body.strip_prefix('_').unwrap_or(body);
+        let is_digit = |c: char| c.is_digit(radix);
+        if digits.is_empty() || !digits.split('_').all(|group| !group.is_empty() && group.chars().all(is_digit)) {
+            return Err(format!("invalid number {shown}"));
+        }
+        let digits: String = digits.chars().filter(|&c| c != '_').collect();
+        return i64::from_str_radix(&digits, radix).map(Value::Int).map_err(|_| format!("{shown} is too large"));
+    }
+    // An underscore only between two digits: not `1_`, `1__0`, `1_.5`, `1._5`, `1_e5`, `1e_5`.
+    let digit_at = |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(u8::is_ascii_digit);
+    if bytes.iter().enumerate().any(|(i, &b)| b == b'_' && !(digit_at(i.checked_sub(1)) && digit_at(Some(i + 1)))) {
+        return Err(format!("invalid number {shown}: `_` goes only between two digits (1_000)"));
+    }
+    let literal: String = literal.chars().filter(|&c| c != '_').collect();
     let is_float = literal.contains(['.', 'e', 'E']);
     if !is_float {
         if !literal.bytes().all(|b| b.is_ascii_digit()) {
@@ -1113,6 +1209,9 @@ fn number(literal: &str) -> Result<Value, String> {
 }
 
 /// A '...' or "..." literal starting at `chars[start]`; returns it and the index after it.
+/// Escapes are decoded as Python decodes them in a str literal; the ones Python refuses
+/// (`\x4`, `\U00110000`) and the ones a Rust string cannot hold or the reader cannot decode
+/// (a lone surrogate, `\N{name}`) are errors, never kept as written.
 fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), String> {
     let quote = chars[start];
     if chars.get(start + 1) == Some(&quote) && chars.get(start + 2) == Some(&quote) {
@@ -1123,21 +1222,7 @@ fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), Strin
     while i < chars.len() {
         match chars[i] {
             c if c == quote => return Ok((out, i + 1)),
-            '\\' => {
-                let escaped = chars.get(i + 1).copied().ok_or("unterminated string")?;
-                match escaped {
-                    'n' => out.push('\n'),
-                    't' => out.push('\t'),
-                    'r' => out.push('\r'),
-                    '\\' | '\'' | '"' => out.push(escaped),
-                    // Python keeps unknown escapes as written.
-                    other => {
-                        out.push('\\');
-                        out.push(other);
-                    }
-                }
-                i += 2;
-            }
+            '\\' => i = escape(chars, i + 1, &mut out)?,
             c => {
                 out.push(c);
                 i += 1;
@@ -1145,6 +1230,69 @@ fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), Strin
         }
     }
     Err("unterminated string".into())
+}
+
+/// Decodes the escape after a backslash, `chars[at]` being the character after it, onto `out`;
+/// returns the index after the escape.
+fn escape(chars: &[char], at: usize, out: &mut String) -> Result<usize, String> {
+    // The line ends at the backslash: Python continues the string on the next line.
+    let escaped = *chars.get(at).ok_or("a string continued on the next line (`\\` at its end) is not supported")?;
+    let simple = match escaped {
+        '\\' | '\'' | '"' => Some(escaped),
+        'a' => Some('\u{7}'),
+        'b' => Some('\u{8}'),
+        'f' => Some('\u{c}'),
+        'n' => Some('\n'),
+        'r' => Some('\r'),
+        't' => Some('\t'),
+        'v' => Some('\u{b}'),
+        _ => None,
+    };
+    if let Some(c) = simple {
+        out.push(c);
+        return Ok(at + 1);
+    }
+    match escaped {
+        // One to three octal digits: `\0`, `\12`, `\101` (up to `\777`, U+01FF).
+        '0'..='7' => {
+            let digits = chars[at..].iter().take(3).take_while(|c| c.is_digit(8)).count();
+            let code = chars[at..at + digits].iter().fold(0, |n, c| n * 8 + c.to_digit(8).unwrap_or(0));
+            out.push(char::from_u32(code).ok_or("invalid octal escape")?);
+            Ok(at + digits)
+        }
+        'x' | 'u' | 'U' => {
+            let count = match escaped {
+                'x' => 2,
+                'u' => 4,
+                _ => 8,
+            };
+            let digits = chars[at + 1..].iter().take(count).take_while(|c| c.is_ascii_hexdigit()).count();
+            if digits < count {
+                return Err(format!("truncated \\{escaped} escape: it takes exactly {count} hex digits (Python would refuse the file)"));
+            }
+            let code = chars[at + 1..at + 1 + count].iter().fold(0u32, |n, c| n * 16 + c.to_digit(16).unwrap_or(0));
+            match char::from_u32(code) {
+                Some(c) => out.push(c),
+                None if (0xd800..=0xdfff).contains(&code) => {
+                    return Err(format!(
+                        "\\{escaped}{code:0count$x} is a lone surrogate, which vramfit cannot read (write the character itself)"
+                    ))
+                }
+                None => return Err(format!("\\U{code:08x} is not a Unicode character (Python would refuse the file)")),
+            }
+            Ok(at + 1 + count)
+        }
+        'N' if chars.get(at + 1) == Some(&'{') => {
+            Err("named Unicode escapes (\\N{...}) are not supported: write the character itself or its \\u escape".into())
+        }
+        'N' => Err("malformed \\N escape: Python takes \\N{name} (Python would refuse the file)".into()),
+        // Python keeps unknown escapes (`\d`, `\8`) as written, with a warning.
+        other => {
+            out.push('\\');
+            out.push(other);
+            Ok(at + 1)
+        }
+    }
 }
 
 /// The longest string an expression may build: far beyond any setting's value, and small
@@ -1175,8 +1323,8 @@ fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value,
 
 fn describe(t: &Token) -> String {
     match t {
-        Token::Value(v) => format!("{v}"),
-        Token::Name(n) => n.clone(),
+        Token::Value(v) => quoted(v),
+        Token::Name(n) => excerpt(n),
         Token::Op(op) => format!("`{op}`"),
         Token::Open => "`(`".into(),
         Token::Close => "`)`".into(),
@@ -1256,9 +1404,9 @@ impl Parser<'_> {
             Token::Value(v) => Ok(v.clone()),
             Token::Name(n) => {
                 if self.tokens.get(self.pos) == Some(&Token::Open) {
-                    return Err(format!("function calls are not supported ({n}(...))"));
+                    return Err(format!("function calls are not supported ({}(...))", excerpt(n)));
                 }
-                (self.lookup)(n).ok_or_else(|| format!("unknown name {n}"))
+                (self.lookup)(n).ok_or_else(|| format!("unknown name {}", excerpt(n)))
             }
             Token::Open => {
                 let v = self.nested(|p| p.sum())?;
@@ -1890,6 +2038,220 @@ weight_decay = 1e-1
         assert_eq!(f.get("dataset"), Some(&Value::Str("x'y".into())));
     }
 
+    /// String escapes decode as Python decodes them (`\x41`, `\101`, `\0` were once kept as
+    /// written, and `'out\x'` accepted); the ones Python refuses, and the ones vramfit cannot
+    /// hold or decode, are errors naming the line, never a value kept as written.
+    #[test]
+    fn string_escapes_decode_as_python_does() {
+        let v = |e: &str| evaluate(e, &|_| None);
+        let s = |x: &str| Ok(Value::Str(x.into()));
+        for (literal, want) in [
+            (r"'esc\x41\tdir'", "escA\tdir"),
+            (r"'\101'", "A"),
+            (r"'\0'", "\u{0}"),
+            (r"'\0a'", "\u{0}a"),
+            (r"'\12'", "\n"),
+            (r"'\1012'", "A2"),
+            (r"'\777'", "\u{1ff}"),
+            (r"'\a\b\f\v\n\r\t'", "\u{7}\u{8}\u{c}\u{b}\n\r\t"),
+            (r#"'\\ \' \"'"#, "\\ ' \""),
+            (r"'\x4a\x4A'", "JJ"),
+            (r"'\u0041\u00e9'", "Aé"),
+            (r"'\U0001F600'", "\u{1f600}"),
+            (r"'\U0010ffff'", "\u{10ffff}"),
+            (r#""\x27""#, "'"),
+            // Unknown escapes keep their backslash (Python only warns); 8 and 9 are not octal.
+            (r"'\q\d\8\9'", "\\q\\d\\8\\9"),
+            (r"'C:\data\new'", "C:\\data\new"),
+        ] {
+            assert_eq!(v(literal), s(want), "{literal}");
+        }
+        for (literal, why) in [
+            (r"'out\x'", "truncated \\x escape"),
+            (r"'\x4'", "truncated \\x escape"),
+            (r"'\x4g'", "truncated \\x escape"),
+            (r"'\u004'", "truncated \\u escape"),
+            (r"'\u004g'", "truncated \\u escape"),
+            (r"'\U0001F60'", "truncated \\U escape"),
+            (r"'\ud800'", "\\ud800 is a lone surrogate"),
+            (r"'\U0000DFFF'", "\\U0000dfff is a lone surrogate"),
+            (r"'\U00110000'", "\\U00110000 is not a Unicode character"),
+            (r"'\N{LATIN SMALL LETTER A}'", "named Unicode escapes (\\N{...}) are not supported"),
+            (r"'\N'", "malformed \\N escape"),
+            (r"'abc\", "continued on the next line"),
+            (r"'abc\'", "unterminated string"),
+        ] {
+            match v(literal) {
+                Err(e) => assert!(e.contains(why) && !e.contains('\n'), "{literal}: {e}"),
+                other => panic!("{literal}: {other:?}"),
+            }
+        }
+        // In a file: the decoded value, and errors that name their line (an error for a
+        // modelled setting; for a training setting a notice, and unreadable with the reason).
+        let f = parse("out_dir = 'esc\\x41\\tdir'\nwandb_run_name = '\\101\\0'\n").unwrap();
+        assert_eq!(f.get("out_dir"), Some(&Value::Str("escA\tdir".into())));
+        assert_eq!(f.get("wandb_run_name"), Some(&Value::Str("A\u{0}".into())));
+        assert_eq!(parse("dtype = 'float\\x31\\066'\n").unwrap().config.dtype, Dtype::Float16);
+        let err = parse("n_layer = 2\ndtype = 'out\\x'\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 2: dtype: cannot read `'out\\x'`: truncated \\x escape"), "{err}");
+        let err = parse("\n\nattention = '\\N{BULLET}'\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 3: attention: ") && err.contains("are not supported"), "{err}");
+        let f = parse("n_layer = 2\nout_dir = 'out\\x'\n").unwrap();
+        assert_eq!((f.get("out_dir"), &f.unreadable[..]), (None, &["out_dir".to_string()][..]));
+        assert!(
+            f.notices.iter().any(|n| n.starts_with("line 2: ignored out_dir: cannot read") && n.contains("truncated")),
+            "{:#?}",
+            f.notices
+        );
+        let why = f.unreadable_reason("out_dir").unwrap();
+        assert!(why.starts_with("line 2: cannot read `'out\\x'`: truncated \\x escape"), "{why}");
+        // Prefixed strings (raw, bytes, f-strings) are not read, so never misread: a raw
+        // string's backslashes are not decoded as escapes.
+        for prefix in ["r", "R", "b", "rb", "f", "u"] {
+            let f = parse(&format!("out_dir = {prefix}'C:\\x41'\n")).unwrap();
+            assert_eq!((f.get("out_dir"), &f.unreadable[..]), (None, &["out_dir".to_string()][..]), "{prefix}");
+            assert!(f.notices.iter().any(|n| n.contains("string prefix")), "{prefix}: {:#?}", f.notices);
+            assert!(parse(&format!("dtype = {prefix}'float16'\n")).unwrap_err().to_string().starts_with("line 1: dtype: "), "{prefix}");
+        }
+    }
+
+    /// Underscores in numbers only where Python takes them (they were once dropped wherever
+    /// they were); the other literal forms read as Python reads them.
+    #[test]
+    fn number_literals_follow_python() {
+        let v = |e: &str| evaluate(e, &|_| None);
+        for (literal, want) in [
+            ("1_000", Value::Int(1000)),
+            ("1_000_000", Value::Int(1_000_000)),
+            ("0_0", Value::Int(0)),
+            ("00", Value::Int(0)),
+            ("1_0.5", Value::Float(10.5)),
+            ("1_000.000_1", Value::Float(1000.0001)),
+            ("1e1_0", Value::Float(1e10)),
+            ("6e-4", Value::Float(6e-4)),
+            ("1e-3", Value::Float(1e-3)),
+            ("1E+3", Value::Float(1e3)),
+            (".5", Value::Float(0.5)),
+            ("5.", Value::Float(5.0)),
+            ("1.e5", Value::Float(1e5)),
+            ("00.5", Value::Float(0.5)),
+            ("0x1f", Value::Int(31)),
+            ("0X1F", Value::Int(31)),
+            ("0x_1f", Value::Int(31)),
+            ("0xdead_beef", Value::Int(0xdead_beef)),
+            ("0o17", Value::Int(15)),
+            ("0O_1_7", Value::Int(15)),
+            ("0b101", Value::Int(5)),
+            ("0B_1_0_1", Value::Int(5)),
+            // A hex literal has no exponent: 0x1e plus 5.
+            ("0x1e+5", Value::Int(35)),
+            ("0x7fffffffffffffff", Value::Int(i64::MAX)),
+            ("-9223372036854775807 - 1", Value::Int(i64::MIN)),
+        ] {
+            assert_eq!(v(literal), Ok(want), "{literal}");
+        }
+        for (literal, why) in [
+            ("1__0", "`_` goes only between two digits"),
+            ("1_", "`_` goes only between two digits"),
+            ("1_.5", "`_` goes only between two digits"),
+            ("1._5", "`_` goes only between two digits"),
+            ("1_e5", "`_` goes only between two digits"),
+            ("1e_5", "`_` goes only between two digits"),
+            ("1e5_", "`_` goes only between two digits"),
+            ("1_j", "`_` goes only between two digits"),
+            ("0x", "invalid number"),
+            ("0x_", "invalid number"),
+            ("0x1f_", "invalid number"),
+            ("0x__1f", "invalid number"),
+            ("0x1__f", "invalid number"),
+            ("0b102", "invalid number"),
+            ("0o8", "invalid number"),
+            ("0x1g", "invalid number"),
+            ("012", "invalid number"),
+            ("0_1", "invalid number"),
+            ("1j", "unsupported number"),
+            ("1.5.2", "invalid number"),
+            ("1e400", "1e400 is too large"),
+            ("9223372036854775808", "is too large"),
+            ("18446744073709551616", "is too large"),
+            ("0x8000000000000000", "is too large"),
+        ] {
+            match v(literal) {
+                Err(e) => assert!(e.contains(why), "{literal}: {e}"),
+                other => panic!("{literal}: {other:?}"),
+            }
+        }
+        // A leading underscore makes a name, as in Python.
+        assert_eq!(v("_1"), Err("unknown name _1".into()));
+        // In a file: read as before when valid, an error naming the line otherwise.
+        let f = parse("n_embd = 1_536\nmax_iters = 600_000\nlearning_rate = 6e-4\nmin_lr = 1_0.5\n").unwrap();
+        assert_eq!(f.config.n_embd, 1536);
+        assert_eq!((f.get("max_iters"), f.get("min_lr")), (Some(&Value::Int(600_000)), Some(&Value::Float(10.5))));
+        for (text, line) in [("n_layer = 1__0\n", 1), ("\nn_layer = 1_\n", 2), ("n_layer = 4\nn_embd = 0x_\n", 2)] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("line {line}: ")) && err.contains("invalid number"), "{text:?}: {err}");
+        }
+        let f = parse("max_iters = 1__0\n").unwrap();
+        assert_eq!(f.unreadable, ["max_iters"]);
+        assert!(f.unreadable_reason("max_iters").is_some_and(|r| r.starts_with("line 1: cannot read `1__0`: invalid number")));
+    }
+
+    /// A value too large to read says so where the file's settings are listed as unreadable,
+    /// not only in its notice; the reason follows the setting's last unreadable line.
+    #[test]
+    fn unreadable_settings_carry_their_reason() {
+        let f = parse("min_lr = 1e400\nmax_iters = 99999999999999999999\nif x:\n    lr_decay_iters = 5\n").unwrap();
+        assert_eq!(f.unreadable, ["min_lr", "max_iters", "lr_decay_iters"]);
+        assert_eq!(f.unreadable_reasons.len(), 3);
+        assert_eq!(f.unreadable_reason("min_lr"), Some("line 1: cannot read `1e400`: 1e400 is too large"));
+        assert_eq!(f.unreadable_reason("max_iters"), Some("line 2: cannot read `99999999999999999999`: 99999999999999999999 is too large"));
+        let why = f.unreadable_reason("lr_decay_iters").unwrap();
+        assert!(why.starts_with("line 4: set inside a block"), "{why}");
+        assert_eq!(f.unreadable_reason("learning_rate"), None);
+        // Unreadable twice: the first place, the latest reason; read at last: neither.
+        let f = parse("min_lr = 1e400\nmax_iters = foo\nmin_lr = 2 ** 2000.0\n").unwrap();
+        assert_eq!(f.unreadable, ["min_lr", "max_iters"]);
+        assert_eq!(f.unreadable_reason("min_lr"), Some("line 3: cannot read `2 ** 2000.0`: number too large"));
+        let f = parse("min_lr = 1e400\nmin_lr = 1e-5\n").unwrap();
+        assert!(f.unreadable.is_empty() && f.unreadable_reasons.is_empty(), "{f:?}");
+    }
+
+    /// Messages that quote the file show control characters and bidirectional overrides
+    /// escaped, as link's notices do (`\u{1b}`), rather than print them to a terminal.
+    #[test]
+    fn messages_escape_characters_that_reshape_text() {
+        let clean = |m: &str| !m.chars().any(crate::reshapes_text);
+        // Written into the file as they are, and decoded from escapes.
+        for text in ["n_layer = 'a\u{1b}[2J\u{202e}b'\n", "n_layer = 'a\\x1b[2J\\u202eb'\n", "n_layer = 'a\\033[2J\\u202Eb'\n"] {
+            let err = parse(text).unwrap_err().to_string();
+            assert_eq!(err, "line 1: n_layer: expected an integer, got a string ('a\\u{1b}[2J\\u{202e}b')", "{text:?}");
+            assert!(clean(&err), "{err}");
+        }
+        for (text, key) in [
+            ("dtype = '\\x1bfloat\\u202e'\n", "dtype"),
+            ("bias = '\\x1b'\n", "bias"),
+            ("dropout = '\\x1b'\n", "dropout"),
+            ("n_layer = 1 + '\u{1b}'\n", "n_layer"),
+            ("n_layer = 1 '\\x1b\\u202e'\n", "n_layer"),
+            ("n_layer = na\u{202e}me\n", "n_layer"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("line 1: {key}: ")) && clean(&err), "{text:?}: {err}");
+            assert!(err.contains("\\u{1b}") || err.contains("\\u{202e}"), "{text:?}: {err}");
+        }
+        // A line that is not an assignment, as the reader quotes it for "not a config file".
+        let f = parse("\u{1b}[2J \u{202e}oops\nfoo = '\u{1b}' + 1\nmax_iters = '\u{202e}' - 1\n").unwrap();
+        assert_eq!(f.first_statement, Some((1, "\\u{1b}[2J \\u{202e}oops".to_string())));
+        assert!(f.notices.iter().all(|n| clean(n)), "{:#?}", f.notices);
+        assert!(f.notices[0].contains("\\u{1b}[2J \\u{202e}oops"), "{:#?}", f.notices);
+        assert!(f.unreadable_reasons.iter().all(|n| clean(n)), "{:#?}", f.unreadable_reasons);
+        // A statement after a closing triple quote, and one that may set names.
+        let err = parse("x = '''\n'''; a = '\u{1b}'\n").unwrap_err().to_string();
+        assert!(clean(&err) && err.contains("\\u{1b}"), "{err}");
+        let err = parse("exec('\u{202e}')\n").unwrap_err().to_string();
+        assert!(clean(&err) && err.contains("\\u{202e}"), "{err}");
+    }
+
     #[test]
     fn repeated_assignment_last_wins() {
         let f = parse("max_iters = 1\nn_layer = 3\nmax_iters = 2\nn_layer = 5").unwrap();
@@ -1909,6 +2271,39 @@ weight_decay = 1e-1
         assert!(v("(1, 2)").is_err());
         assert!(v(&"(".repeat(10_000)).is_err());
         assert!(v(&"-".repeat(10_000)).is_err());
+    }
+
+    /// Only a setting's last value counts, as in Python: an out-of-range value a later line
+    /// replaces is no error; one left standing is, at its line.
+    #[test]
+    fn a_bad_value_a_later_line_replaces_is_no_error() {
+        let base = Config::default();
+        let file = parse_config_file("n_layer = 2000\nn_layer = 2\ndtype = 'float64'\ndtype = 'float16'\n", &base).unwrap();
+        assert_eq!((file.config.n_layer, file.config.dtype), (2, Dtype::Float16));
+        let err = parse_config_file("n_layer = 2000\nn_head = 0\nn_head = 4\n", &base).unwrap_err();
+        assert_eq!(err.to_string(), "line 1: n_layer: 2000 is larger than vramfit models (at most 1024)");
+        // The earliest bad line that stands is the one named.
+        let err = parse_config_file("n_head = 0\nn_layer = 2000\n", &base).unwrap_err();
+        assert!(err.to_string().starts_with("line 1: n_head: "), "{err}");
+    }
+
+    /// The deferring reader hands back what would refuse the file only for its final values,
+    /// with the file's settings, for a caller with more settings to apply.
+    #[test]
+    fn the_deferring_reader_returns_final_value_errors_beside_the_file() {
+        let base = Config::default();
+        let (file, err) = parse_config_file_deferring("n_embd = 100\nn_head = 7\n", &base).unwrap();
+        assert_eq!((file.config.n_embd, file.config.n_head), (100, 7));
+        assert!(file.config.validate().is_err());
+        assert!(matches!(err, Some(ConfigFileError::Invalid { line: 2, source: ConfigError::HeadsDoNotDivide { .. } })), "{err:?}");
+        let (file, err) = parse_config_file_deferring("n_layer = 2000\nn_embd = 384\n", &base).unwrap();
+        assert_eq!((file.config.n_layer, file.config.n_embd), (base.n_layer, 384));
+        assert!(matches!(&err, Some(ConfigFileError::BadValue { line: 1, key, .. }) if key == "n_layer"), "{err:?}");
+        let (_, err) = parse_config_file_deferring("n_layer = 4\n", &base).unwrap();
+        assert_eq!(err, None);
+        // Syntax errors and unreadable values are errors still.
+        assert!(parse_config_file_deferring("n_layer = (4\n", &base).is_err());
+        assert!(parse_config_file_deferring("n_layer = foo()\n", &base).is_err());
     }
 
     #[test]

@@ -6,8 +6,8 @@
 
 use crate::cli::{CardArgs, RunArgs};
 use vramfit_core::link::{self, LinkState};
-use vramfit_core::nanogpt::{self, Value};
-use vramfit_core::{device, Config, Gpu};
+use vramfit_core::nanogpt::{self, ConfigFileError, Value};
+use vramfit_core::{device, Config, ConfigError, Gpu};
 
 /// A nanoGPT config file is a few hundred bytes; past this it is not one (and `/dev/zero` or an
 /// endless pipe would otherwise be read until memory runs out).
@@ -61,6 +61,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut notices = Vec::new();
     let mut unreadable = Vec::new();
     let mut link_sets = Vec::new();
+    // The config file's values that are bad only as its final ones (see below), and its name.
+    let mut file_error: Option<(String, ConfigFileError)> = None;
     // `--dataset=X` / `--init_from=Y` from a pasted train.py command line, as config lines.
     let command_line: String = run.file_settings.iter().map(|(name, value)| format!("{name} = {}\n", python_string(value))).collect();
 
@@ -78,7 +80,11 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             text.push('\n');
             text.push_str(&command_line);
         }
-        let file = nanogpt::parse_config_file(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
+        // What would refuse the file only for its final values waits for the link and flags,
+        // which train.py would apply on top (its command-line overrides).
+        let (file, deferred) =
+            nanogpt::parse_config_file_deferring(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
+        file_error = deferred.map(|e| (shown.to_string(), e));
         if let (false, Some((line, text))) = (file.recognised, &file.first_statement) {
             // Prose, a log, a data file: not a config file that sets nothing but the wrong file.
             return Err(format!(
@@ -90,25 +96,39 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             // An empty file, or one of comments and other names: say so rather than plan the
             // defaults silently.
             notices.push(format!("{shown}: sets none of the settings vramfit reads (empty, or only names vramfit does not know)"));
-        } else if file.config == state.config && file.extra.is_empty() {
+        } else if file.config == state.config && file.extra.is_empty() && file_error.is_none() {
             notices.push(format!("{shown}: changes none of the settings vramfit reads (all at their defaults)"));
         }
         state.config = file.config;
         extra = file.extra;
-        unreadable = file.unreadable.into_iter().map(|name| format!("{shown}: cannot read the value of {name}")).collect();
+        unreadable = file
+            .unreadable
+            .into_iter()
+            .zip(file.unreadable_reasons)
+            .map(|(name, why)| format!("{shown}: cannot read the value of {name} ({why})"))
+            .collect();
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
     }
     if run.config.is_none() && !command_line.is_empty() {
         let given = nanogpt::parse_config_file(&command_line, &state.config).map_err(|e| format!("command line: {e}"))?;
         state.config = given.config;
         extra = given.extra;
-        unreadable = given.unreadable.into_iter().map(|name| format!("command line: cannot read the value of {name}")).collect();
+        unreadable = given
+            .unreadable
+            .into_iter()
+            .zip(given.unreadable_reasons)
+            .map(|(name, why)| format!("command line: cannot read the value of {name} ({why})"))
+            .collect();
         notices.extend(given.notices.into_iter().map(|n| format!("command line: {n}")));
     }
     // The file's checkpoint is the link's base: a link without `init` keeps it.
     state.init_from = nanogpt::pretrained_in(&extra).map(str::to_string);
+    // Settings valid one by one but not together are checked once, after the flags (a flag
+    // may settle them, as train.py only sees the final values).
+    let mut link_read = None;
     if let Some(url) = &run.link {
-        let decoded = link::decode_strict_over(&state, url).map_err(|e| format!("--link: {e}"))?;
+        let read = link::decode_strict_deferred(&state, url).map_err(|e| format!("--link: {e}"))?;
+        let decoded = &read.decoded;
         if decoded.sets("init_from") {
             // The link's start replaces the file's: the file's `init_from` is not used.
             if let Some((_, file_value)) = extra.iter().find(|(k, _)| k == "init_from") {
@@ -118,22 +138,43 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
                 }
             }
             extra.retain(|(k, _)| k != "init_from");
-            // A checkpoint the link starts from overrides the shape the file gave; a block past
-            // its positions is refused, as the link's own would be.
+            // A checkpoint the link starts from overrides the shape the file gave: a note names
+            // the file's settings it replaces (those the file changed from nanoGPT's defaults
+            // and the link did not write itself; the link's own always agree with the
+            // checkpoint). The block is checked after the flags.
             if let Some(name) = decoded.state.init_from.as_deref() {
-                // (The decoder counts the checkpoint's shape as the link's; of these only the
-                // block can be the link's own.)
-                let from_file = |setting: &str| setting != "block_size" || !decoded.sets("block_size");
-                if let Some(notice) = replaced_by_checkpoint(name, &state.config, &decoded.state.config, from_file)? {
+                let from_file: Vec<&str> =
+                    nanogpt::shape_changes(&Config::default(), &state.config).into_iter().map(|(setting, _, _)| setting).collect();
+                let counts = |setting: &str| setting != "block_size" && from_file.contains(&setting) && read.written(setting).is_none();
+                if let Some(notice) = replaced_by_checkpoint(name, &state.config, &decoded.state.config, counts)? {
                     notices.push(format!("--link: {notice}"));
                 }
             }
         }
-        state = decoded.state;
-        link_sets = decoded.given;
+        state = read.decoded.state.clone();
+        link_sets = read.decoded.given.clone();
+        link_read = Some(read);
     }
     apply_flags(&mut state.config, run);
-    state.config.validate().map_err(|e| e.to_string())?;
+    if let Some((shown, err)) = &file_error {
+        let link_sets_it = |key: &str| link_read.as_ref().is_some_and(|read| read.decoded.sets(key));
+        let still_at_fault = match err {
+            // A bad value the link or a flag replaces is not the one the run gets.
+            ConfigFileError::BadValue { key, .. } => !flag_sets(run, key) && !link_sets_it(key),
+            // The file's values are still the ones that do not go together.
+            ConfigFileError::Invalid { source, .. } | ConfigFileError::InvalidBase(source) => {
+                state.config.validate().err().as_ref() == Some(source)
+            }
+            ConfigFileError::Syntax { .. } => true,
+        };
+        if still_at_fault {
+            return Err(format!("config file {shown}: {err}"));
+        }
+    }
+    match &link_read {
+        Some(read) => check_over_link(&state, run, read)?,
+        None => state.config.validate().map_err(|e| e.to_string())?,
+    }
 
     let gpus = if card.gpu.is_empty() {
         // The link's id came out of Gpu::find, so it is found again; the default is a fallback.
@@ -158,6 +199,119 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_sets,
         init_from: state.init_from,
     })
+}
+
+/// The final config under a link, checked once with the flags applied: a block past the
+/// checkpoint's positions, then `Config::validate`. An error on settings that conflict says
+/// which of them the link gave (and which a flag), so a conflict the user cannot see in the
+/// link itself is not a puzzle.
+fn check_over_link(state: &LinkState, run: &RunArgs, read: &link::Deferred) -> Result<(), String> {
+    let cfg = &state.config;
+    let positions = nanogpt::PRETRAINED_BLOCK;
+    // A flag's block is checked where the checkpoint's shape is taken, as without a link.
+    if let (Some(name), true, None) = (&state.init_from, cfg.block_size > positions, run.block_size) {
+        return Err(match read.described("block_size") {
+            Some(t) => format!("--link: {t}: GPT-2's checkpoint has {positions} positions (init_from = '{name}')"),
+            None => format!(
+                "block_size {}: init_from = '{name}' loads GPT-2's {positions} positions, which train.py crops but never extends",
+                cfg.block_size
+            ),
+        });
+    }
+    cfg.validate().map_err(|err| {
+        let link_gave = |setting: &str| read.decoded.sets(setting) && !flag_sets(run, setting);
+        // A checkpoint's shape is the link's through its `init`.
+        let spelt = |setting: &str, as_written: bool| {
+            let spell = |s: &str| if as_written { read.written(s) } else { read.described(s) };
+            spell(setting).or_else(|| spell("init_from"))
+        };
+        let involved = conflicting(&err, cfg);
+        if !involved.iter().any(|s| link_gave(s)) {
+            return err.to_string();
+        }
+        if !involved.iter().any(|s| flag_sets(run, s)) {
+            // The link's own settings conflict: named as a link's bad key is.
+            let mut keys: Vec<String> = Vec::new();
+            for key in involved.iter().filter(|s| link_gave(s)).filter_map(|s| spelt(s, false)) {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+            return format!("--link: {}: {err}", keys.join(", "));
+        }
+        let sources: Vec<String> = involved
+            .iter()
+            .filter_map(|&setting| {
+                if flag_sets(run, setting) {
+                    Some(format!("{setting} from --{}", setting.replace('_', "-")))
+                } else if link_gave(setting) {
+                    Some(format!("{setting} from --link {}", spelt(setting, true)?))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        format!("{err}: {}", sources.join(", "))
+    })
+}
+
+/// The settings a config error is about, as `Config::validate` reads them.
+fn conflicting(err: &ConfigError, cfg: &Config) -> Vec<&'static str> {
+    match err {
+        ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => {
+            const NAMES: [&str; 10] = [
+                "n_layer",
+                "n_head",
+                "n_embd",
+                "block_size",
+                "vocab_size",
+                "batch_size",
+                "gradient_accumulation_steps",
+                "eval_iters",
+                "eval_batch_size",
+                "eval_block_size",
+            ];
+            let name = NAMES.iter().copied().find(|n| n == field);
+            // Unset, the eval batch is the training batch.
+            match name {
+                Some("eval_batch_size") if cfg.eval_batch_size.is_none() => vec!["batch_size"],
+                Some(n) => vec![n],
+                None => Vec::new(),
+            }
+        }
+        ConfigError::HeadsDoNotDivide { .. } => vec!["n_head", "n_embd"],
+        ConfigError::EvalBlockTooLong { .. } if cfg.eval_block_size.is_some() => vec!["eval_block_size", "block_size"],
+        ConfigError::EvalBlockTooLong { .. } => vec!["block_size"],
+        ConfigError::Dropout(_) => vec!["dropout"],
+        ConfigError::Overflow(_) => {
+            vec!["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"]
+        }
+    }
+}
+
+/// Whether an explicit flag set the setting of this (nanoGPT) name.
+fn flag_sets(run: &RunArgs, setting: &str) -> bool {
+    match setting {
+        "n_layer" => run.n_layer.is_some(),
+        "n_head" => run.n_head.is_some(),
+        "n_embd" => run.n_embd.is_some(),
+        "block_size" => run.block_size.is_some(),
+        "vocab_size" => run.vocab_size.is_some(),
+        "batch_size" => run.batch_size.is_some(),
+        "gradient_accumulation_steps" => run.gradient_accumulation_steps.is_some(),
+        "eval_iters" => run.eval_iters.is_some(),
+        "eval_batch_size" => run.eval_batch_size.is_some(),
+        "eval_block_size" => run.eval_block_size.is_some(),
+        "dropout" => run.dropout.is_some(),
+        "bias" => run.bias.is_some(),
+        "dtype" => run.dtype.is_some(),
+        "attention" => run.attention.is_some(),
+        "compile" => run.compile.is_some(),
+        "activation_checkpointing" => run.activation_checkpointing.is_some(),
+        "optimizer" => run.optimizer.is_some(),
+        "expandable_segments" => run.expandable_segments.is_some(),
+        _ => false,
+    }
 }
 
 /// What a GPT-2 checkpoint (`init_from = name`) replaced going from `given` to `shaped` (its
