@@ -32,9 +32,27 @@ pub mod trainer_model;
 /// Whether a character of user input would change how a message shows rather than show itself:
 /// control characters, and the bidirectional overrides and isolates, with which a link once
 /// turned the rest of its notice line backwards. Messages quoting input escape these.
-pub(crate) fn reshapes_text(ch: char) -> bool {
+pub fn reshapes_text(ch: char) -> bool {
     // Also the line and paragraph separators, which would split a one-line message.
     ch.is_control() || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// User input as a message quotes it: at most `max_chars` characters (then `…`), and the
+/// characters that would reshape the line ([`reshapes_text`]) shown escaped, as `\u{1b}`.
+pub fn shown_input(s: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    for (n, ch) in s.chars().enumerate() {
+        if n == max_chars {
+            out.push('…');
+            break;
+        }
+        if reshapes_text(ch) {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 pub use config::{Attention, Config, ConfigError, Dtype, Optimizer};

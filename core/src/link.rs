@@ -293,19 +293,7 @@ fn percent_decode(s: &str) -> String {
 /// A value as notices quote it: control characters escaped and long values cut, so a notice
 /// is always one short line whatever the link holds.
 fn shown(s: &str) -> String {
-    let mut out = String::new();
-    for (n, ch) in s.chars().enumerate() {
-        if n == MAX_SHOWN_CHARS {
-            out.push('…');
-            break;
-        }
-        if crate::reshapes_text(ch) {
-            out.extend(ch.escape_default());
-        } else {
-            out.push(ch);
-        }
-    }
-    out
+    crate::shown_input(s, MAX_SHOWN_CHARS)
 }
 
 /// The query part of whatever was pasted (a full URL, `?a=1`, `a=1`, or nothing) and the

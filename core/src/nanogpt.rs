@@ -677,19 +677,7 @@ const MAX_EXCERPT_CHARS: usize = 60;
 /// the characters that would reshape a terminal's line (control characters, bidirectional
 /// overrides: [`crate::reshapes_text`]) shown escaped, `\u{1b}`, as `link`'s notices show them.
 pub(crate) fn excerpt(s: &str) -> String {
-    let mut out = String::new();
-    for (n, ch) in s.chars().enumerate() {
-        if n == MAX_EXCERPT_CHARS {
-            out.push('…');
-            break;
-        }
-        if crate::reshapes_text(ch) {
-            out.extend(ch.escape_default());
-        } else {
-            out.push(ch);
-        }
-    }
-    out
+    crate::shown_input(s, MAX_EXCERPT_CHARS)
 }
 
 /// A value as messages quote it: its Python `repr`, through [`excerpt`].

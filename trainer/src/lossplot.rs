@@ -102,7 +102,8 @@ pub fn write_for(out_dir: &Path) -> bool {
     })();
     if let Err(e) = &result {
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "note: cannot draw {}: {e}", out_dir.join(SVG_FILE).display());
+        let message = format!("cannot draw {}: {e}", out_dir.join(SVG_FILE).display());
+        let _ = writeln!(std::io::stderr(), "note: {}", vramfit_core::shown_input(&message, usize::MAX));
     }
     result.is_ok()
 }

@@ -49,17 +49,22 @@ fn finish(result: Result<u8, train_cmd::Failure>) -> ExitCode {
     }
 }
 
+/// A message as one line a terminal shows as it is, whatever input it quotes (a path, a value
+/// from a config file): line breaks become spaces, and the other control characters (an escape
+/// sequence could retitle the window) and bidirectional overrides are shown escaped, `\u{1b}`.
+fn one_line(message: &str) -> String {
+    vramfit_core::shown_input(&message.replace(['\n', '\r'], " "), usize::MAX)
+}
+
 /// Prints `error: <message>` as a single line on stderr.
 pub fn print_error(message: &str) {
-    // A message never spans lines, whatever input it quotes.
-    let one_line = message.replace(['\n', '\r'], " ");
     // If stderr itself is gone there is nowhere left to report to.
-    let _ = writeln!(io::stderr(), "error: {one_line}");
+    let _ = writeln!(io::stderr(), "error: {}", one_line(message));
 }
 
 /// Prints `note: <message>` on stderr: something skipped that the user may want to know about.
 pub fn print_note(message: &str) {
-    let _ = writeln!(io::stderr(), "note: {message}");
+    let _ = writeln!(io::stderr(), "note: {}", one_line(message));
 }
 
 /// The most notices about the inputs printed one by one; a file of a million odd lines gets a

@@ -1057,3 +1057,21 @@ fn an_unreadable_training_setting_is_refused_with_its_reason() {
     let err = assert_one_error_line(&["train", "--config", file.to_str().unwrap()]);
     assert!(err.contains("cannot read the value of min_lr (line 5: cannot read `1e400`: 1e400 is too large)"), "{err}");
 }
+
+/// Input quoted in an error or a note (a config file's value, a path) never reaches the terminal
+/// raw: an escape sequence could retitle the window or recolour the line, a right-to-left
+/// override reverse it. They are shown escaped.
+#[test]
+fn messages_show_control_characters_escaped() {
+    let file = temp_file("escape_sequence.py", "n_layer = \"\u{1b}]0;pwn\u{7}\"\nlearning_rate = \"\u{202e}x\"\n");
+    let file = file.to_str().unwrap();
+    let err = assert_one_error_line(&["plan", "--config", file]);
+    assert!(err.contains("\\u{1b}]0;pwn\\u{7}"), "{err}");
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("data\u{1b}[31mred\u{202e}.txt");
+    let err = assert_one_error_line(&["train", "--data", path.to_str().unwrap(), "--max-iters", "1"]);
+    assert!(err.contains("data\\u{1b}[31mred\\u{202e}.txt"), "{err}");
+    for out in [vramfit(&["plan", "--config", file]), vramfit(&["train", "--data", path.to_str().unwrap()])] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.chars().any(|c| c != '\n' && vramfit_core::reshapes_text(c)), "{stderr:?}");
+    }
+}
