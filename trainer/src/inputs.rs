@@ -54,6 +54,12 @@ fn python_string(value: &str) -> String {
     }
 }
 
+/// The settings a file (or command line) assigned but whose value could not be read, one line
+/// each with why, naming where.
+fn unreadable_lines(source: &str, names: Vec<String>, reasons: Vec<String>) -> Vec<String> {
+    names.into_iter().zip(reasons).map(|(name, why)| format!("{source}: cannot read the value of {name} ({why})")).collect()
+}
+
 /// Combines the sources in order of precedence; the error is one line for the user.
 pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut state = LinkState::default();
@@ -101,24 +107,14 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         }
         state.config = file.config;
         extra = file.extra;
-        unreadable = file
-            .unreadable
-            .into_iter()
-            .zip(file.unreadable_reasons)
-            .map(|(name, why)| format!("{shown}: cannot read the value of {name} ({why})"))
-            .collect();
+        unreadable = unreadable_lines(&shown.to_string(), file.unreadable, file.unreadable_reasons);
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
     }
     if run.config.is_none() && !command_line.is_empty() {
         let given = nanogpt::parse_config_file(&command_line, &state.config).map_err(|e| format!("command line: {e}"))?;
         state.config = given.config;
         extra = given.extra;
-        unreadable = given
-            .unreadable
-            .into_iter()
-            .zip(given.unreadable_reasons)
-            .map(|(name, why)| format!("command line: cannot read the value of {name} ({why})"))
-            .collect();
+        unreadable = unreadable_lines("command line", given.unreadable, given.unreadable_reasons);
         notices.extend(given.notices.into_iter().map(|n| format!("command line: {n}")));
     }
     // The file's checkpoint is the link's base: a link without `init` keeps it.
