@@ -56,6 +56,17 @@ impl fmt::Display for Value {
 }
 
 impl Value {
+    /// Python's truth value (`if eval_only:`): false for None, False, 0, 0.0 and ''.
+    pub fn is_truthy(&self) -> bool {
+        match self {
+            Value::None => false,
+            Value::Bool(b) => *b,
+            Value::Int(n) => *n != 0,
+            Value::Float(x) => *x != 0.0,
+            Value::Str(s) => !s.is_empty(),
+        }
+    }
+
     fn type_name(&self) -> &'static str {
         match self {
             Value::None => "None",
@@ -454,20 +465,22 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
 /// `Config::validate` rejects, is an error naming the line. As in Python only a setting's last
 /// value counts: an out-of-range value a later line replaces is no error.
 pub fn parse_config_file(text: &str, base: &Config) -> Result<ConfigFile, ConfigFileError> {
-    match parse_config_file_deferring(text, base)? {
-        (file, None) => Ok(file),
-        (_, Some(err)) => Err(err),
+    let (file, mut deferred) = parse_config_file_deferring(text, base)?;
+    match deferred.is_empty() {
+        true => Ok(file),
+        false => Err(deferred.swap_remove(0)),
     }
 }
 
 /// [`parse_config_file`] for a reader with more settings to apply on top (train.py's
-/// command-line overrides): what would refuse the file only for its final values (a modelled
-/// setting's value out of range or of the wrong type, [`ConfigFileError::BadValue`]; a
-/// combination `Config::validate` rejects, [`ConfigFileError::Invalid`] or `InvalidBase`) is
-/// returned beside the file rather than as the error, and the file's `config` then need not
-/// pass `Config::validate`: a later setting may still make it valid. Syntax errors and values
-/// that cannot be read at all are errors as before.
-pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigFile, Option<ConfigFileError>), ConfigFileError> {
+/// command-line overrides): what would refuse the file only for its final values is returned
+/// beside the file rather than as the error, in line order: every modelled setting whose last
+/// value is out of range or of the wrong type ([`ConfigFileError::BadValue`]; the config keeps
+/// the value before it), or, when there is none, a combination `Config::validate` rejects
+/// ([`ConfigFileError::Invalid`] or `InvalidBase`). The file's `config` then need not pass
+/// `Config::validate`: later settings may still make it valid. Syntax errors and values that
+/// cannot be read at all are errors as before.
+pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigFile, Vec<ConfigFileError>), ConfigFileError> {
     let mut cfg = base.clone();
     // Modelled settings whose last value is bad on its own (a later line may replace it).
     let mut bad_values: Vec<(&'static str, ConfigFileError)> = Vec::new();
@@ -636,20 +649,26 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // readers show the first few of a long list.
     let mut file_notes = Vec::new();
     apply_init_from(&mut cfg, &extra, &mut file_notes, &mut set_on);
-    if extra.iter().any(|(k, v)| k == "eval_only" && matches!(v, Value::Bool(true))) {
+    // train.py tests `if iter_num == 0 and eval_only`: any true value.
+    if extra.iter().any(|(k, v)| k == "eval_only" && v.is_truthy()) {
         file_notes.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
     }
     apply_dataset_vocab(&mut cfg, &extra, &mut file_notes, &set_on);
     file_notes.append(&mut notices);
     let notices = file_notes;
 
-    // The earliest line whose value is still bad, else a combination the file's values make.
-    let first_bad = bad_values.into_iter().map(|(_, e)| e).min_by_key(|e| match e {
+    if pretrained_in(&extra).is_some() {
+        // The checkpoint's shape replaced these, whatever the file said (train.py ignores them).
+        bad_values.retain(|(k, _)| !matches!(*k, "n_layer" | "n_head" | "n_embd" | "vocab_size" | "bias"));
+    }
+    // The values still bad, by line; else a combination the file's values make.
+    let mut deferred: Vec<ConfigFileError> = bad_values.into_iter().map(|(_, e)| e).collect();
+    deferred.sort_by_key(|e| match e {
         ConfigFileError::BadValue { line, .. } => *line,
         _ => usize::MAX,
     });
-    let deferred = first_bad.or_else(|| {
-        cfg.validate().err().map(|err| {
+    if deferred.is_empty() {
+        if let Err(err) = cfg.validate() {
             let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
             let line = match &err {
                 ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => line_of(&[field.as_str(), "batch_size"]),
@@ -660,12 +679,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     line_of(&["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"])
                 }
             };
-            match line {
+            deferred.push(match line {
                 Some(line) => ConfigFileError::Invalid { line, source: err },
                 None => ConfigFileError::InvalidBase(err),
-            }
-        })
-    });
+            });
+        }
+    }
     let (unreadable, unreadable_reasons) = unreadable.into_iter().unzip();
     Ok((ConfigFile { config: cfg, extra, notices, unreadable, unreadable_reasons, recognised, first_statement }, deferred))
 }
@@ -2283,12 +2302,26 @@ weight_decay = 1e-1
         let (file, err) = parse_config_file_deferring("n_embd = 100\nn_head = 7\n", &base).unwrap();
         assert_eq!((file.config.n_embd, file.config.n_head), (100, 7));
         assert!(file.config.validate().is_err());
-        assert!(matches!(err, Some(ConfigFileError::Invalid { line: 2, source: ConfigError::HeadsDoNotDivide { .. } })), "{err:?}");
+        assert!(matches!(err[..], [ConfigFileError::Invalid { line: 2, source: ConfigError::HeadsDoNotDivide { .. } }]), "{err:?}");
         let (file, err) = parse_config_file_deferring("n_layer = 2000\nn_embd = 384\n", &base).unwrap();
         assert_eq!((file.config.n_layer, file.config.n_embd), (base.n_layer, 384));
-        assert!(matches!(&err, Some(ConfigFileError::BadValue { line: 1, key, .. }) if key == "n_layer"), "{err:?}");
+        assert!(matches!(&err[..], [ConfigFileError::BadValue { line: 1, key, .. }] if key == "n_layer"), "{err:?}");
+        // Every value still bad, in line order: replacing one must not pass over the others.
+        let (_, err) = parse_config_file_deferring("batch_size = 0\nn_layer = 2000\nn_head = 0\n", &base).unwrap();
+        let keys: Vec<(usize, &str)> = err
+            .iter()
+            .filter_map(|e| match e {
+                ConfigFileError::BadValue { line, key, .. } => Some((*line, key.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(keys, [(1, "batch_size"), (2, "n_layer"), (3, "n_head")]);
         let (_, err) = parse_config_file_deferring("n_layer = 4\n", &base).unwrap();
-        assert_eq!(err, None);
+        assert!(err.is_empty());
+        // A checkpoint's shape replaces the file's, bad or not, as in train.py.
+        let file = parse_config_file("init_from = 'gpt2'\nn_layer = 2000\n", &base).unwrap();
+        assert_eq!(file.config.n_layer, 12);
+        assert!(parse_config_file("init_from = 'gpt2'\nbatch_size = 0\n", &base).is_err(), "the batch is the file's still");
         // Syntax errors and unreadable values are errors still.
         assert!(parse_config_file_deferring("n_layer = (4\n", &base).is_err());
         assert!(parse_config_file_deferring("n_layer = foo()\n", &base).is_err());

@@ -68,7 +68,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut unreadable = Vec::new();
     let mut link_sets = Vec::new();
     // The config file's values that are bad only as its final ones (see below), and its name.
-    let mut file_error: Option<(String, ConfigFileError)> = None;
+    let mut file_errors: Vec<ConfigFileError> = Vec::new();
+    let mut file_shown = String::new();
     // `--dataset=X` / `--init_from=Y` from a pasted train.py command line, as config lines.
     let command_line: String = run.file_settings.iter().map(|(name, value)| format!("{name} = {}\n", python_string(value))).collect();
 
@@ -90,7 +91,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         // which train.py would apply on top (its command-line overrides).
         let (file, deferred) =
             nanogpt::parse_config_file_deferring(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
-        file_error = deferred.map(|e| (shown.to_string(), e));
+        (file_errors, file_shown) = (deferred, shown.to_string());
         if let (false, Some((line, text))) = (file.recognised, &file.first_statement) {
             // Prose, a log, a data file: not a config file that sets nothing but the wrong file.
             return Err(format!(
@@ -102,7 +103,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             // An empty file, or one of comments and other names: say so rather than plan the
             // defaults silently.
             notices.push(format!("{shown}: sets none of the settings vramfit reads (empty, or only names vramfit does not know)"));
-        } else if file.config == state.config && file.extra.is_empty() && file_error.is_none() {
+        } else if file.config == state.config && file.extra.is_empty() && file_errors.is_empty() {
             notices.push(format!("{shown}: changes none of the settings vramfit reads (all at their defaults)"));
         }
         state.config = file.config;
@@ -152,7 +153,9 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_read = Some(read);
     }
     apply_flags(&mut state.config, run);
-    if let Some((shown, err)) = &file_error {
+    // Each of the file's values that is still bad, in line order (replacing one does not excuse
+    // the others).
+    for err in &file_errors {
         let link_sets_it = |key: &str| link_read.as_ref().is_some_and(|read| read.decoded.sets(key));
         let still_at_fault = match err {
             // A bad value the link or a flag replaces is not the one the run gets.
@@ -164,7 +167,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             ConfigFileError::Syntax { .. } => true,
         };
         if still_at_fault {
-            return Err(format!("config file {shown}: {err}"));
+            return Err(format!("config file {file_shown}: {err}"));
         }
     }
     match &link_read {

@@ -648,9 +648,10 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
             )),
             // train.py would evaluate and stop, writing nothing; a run here would train and
             // replace out_dir's checkpoint at its first save.
-            "eval_only" if *v == Value::Bool(true) => {
+            // train.py tests `if iter_num == 0 and eval_only`: any true value stops it there.
+            "eval_only" if v.is_truthy() => {
                 return Err(input(format!(
-                    "{file}: eval_only = True: vramfit train has no evaluate-only mode, and training would replace out_dir's \
+                    "{file}: eval_only = {v}: vramfit train has no evaluate-only mode, and training would replace out_dir's \
                      checkpoint; remove the line to train"
                 )))
             }

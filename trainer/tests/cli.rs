@@ -1048,6 +1048,10 @@ fn a_config_file_is_checked_with_what_comes_after_it() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("changes none of the settings"), "the file did set n_layer");
     let err = assert_one_error_line(&["plan", "--config", too_deep, "--n-head", "4"]);
     assert!(err.trim_end().ends_with("too_deep.py: line 1: n_layer: 2000 is larger than vramfit models (at most 1024)"), "{err}");
+    // Replacing one bad value does not pass over another.
+    let two_bad = temp_file("two_bad.py", "n_layer = 2000\nn_head = 0\n");
+    let err = assert_one_error_line(&["plan", "--config", two_bad.to_str().unwrap(), "--n-layer", "4"]);
+    assert!(err.contains("two_bad.py: line 2: n_head: "), "{err}");
 }
 
 /// A training setting the file sets to a value that cannot be read stops `train` with the reason.

@@ -340,6 +340,8 @@ fn config_settings_train_py_would_not_train_with_are_refused() {
     for (line, expected) in [
         ("init_from = 'gtp2'", &["init_from = 'gtp2' is none of train.py's"][..]),
         ("eval_only = True", &["eval_only = True", "no evaluate-only mode"][..]),
+        // train.py's `if iter_num == 0 and eval_only` stops on any true value.
+        ("eval_only = 1", &["eval_only = 1", "no evaluate-only mode"][..]),
     ] {
         let file = dir.join("config.py");
         std::fs::write(&file, format!("{line}\n{shape}")).unwrap();
