@@ -196,6 +196,41 @@ pub enum ConfigError {
     Overflow(String),
 }
 
+impl ConfigError {
+    /// The settings (nanoGPT's names) whose values `cfg` failed on, for naming the line or the
+    /// source that set them. An unset eval batch or eval context is the training one's.
+    pub fn settings(&self, cfg: &Config) -> Vec<&'static str> {
+        const SIZES: [&str; 7] = ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"];
+        const RANGED: [&str; 10] = [
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "vocab_size",
+            "batch_size",
+            "gradient_accumulation_steps",
+            "eval_iters",
+            "eval_batch_size",
+            "eval_block_size",
+        ];
+        match self {
+            ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => {
+                match RANGED.iter().copied().find(|n| n == field) {
+                    Some("eval_batch_size") if cfg.eval_batch_size.is_none() => vec!["batch_size"],
+                    Some("eval_block_size") if cfg.eval_block_size.is_none() => vec!["block_size"],
+                    Some(n) => vec![n],
+                    None => Vec::new(),
+                }
+            }
+            ConfigError::HeadsDoNotDivide { .. } => vec!["n_head", "n_embd"],
+            ConfigError::EvalBlockTooLong { .. } if cfg.eval_block_size.is_some() => vec!["eval_block_size", "block_size"],
+            ConfigError::EvalBlockTooLong { .. } => vec!["block_size"],
+            ConfigError::Dropout(_) => vec!["dropout"],
+            ConfigError::Overflow(_) => SIZES.to_vec(),
+        }
+    }
+}
+
 /// Upper bounds that keep every product in the simulation inside `u64` with room to spare,
 /// while covering anything a GPU of this decade could train.
 pub const MAX_LAYERS: u32 = 1024;
@@ -286,5 +321,25 @@ impl Config {
         big("weights n_embd^2*n_layer", &[c, c, l, 16 * 16])?;
         big("embedding vocab_size*n_embd", &[v, c, 16 * 16])?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error names the settings whose values failed; an unset eval batch or context is the
+    /// training one's, so that is the setting named.
+    #[test]
+    fn an_error_names_the_settings_it_failed_on() {
+        let failing = |cfg: Config| {
+            let err = cfg.validate().expect_err("the config is invalid");
+            err.settings(&cfg)
+        };
+        assert_eq!(failing(Config { n_head: 5, ..Config::default() }), ["n_head", "n_embd"]);
+        assert_eq!(failing(Config { batch_size: MAX_BATCH + 1, ..Config::default() }), ["batch_size"]);
+        assert_eq!(failing(Config { eval_batch_size: Some(MAX_BATCH + 1), ..Config::default() }), ["eval_batch_size"]);
+        assert_eq!(failing(Config { eval_block_size: Some(2048), ..Config::default() }), ["eval_block_size", "block_size"]);
+        assert_eq!(failing(Config { dropout: 1.5, ..Config::default() }), ["dropout"]);
     }
 }

@@ -669,16 +669,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     });
     if deferred.is_empty() {
         if let Err(err) = cfg.validate() {
-            let line_of = |names: &[&str]| set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
-            let line = match &err {
-                ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => line_of(&[field.as_str(), "batch_size"]),
-                ConfigError::HeadsDoNotDivide { .. } => line_of(&["n_embd", "n_head"]),
-                ConfigError::EvalBlockTooLong { .. } => line_of(&["eval_block_size", "block_size"]),
-                ConfigError::Dropout(_) => line_of(&["dropout"]),
-                ConfigError::Overflow(_) => {
-                    line_of(&["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"])
-                }
-            };
+            // The last line that set any of the settings the combination failed on.
+            let names = err.settings(&cfg);
+            let line = set_on.iter().filter(|(k, _)| names.contains(k)).map(|&(_, l)| l).max();
             deferred.push(match line {
                 Some(line) => ConfigFileError::Invalid { line, source: err },
                 None => ConfigFileError::InvalidBase(err),

@@ -7,7 +7,7 @@
 use crate::cli::{CardArgs, RunArgs};
 use vramfit_core::link::{self, LinkState};
 use vramfit_core::nanogpt::{self, ConfigFileError, Value};
-use vramfit_core::{device, Config, ConfigError, Gpu};
+use vramfit_core::{device, Config, Gpu};
 
 /// A nanoGPT config file is a few hundred bytes; past this it is not one (and `/dev/zero` or an
 /// endless pipe would otherwise be read until memory runs out).
@@ -224,7 +224,7 @@ fn check_over_link(state: &LinkState, run: &RunArgs, read: &link::Deferred) -> R
             let spell = |s: &str| if as_written { read.written(s) } else { read.described(s) };
             spell(setting).or_else(|| spell("init_from"))
         };
-        let involved = conflicting(&err, cfg);
+        let involved = err.settings(cfg);
         if !involved.iter().any(|s| link_gave(s)) {
             return err.to_string();
         }
@@ -252,40 +252,6 @@ fn check_over_link(state: &LinkState, run: &RunArgs, read: &link::Deferred) -> R
             .collect();
         format!("{err}: {}", sources.join(", "))
     })
-}
-
-/// The settings a config error is about, as `Config::validate` reads them.
-fn conflicting(err: &ConfigError, cfg: &Config) -> Vec<&'static str> {
-    match err {
-        ConfigError::TooSmall { field, .. } | ConfigError::TooLarge { field, .. } => {
-            const NAMES: [&str; 10] = [
-                "n_layer",
-                "n_head",
-                "n_embd",
-                "block_size",
-                "vocab_size",
-                "batch_size",
-                "gradient_accumulation_steps",
-                "eval_iters",
-                "eval_batch_size",
-                "eval_block_size",
-            ];
-            let name = NAMES.iter().copied().find(|n| n == field);
-            // Unset, the eval batch is the training batch.
-            match name {
-                Some("eval_batch_size") if cfg.eval_batch_size.is_none() => vec!["batch_size"],
-                Some(n) => vec![n],
-                None => Vec::new(),
-            }
-        }
-        ConfigError::HeadsDoNotDivide { .. } => vec!["n_head", "n_embd"],
-        ConfigError::EvalBlockTooLong { .. } if cfg.eval_block_size.is_some() => vec!["eval_block_size", "block_size"],
-        ConfigError::EvalBlockTooLong { .. } => vec!["block_size"],
-        ConfigError::Dropout(_) => vec!["dropout"],
-        ConfigError::Overflow(_) => {
-            vec!["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size", "eval_batch_size"]
-        }
-    }
 }
 
 /// Whether an explicit flag set the setting of this (nanoGPT) name.
