@@ -62,6 +62,16 @@ pub struct CardFit {
     /// usable size differ from card to card; the plan's own `notes` are the first card's).
     #[serde(default)]
     pub notes: Vec<Note>,
+    /// The first window, in the order the run meets them (`eval_at_start`, `first_iter`,
+    /// `eval`, `train`), whose need passes the available bytes: where the run first asks for
+    /// more than the card has (the reserve only grows, so every later window does too). Absent
+    /// when every window fits. Added within schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_short_window: Option<String>,
+    /// Whether the headroom or shortfall is within what the model's own error could cover
+    /// (see [`close_call`]): the verdict could go either way. Added within schema 2.
+    #[serde(default)]
+    pub close_call: bool,
 }
 
 /// A change to the config that makes it fit (or fit better), with what it costs.
@@ -81,6 +91,15 @@ pub struct Fix {
     /// within schema 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_out_later: Option<RunsOut>,
+    /// Whether `needed_bytes` rests on a term not measured for the fixed config on this card
+    /// (compile, an unmeasured card's context): the fix's own notes, not the plan's, decide.
+    /// Added within schema 2.
+    #[serde(default)]
+    pub needed_is_estimate: bool,
+    /// Whether it fits or misses by less than the model's error (see [`close_call`]). Added
+    /// within schema 2.
+    #[serde(default)]
+    pub close_call: bool,
 }
 
 /// Out of memory a few steps in, by the allocator model's continued simulation: at a training
@@ -267,6 +286,10 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
     let (need, worst) = needed(sim, gpu);
     let available = gpu.usable_bytes.saturating_sub(other_usage);
     let bf16_unsupported = cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16();
+    let notes = notes(cfg, gpu);
+    // `windows` lists the steady step first; the run meets them in the reverse order.
+    let first_short_window =
+        windows(sim).iter().rev().find(|(_, p)| window(p, gpu).nvidia_smi_bytes > available).map(|(name, _)| name.to_string());
     CardFit {
         gpu: gpu.id.clone(),
         gpu_name: gpu.name.clone(),
@@ -276,8 +299,44 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
         headroom_bytes: available as i64 - need as i64,
         worst_window: worst.to_string(),
         bf16_unsupported,
-        notes: notes(cfg, gpu),
+        close_call: close_call(available as i64 - need as i64, need, need_is_estimate(&notes)),
+        notes,
+        first_short_window,
     }
+}
+
+/// The plan figures (`Note::figure`) a need (nvidia-smi bytes) is built from: the context on
+/// top of the reserve, the reserve from the allocated blocks, which hold the cuBLAS workspace.
+pub const NEED_FIGURES: &[&str] = &["nvidia_smi_bytes", "peak_reserved_bytes", "peak_allocated_bytes", "workspace"];
+
+/// Why the notes call any of `figures` an estimate (their details joined), or `None` where
+/// every one of them was measured or validated.
+pub fn estimate_detail(notes: &[Note], figures: &[&str]) -> Option<String> {
+    let details: Vec<&str> =
+        notes.iter().filter(|n| n.source == Source::Estimate && figures.contains(&n.figure.as_str())).map(|n| n.detail.as_str()).collect();
+    (!details.is_empty()).then(|| details.join("; "))
+}
+
+/// Whether a need (nvidia-smi bytes) rests on an estimate, by its notes.
+pub fn need_is_estimate(notes: &[Note]) -> bool {
+    notes.iter().any(|n| n.source == Source::Estimate && NEED_FIGURES.contains(&n.figure.as_str()))
+}
+
+/// How far off a need may be, as a share of it: 3.0% is the largest error of the nvidia-smi
+/// figure on the H100's FlashAttention-2 rows (what RTX 30xx/40xx cards run; README:
+/// Accuracy), 5% compile's error on the reserve, which stands for every estimate.
+pub fn need_error(estimate: bool) -> f64 {
+    if estimate {
+        0.05
+    } else {
+        0.03
+    }
+}
+
+/// Whether a headroom (negative: a shortfall) is small enough that the model's own error on
+/// `need` could turn the verdict.
+pub fn close_call(headroom: i64, need: u64, estimate: bool) -> bool {
+    (headroom.unsigned_abs() as f64) < need_error(estimate) * need as f64
 }
 
 /// Whether `cfg` fits `gpu` (all windows), by the exact simulation.
@@ -867,13 +926,19 @@ const BUSY_MICRO_BATCH_TOKENS: u64 = 4096;
 fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
     let mut fixes = fixes_by_rank(cfg, gpu, other_usage, current, largest);
+    for f in fixes.iter_mut() {
+        f.needed_is_estimate = need_is_estimate(&notes(&f.config, gpu));
+        f.close_call = close_call(available as i64 - f.needed_bytes as i64, f.needed_bytes, f.needed_is_estimate);
+    }
     for f in fixes.iter_mut().filter(|f| f.fits) {
         if let Lasting::RunsOut(iteration, in_eval) = lasting_of(&f.config, gpu, available) {
             f.runs_out_later = Some(RunsOut { iteration, in_eval, source: Source::Estimate });
         }
     }
     // Those that keep fitting first, then those that run out later, then those that do not fit
-    // (a stable sort: each group keeps its order).
+    // (a stable sort: each group keeps its order). A close call keeps its rank: a fix found by
+    // a search (the longest block that fits) is one by design, and "a smaller model as the last
+    // resort" must not move above it.
     fixes.sort_by_key(|f| (!f.fits, f.runs_out_later.is_some()));
     fixes
 }
@@ -888,12 +953,16 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
         let need = need_exact(&fp16, gpu).unwrap_or(current);
         let dtype_fix = Fix {
             title: format!("dtype = 'float16' ({} has no bf16)", gpu.name),
-            cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); same memory as bf16".into(),
+            // The tensors are bf16's sizes; the need is fp16's own simulation, whose reserve can
+            // differ (where the allocator places them).
+            cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); its tensors take what bf16's would".into(),
             needed_bytes: need,
             fits: need <= available,
             config: fp16.clone(),
             stock_nanogpt: true,
             runs_out_later: None,
+            needed_is_estimate: false,
+            close_call: false,
         };
         let mut all = vec![(0, dtype_fix)];
         if need > available {
@@ -922,7 +991,17 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
             if n < current {
                 out.push((
                     rank,
-                    Fix { title, cost, needed_bytes: n, fits: n <= available, config, stock_nanogpt: stock, runs_out_later: None },
+                    Fix {
+                        title,
+                        cost,
+                        needed_bytes: n,
+                        fits: n <= available,
+                        config,
+                        stock_nanogpt: stock,
+                        runs_out_later: None,
+                        needed_is_estimate: false,
+                        close_call: false,
+                    },
                 ));
             }
         }
@@ -1133,9 +1212,17 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
         push(
             rank::COMPILE,
             "compile = True".into(),
-            "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an estimate: the compile model \
-             is fitted to three H100 runs with flash attention"
-                .into(),
+            match cfg.attention {
+                crate::Attention::Flash => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an \
+                                            estimate: the compile model is fitted to three H100 runs with flash attention"
+                    .into(),
+                // The compile model adds the attention matrices it expects manual attention to
+                // keep; nothing compiled with manual attention was measured.
+                crate::Attention::Manual => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is a \
+                                             rough estimate: the compile model is fitted to three H100 runs with flash attention, and \
+                                             compiled manual attention was never measured"
+                    .into(),
+            },
             Config { compile: true, ..cfg.clone() },
             None,
         );
@@ -1215,7 +1302,9 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
     ranked(out)
 }
 
-fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
+/// What a config's figures on `gpu` rest on: each figure validated, measured or estimated,
+/// and why.
+pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     let mut out = vec![Note {
         figure: "peak_allocated_bytes".into(),
         source: Source::Validated,
@@ -1808,5 +1897,68 @@ mod tests {
         let groups: Vec<(bool, bool)> = fixes.iter().map(|f| (!f.fits, f.runs_out_later.is_some())).collect();
         assert!(groups.is_sorted(), "{groups:?}");
         assert!(groups.contains(&(false, false)), "a fix that keeps fitting comes first: {groups:?}");
+    }
+
+    /// The run stops at the first window past the card in the order it meets them, which is
+    /// not the largest one: GPT-2 124M at batch 64 (compiled, as nanoGPT's defaults) passes a
+    /// 12 GB card already in the eval at iteration 0, before a training step needs three times
+    /// as much. A run that fits names none.
+    #[test]
+    fn the_first_window_past_the_card_is_where_the_run_meets_it() {
+        let gpu = Gpu::find("rtx-4070").unwrap();
+        let at = |cfg: Config| {
+            let p = plan(&PlanRequest { config: cfg, gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false }).unwrap();
+            let card = p.cards[0].clone();
+            // Every window from the first short one on needs more than the card: the reserve
+            // only grows.
+            let order = [&p.eval_at_start, &p.first_iter, &p.eval, &p.train];
+            let names = ["eval_at_start", "first_iter", "eval", "train"];
+            let first_over = order.iter().position(|w| w.nvidia_smi_bytes > card.available_bytes);
+            assert_eq!(card.first_short_window.as_deref(), first_over.map(|i| names[i]));
+            (card.first_short_window, card.worst_window)
+        };
+        let (first, worst) = at(Config { batch_size: 64, ..Config::default() });
+        assert_eq!((first.as_deref(), worst.as_str()), (Some("eval_at_start"), "train"));
+        assert_eq!(at(Config { batch_size: 4, ..Config::default() }).0, None);
+        // Eager at batch 8: only the steady step passes the card (the first iteration needs
+        // 1.5 GiB less); with manual attention the first iteration already does.
+        let eager = Config { batch_size: 8, compile: false, ..Config::default() };
+        assert_eq!(at(eager.clone()).0.as_deref(), Some("train"));
+        assert_eq!(at(Config { attention: crate::Attention::Manual, ..eager }).0.as_deref(), Some("first_iter"));
+    }
+
+    /// A margin within the model's own error is a close call: 3% of the need where it is
+    /// validated, 5% where it rests on an estimate; either side of the card.
+    #[test]
+    fn close_calls_are_margins_within_the_models_error() {
+        assert!(close_call(299, 10_000, false) && !close_call(300, 10_000, false));
+        assert!(close_call(-299, 10_000, false) && !close_call(-300, 10_000, false));
+        assert!(close_call(499, 10_000, true) && !close_call(500, 10_000, true));
+        // Each card judges its own: the same run is one on an RTX 3060 (estimated context,
+        // 2.3% headroom) and not on an H100.
+        let gpus = vec![Gpu::find("rtx-3060").unwrap(), Gpu::find("h100-80gb").unwrap()];
+        let p = plan(&PlanRequest { config: Config::default(), gpus, other_usage_bytes: 0, with_fixes: false }).unwrap();
+        for card in &p.cards {
+            let estimate = need_is_estimate(&card.notes);
+            assert_eq!(card.close_call, close_call(card.headroom_bytes, card.needed_bytes, estimate), "{}", card.gpu);
+        }
+        assert!(need_is_estimate(&p.cards[0].notes) && p.cards[0].close_call && p.cards[0].fits);
+        assert!(!p.cards[1].close_call);
+    }
+
+    /// A fix's need is marked an estimate by its own config's notes: on an H100 (eager, all
+    /// measured) only adding compile makes one, and its close call is judged with that error.
+    #[test]
+    fn a_fix_is_an_estimate_by_its_own_terms() {
+        let gpu = Gpu::find("h100-80gb").unwrap();
+        let cfg = Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 16, compile: false, ..Config::default() };
+        let available = gpu.usable_bytes;
+        let fixes = fixes(&cfg, &gpu, 0);
+        assert!(fixes.iter().any(|f| f.config.compile), "a compile fix is offered");
+        for f in &fixes {
+            assert_eq!(f.needed_is_estimate, f.config.compile, "{}", f.title);
+            assert_eq!(f.needed_is_estimate, need_is_estimate(&notes(&f.config, &gpu)));
+            assert_eq!(f.close_call, close_call(available as i64 - f.needed_bytes as i64, f.needed_bytes, f.needed_is_estimate));
+        }
     }
 }

@@ -97,7 +97,7 @@ pub fn render(plan: &Plan, inputs: &Inputs, with_fixes: bool) -> String {
     let _ = write_peaks(&mut out, plan, inputs, &est);
     let _ = write_breakdown(&mut out, plan, &est);
     let _ = write_fit(&mut out, plan, inputs, &est);
-    let _ = write_fixes(&mut out, plan, &est, with_fixes);
+    let _ = write_fixes(&mut out, plan, with_fixes);
     let _ = write_notes(&mut out, plan);
     // Padded columns leave trailing spaces; drop them.
     out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
@@ -201,7 +201,15 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             (false, false) => "does NOT fit",
         };
         let margin = if fit.headroom_bytes >= 0 { "headroom" } else { "short by" };
-        writeln!(out, "  {} ({}): {verdict}", fit.gpu, fit.gpu_name)?;
+        let close = if fit.close_call && !fit.bf16_unsupported {
+            format!(
+                " (a close call: the margin is under {:.0}% of the need, which the model's error could cover; README: Accuracy)",
+                100.0 * vramfit_core::plan::need_error(needed_est)
+            )
+        } else {
+            String::new()
+        };
+        writeln!(out, "  {} ({}): {verdict}{close}", fit.gpu, fit.gpu_name)?;
         writeln!(
             out,
             "      needs {} at {} of {} available; {margin} {}",
@@ -210,6 +218,21 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             size(fit.available_bytes, usable_est),
             size(fit.headroom_bytes.unsigned_abs(), needed_est || usable_est)
         )?;
+        // Where the run stops is the first window past the card, not the largest one.
+        // (Said only where it is not the window the need is given for.)
+        if let Some(first_short) = fit.first_short_window.as_deref().filter(|w| !fit.fits && *w != fit.worst_window) {
+            let when = match first_short {
+                "eval_at_start" => "the eval at start (iteration 0's estimate_loss, before any training)",
+                "first_iter" => "the first iteration",
+                "eval" => "the first eval after training starts",
+                _ => "the steady training step (from iteration 2)",
+            };
+            let there = windows(plan).into_iter().find(|(label, _)| *label == window_label(first_short)).map(|(_, w)| w.nvidia_smi_bytes);
+            match there.filter(|_| std::ptr::eq(fit, &plan.cards[0])) {
+                Some(bytes) => writeln!(out, "      passes the card first at {when}: needs {} there", size(bytes, needed_est))?,
+                None => writeln!(out, "      passes the card first at {when}")?,
+            }
+        }
     }
     if let (Some(first), Some(later)) = (plan.cards.first(), &plan.later) {
         let when = later.when();
@@ -264,7 +287,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
     Ok(())
 }
 
-fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool) -> std::fmt::Result {
+fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Result {
     let card = plan.cards.first().map_or("the first card", |c| c.gpu.as_str());
     writeln!(out)?;
     writeln!(out, "Fixes for {card}")?;
@@ -294,16 +317,17 @@ fn write_fixes(out: &mut String, plan: &Plan, est: &Estimates, with_fixes: bool)
         };
         return writeln!(out, "  {none}");
     }
-    let needed_est = est.nvidia_smi;
     for (i, fix) in fixes.iter().enumerate() {
         let verdict = match (fix.fits, fix.runs_out_later) {
+            (true, None) if fix.close_call => "fits, a close call".to_string(),
             (true, None) => "fits".to_string(),
             (true, Some(r)) => {
                 format!("fits the two simulated steps, out of memory at {} by the allocator model (estimate)", r.when())
             }
             (false, _) => "still does not fit".to_string(),
         };
-        writeln!(out, "  {}. {}: needs {}, {verdict}", i + 1, fix.title, size(fix.needed_bytes, needed_est))?;
+        // A fix's need rests on its own config's terms (compile added is an estimate).
+        writeln!(out, "  {}. {}: needs {}, {verdict}", i + 1, fix.title, size(fix.needed_bytes, fix.needed_is_estimate))?;
         writeln!(out, "     cost: {}", fix.cost)?;
         if !fix.stock_nanogpt {
             writeln!(out, "     needs a change to nanoGPT's train.py")?;

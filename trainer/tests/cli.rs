@@ -1079,3 +1079,42 @@ fn messages_show_control_characters_escaped() {
         assert!(!stderr.chars().any(|c| c != '\n' && vramfit_core::reshapes_text(c)), "{stderr:?}");
     }
 }
+
+/// The fit section says where a run that does not fit first passes the card when that is not
+/// the window its need is given for, flags a margin within the model's error, and marks each
+/// fix's need by its own terms: adding compile makes an estimate of a need measured on an H100.
+#[test]
+fn the_report_says_where_it_first_runs_out_what_is_close_and_which_fix_is_an_estimate() {
+    let text = |args: &[&str]| {
+        let out = vramfit(&[&["plan"][..], args].concat());
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let b64 = ["--batch-size", "64", "--gpu", "rtx-4070"];
+    let report = text(&b64);
+    assert!(report.contains("passes the card first at the eval at start (iteration 0's estimate_loss"), "{report}");
+    let json = plan_json(&b64);
+    assert_eq!(json["cards"][0]["first_short_window"], "eval_at_start");
+    assert_eq!(json["cards"][0]["worst_window"], "train");
+    // Where the first short window is the one the need is given for, no second line.
+    let eager = text(&["--batch-size", "8", "--compile", "false", "--gpu", "rtx-4070", "--no-fixes"]);
+    assert!(eager.contains("does NOT fit") && !eager.contains("passes the card first"), "{eager}");
+
+    let close = text(&["--batch-size", "12", "--gpu", "rtx-3060", "--no-fixes"]);
+    assert!(close.contains("fits (a close call: the margin is under 5% of the need"), "{close}");
+    assert_eq!(plan_json(&["--batch-size", "12", "--gpu", "rtx-3060"])["cards"][0]["close_call"], true);
+    assert_eq!(plan_json(&["--batch-size", "4", "--gpu", "rtx-3060"])["cards"][0]["close_call"], false);
+
+    let xl = ["--n-layer", "48", "--n-head", "25", "--n-embd", "1600", "--batch-size", "16", "--compile", "false", "--gpu", "h100"];
+    let report = text(&xl);
+    let fix_lines: Vec<&str> = report.lines().filter(|l| l.starts_with("  ") && l.contains(". ") && l.contains(": needs ")).collect();
+    assert!(fix_lines.len() >= 3, "{report}");
+    for line in &fix_lines {
+        assert_eq!(line.contains("needs ~"), line.contains("compile = True"), "{line}");
+    }
+    let fixes = plan_json_fixes(&xl)["fixes"].as_array().unwrap().clone();
+    for fix in &fixes {
+        assert_eq!(fix["needed_is_estimate"], fix["config"]["compile"], "{fix}");
+        assert!(fix["close_call"].is_boolean(), "{fix}");
+    }
+}

@@ -430,6 +430,7 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
     // A fix the allocator model sees run out of memory a few steps later is not a plain "fits"
     // (an estimate, as the marker beside the need says where the need is one).
     let (class, status) = match (f.fits, f.runs_out_later) {
+        (true, None) if f.close_call => ("fix fits", "fits, a close call".to_string()),
         (true, None) => ("fix fits", "fits".to_string()),
         (true, Some(r)) => {
             ("fix later", format!("fits the first two steps; out of memory at {} by the allocator model, an estimate", r.when()))
@@ -1102,9 +1103,8 @@ pub fn App() -> impl IntoView {
                             // When the card leaves nothing for any run, no fix can help.
                             let no_room =
                                 computed.with(|r| r.as_ref().ok().is_some_and(|c| state.with(|s| model::capacity_warning(s, c)).is_some()));
-                            // A fix's need rests on the same estimated terms as the plan's (card, compile).
-                            let need_estimate =
-                                computed.with(|r| r.as_ref().ok().and_then(|c| model::estimate_detail(&c.plan, model::NEED_FIGURES)));
+                            // The card whose notes decide which fix needs are estimates.
+                            let gpu = computed.with(|r| r.as_ref().ok().map(|c| c.gpu.clone()));
                             fixes
                                 .with(|f| match f {
                                     Some((k, list)) if *k == key => {
@@ -1130,7 +1130,14 @@ pub fn App() -> impl IntoView {
                                             let needed: Vec<String> = list.iter().map(|f| f.needed_bytes.to_string()).collect();
                                             view! {
                                                 <ol class="fixes" data-state="ready" data-needed=needed.join(",")>
-                                                    {list.iter().cloned().map(|f| fix_view(f, state, need_estimate.clone())).collect_view()}
+                                                    {list
+                                                        .iter()
+                                                        .cloned()
+                                                        .map(|f| {
+                                                            let estimate = gpu.as_ref().and_then(|g| model::fix_estimate_detail(&f, g));
+                                                            fix_view(f, state, estimate)
+                                                        })
+                                                        .collect_view()}
                                                 </ol>
                                             }
                                                 .into_any()

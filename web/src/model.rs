@@ -6,7 +6,7 @@
 //! later, see `app.rs`), the peak-vs-batch series (the fast model, scaled to the exact figure at
 //! the current batch) and the live-memory timeline.
 
-use vramfit_core::device::{self, NoRoom, Source};
+use vramfit_core::device::{self, NoRoom};
 use vramfit_core::link::LinkState;
 use vramfit_core::plan::{self, Plan, PlanRequest, WindowReport};
 use vramfit_core::sim::{self, Phase, TimelinePoint};
@@ -456,11 +456,10 @@ pub fn verdict(plan: &Plan) -> Verdict {
         // The memory figure alone would read as "fits" under a "cannot run" title.
         margin = format!("memory alone: {margin}; dtype float16 runs on this card");
     } else {
-        // A margin the model's own error could cover is a close call either way. The need is
-        // the nvidia-smi figure: at most 3.0% off on the H100's FlashAttention-2 rows (what
-        // RTX 30xx/40xx cards run; README: Accuracy), and compile's estimate 5% on reserved.
-        let error = if estimate_detail(plan, NEED_FIGURES).is_some() { 0.05 } else { 0.03 };
-        if (card.headroom_bytes.unsigned_abs() as f64) < error * card.needed_bytes as f64 {
+        // A margin the model's own error could cover is a close call either way (core decides:
+        // `plan::close_call`, the same for `vramfit plan`).
+        if card.close_call {
+            let error = plan::need_error(estimate_detail(plan, NEED_FIGURES).is_some());
             margin = format!("{margin} (a close call: under {:.0}% of the need; README: Accuracy)", error * 100.0);
         }
     }
@@ -473,7 +472,17 @@ pub fn verdict(plan: &Plan) -> Verdict {
     // The window whose nvidia-smi need is highest is the one that decides the fit.
     let (_, desc, w) = windows(plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
     let phase = w.phase.map(|p| p.label()).unwrap_or("-");
-    let where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
+    let mut where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
+    // A run that does not fit stops at the first window past the card, which can come long
+    // before the largest (an eval at iteration 0 before a training step twice its size).
+    if let Some((_, first, _)) = card
+        .first_short_window
+        .as_deref()
+        .filter(|_| !card.fits)
+        .and_then(|key| windows(plan).into_iter().find(|(k, _, _)| *k == key).filter(|(_, first, _)| *first != desc))
+    {
+        where_peak = format!("{where_peak}; first past the card in the {first}");
+    }
     let later = plan.later_past_card().map(|l| {
         let at = l.when();
         let outcome = match l.past_card {
@@ -505,13 +514,13 @@ pub fn figure_label(figure: &str) -> &str {
 
 /// Whether a plan figure (a `Note::figure`) is an estimate, with why (notes joined).
 pub fn estimate_detail(plan: &Plan, figures: &[&str]) -> Option<String> {
-    let details: Vec<&str> = plan
-        .notes
-        .iter()
-        .filter(|n| n.source == Source::Estimate && figures.contains(&n.figure.as_str()))
-        .map(|n| n.detail.as_str())
-        .collect();
-    (!details.is_empty()).then(|| details.join("; "))
+    plan::estimate_detail(&plan.notes, figures)
+}
+
+/// Why a fix's need is an estimate, from the fixed config's own notes on the card (adding
+/// compile makes it one; the plan's notes are the unfixed config's).
+pub fn fix_estimate_detail(fix: &plan::Fix, gpu: &Gpu) -> Option<String> {
+    fix.needed_is_estimate.then(|| plan::estimate_detail(&plan::notes(&fix.config, gpu), NEED_FIGURES)).flatten()
 }
 
 /// The plan figures (`Note::figure`) a breakdown segment rests on: the reserve is replayed from
@@ -527,7 +536,7 @@ pub fn segment_figures(s: crate::charts::Segment) -> &'static [&'static str] {
 }
 
 /// The figures the "needed" total is built from.
-pub const NEED_FIGURES: &[&str] = &["nvidia_smi_bytes", "peak_reserved_bytes", "peak_allocated_bytes", "workspace"];
+pub use plan::NEED_FIGURES;
 
 /// A one-line summary of the config, for the page's title area.
 pub fn describe(cfg: &Config) -> String {
@@ -773,6 +782,36 @@ mod tests {
             verdict(&default.plan).margin
         );
         assert!(!verdict(&small.plan).margin.contains("close call"));
+    }
+
+    /// A run that does not fit names where it first passes the card when that is not the
+    /// window of its peak: GPT-2 124M at batch 64 in the eval before the first step.
+    #[test]
+    fn verdict_names_the_first_window_past_the_card() {
+        let b64 = compute(&state(Config { batch_size: 64, ..Config::default() })).unwrap();
+        let v = verdict(&b64.plan);
+        assert!(v.where_peak.starts_with("peak in the training step"), "{}", v.where_peak);
+        assert!(v.where_peak.ends_with("; first past the card in the eval before the first step"), "{}", v.where_peak);
+        // Eager at batch 8 passes it only in the steady step, the peak's own window.
+        let eager = compute(&state(Config { batch_size: 8, compile: false, ..Config::default() })).unwrap();
+        assert!(!verdict(&eager.plan).fits && !verdict(&eager.plan).where_peak.contains("first past"));
+    }
+
+    /// A fix's estimate marker follows its own config: adding compile to an eager run measured
+    /// on an H100 makes its need an estimate, and says why; the other fixes keep no marker.
+    #[test]
+    fn fix_estimates_follow_the_fixed_config() {
+        let cfg = Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 16, compile: false, ..Config::default() };
+        let gpu = Gpu::find("h100-80gb").unwrap();
+        let fixes = plan::fixes(&cfg, &gpu, 0);
+        assert!(fixes.iter().any(|f| f.config.compile) && fixes.iter().any(|f| !f.config.compile));
+        for f in &fixes {
+            let detail = fix_estimate_detail(f, &gpu);
+            assert_eq!(detail.is_some(), f.config.compile, "{}", f.title);
+            if let Some(d) = detail {
+                assert!(d.contains("compile=True"), "{d}");
+            }
+        }
     }
 
     /// 12 layers of 768 at block 256 and batch 33 (accumulating 5, bfloat16, eager) fit the 12 GB
