@@ -1069,17 +1069,30 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
                 params::thousands(tokens)
             )
         };
-        if steps_kept {
+        let idle = "matmuls this small leave much of a GPU idle (not measured here: an iteration may take several times longer)";
+        let training = if steps_kept && busy(b) {
             format!("{same}, in micro-batches of {b} instead of {}, as many micro-steps", cfg.batch_size)
+        } else if steps_kept {
+            format!(
+                "{same}, in micro-batches of {b} instead of {} ({} tokens each), as many micro-steps: {idle}",
+                cfg.batch_size,
+                params::thousands(b as u64 * cfg.block_size as u64)
+            )
         } else if busy(b) {
             format!("{same}, in micro-batches of {b}: more, smaller matmuls (slower per token)")
         } else {
             format!(
-                "{same}, {} micro-steps of {} tokens each: matmuls this small leave much of a GPU idle (not measured here: \
-                 an iteration may take several times longer)",
+                "{same}, {} micro-steps of {} tokens each: {idle}",
                 c.gradient_accumulation_steps,
                 params::thousands(b as u64 * cfg.block_size as u64)
             )
+        };
+        // The eval batch lowered with it (set above the new micro-batch): estimate_loss slows too.
+        match (c.eval_batch_size, cfg.eval_batch_size) {
+            (Some(new), Some(old)) if new != old => {
+                format!("{training}; estimate_loss in batches of {new} instead of {old} (more of them, slower)")
+            }
+            _ => training,
         }
     };
     let split_batch = split_fix.as_ref().map(|(c, _)| c.batch_size);
@@ -1751,6 +1764,8 @@ mod tests {
         assert!(split.fits && split.config.eval_batch_size == Some(split.config.batch_size), "{split:?}");
         assert_eq!(split.config.tokens_per_iter(), cfg.tokens_per_iter());
         assert!(split.title.ends_with(&format!("eval_batch_size = {}", split.config.batch_size)), "{}", split.title);
+        let said = format!("; estimate_loss in batches of {} instead of 48 (more of them, slower)", split.config.batch_size);
+        assert!(split.cost.ends_with(&said), "{}", split.cost);
         // The eval batch was set already, so lowering it needs no further change to train.py.
         assert!(split.stock_nanogpt, "{split:?}");
         // An eval batch fix that comes down to the training batch is what stock train.py runs.
@@ -1960,5 +1975,30 @@ mod tests {
             assert_eq!(f.needed_is_estimate, need_is_estimate(&notes(&f.config, &gpu)));
             assert_eq!(f.close_call, close_call(available as i64 - f.needed_bytes as i64, f.needed_bytes, f.needed_is_estimate));
         }
+    }
+
+    /// Every split into micro-batches too small to keep a GPU busy says so, the shortened
+    /// micro-batch offered beside a tiny split included (44 sequences of 300 tokens on a 4 GiB
+    /// card: 4 x 11 and 9 x 1).
+    #[test]
+    fn every_micro_batch_too_small_for_a_gpu_says_so() {
+        let cfg = Config {
+            n_layer: 42,
+            n_head: 6,
+            n_embd: 288,
+            block_size: 300,
+            batch_size: 44,
+            gradient_accumulation_steps: 1,
+            vocab_size: 50257,
+            ..Config::default()
+        };
+        let fixes = fixes(&cfg, &Gpu::find("custom-4").unwrap(), 0);
+        let smaller: Vec<&Fix> = fixes.iter().filter(|f| f.config.batch_size < cfg.batch_size).collect();
+        assert!(smaller.len() >= 2, "{fixes:#?}");
+        for f in smaller {
+            let tiny = (f.config.batch_size * cfg.block_size) < 4096 && f.config.batch_size * 4 < cfg.batch_size;
+            assert_eq!(f.cost.contains("leave much of a GPU idle"), tiny, "{}: {}", f.title, f.cost);
+        }
+        assert!(fixes.iter().any(|f| f.config.gradient_accumulation_steps == 1 && f.cost.contains("leave much of a GPU idle")));
     }
 }
