@@ -101,13 +101,16 @@ fn log2_round(v: u32) -> u32 {
 struct Signals {
     state: RwSignal<LinkState>,
     input_error: RwSignal<Option<String>>,
+    /// Set when a change of state brings its own notice (a refused edit undone as its box is
+    /// left): the effect that clears notices on every change of state lets that one stand.
+    keep_error: StoredValue<bool>,
 }
 
 /// Applies an edit to the state if the config stays valid; otherwise shows why (`label: "text"
 /// <why>`) and keeps the last valid state, as the README promises. `started` is the config when
 /// the edit began (the box was focused), which the settings that follow an edit follow from
 /// ([`model::follow_edit`]).
-fn try_edit(Signals { state, input_error }: Signals, label: &str, text: &str, started: &Config, edit: impl FnOnce(&mut LinkState)) {
+fn try_edit(Signals { state, input_error, .. }: Signals, label: &str, text: &str, started: &Config, edit: impl FnOnce(&mut LinkState)) {
     let before = state.get_untracked();
     let mut next = before.clone();
     edit(&mut next);
@@ -116,17 +119,52 @@ fn try_edit(Signals { state, input_error }: Signals, label: &str, text: &str, st
     match refused {
         None => {
             input_error.set(None);
-            state.set(next);
+            // Unchanged ("0." after "0", "012" after "12"): setting it would rewrite the box
+            // under the caret while the user types.
+            if next != before {
+                state.set(next);
+            }
         }
         Some(e) => input_error.set(Some(format!("{label}: \"{}\": {e}; the page keeps the last valid value", text.trim()))),
     }
+}
+
+/// A box left (blur or Enter) holding text its setting did not take: typing passed through
+/// valid values on the way (n_layer 2000 through 200), so the state would be one the user
+/// never chose. It goes back to the config from before the edit, and says so.
+/// `ev` is the box's change event: the box is rewritten here, since what it shows may be
+/// what it showed when the edit began (see [`shown_unless_editing`]), which would not redraw.
+fn undo_refused_edit(
+    Signals { state, input_error, keep_error }: Signals,
+    ev: &leptos::ev::Event,
+    label: &str,
+    started: &Config,
+    shown: String,
+) {
+    let text = event_target_value(ev);
+    keep_error.set_value(true);
+    state.update(|s| s.config = started.clone());
+    event_target::<web_sys::HtmlInputElement>(ev).set_value(&shown);
+    input_error.set(Some(format!("{label}: \"{}\" was not taken; back to {shown}, the value before this edit", text.trim())));
+}
+
+/// What a number box shows: the state's value, except while the user types in it. Chrome
+/// reads "0." as "0", and writing any text into a box that differs from what it displays
+/// puts the caret at the start: "0.3" typed after "0.2" became "30". So the box is not
+/// written between its first keystroke and the moment it is left or Enter commits it
+/// (`editing`); then it shows the state's value again.
+fn shown_unless_editing(editing: RwSignal<bool>, text: impl Fn() -> String + Send + Sync + 'static) -> Memo<String> {
+    Memo::new(move |prev: Option<&String>| match prev {
+        Some(p) if editing.get() => p.clone(),
+        _ => text(),
+    })
 }
 
 /// A labelled slider with a number box for exact entry; both write the state, through
 /// [`try_edit`]: a value the config cannot take gets a notice and leaves the state unchanged.
 #[allow(clippy::too_many_arguments)] // the control's name, texts, slider, limit and field: one call each
 fn number_control(
-    Signals { state, input_error }: Signals,
+    signals: Signals,
     name: &'static str,
     label: &'static str,
     help: &'static str,
@@ -136,6 +174,7 @@ fn number_control(
     set: fn(&mut LinkState, u32),
     shape: bool,
 ) -> impl IntoView {
+    let Signals { state, input_error, .. } = signals;
     let id = format!("in-{name}");
     // A model-shape setting is the checkpoint's when the run starts from GPT-2's weights.
     let locked = move || shape && state.with(|s| s.init_from.is_some());
@@ -164,13 +203,14 @@ fn number_control(
             _ => v.to_string(),
         }
     };
-    let signals = Signals { state, input_error };
     // The config when this box was last focused: typing n_embd 768 digit by digit passes
     // through 7 and 76, and block_size 2048 through 2, which the head count and the eval
     // context must not follow.
     let started = StoredValue::new(state.with_untracked(|s| s.config.clone()));
     let remember = move || started.set_value(state.with_untracked(|s| s.config.clone()));
     let remember_start = move |_| remember();
+    let editing = RwSignal::new(false);
+    let shown = shown_unless_editing(editing, move || state.with(get).to_string());
     let on_slide = move |ev: leptos::ev::Event| {
         let Ok(pos) = event_target_value(&ev).parse::<u32>() else { return };
         let v = match slider {
@@ -182,11 +222,22 @@ fn number_control(
         started.with_value(|start| try_edit(signals, label, &v.to_string(), start, |s| set(s, v)));
     };
     let on_type = move |ev: leptos::ev::Event| {
+        editing.set(true);
         let text = event_target_value(&ev);
         match model::parse_whole(&text, max) {
             Ok(v) => started.with_value(|start| try_edit(signals, label, &text, start, |s| set(s, v))),
             Err(why) => input_error.set(Some(format!("{label}: \"{}\" {why}; the page keeps the last valid value", text.trim()))),
         }
+    };
+    // Left with text the setting did not take: back to where the edit began.
+    let on_commit = move |ev: leptos::ev::Event| {
+        editing.set(false);
+        let text = event_target_value(&ev);
+        if model::parse_whole(&text, max).is_ok_and(|v| v == state.with_untracked(get)) {
+            return;
+        }
+        let shown = started.with_value(|c| get(&LinkState { config: c.clone(), ..state.get_untracked() }).to_string());
+        started.with_value(|start| undo_refused_edit(signals, &ev, label, start, shown));
     };
     view! {
         <div class="field">
@@ -210,12 +261,17 @@ fn number_control(
                 type="number"
                 name=name
                 aria-label=format!("{label} (exact)")
-                min="1"
+                min=match slider {
+                    Slider::Linear { min, .. } => min.min(1).to_string(),
+                    _ => "1".to_string(),
+                }
                 step="1"
-                prop:value=move || state.with(get).to_string()
+                prop:value=move || shown.get()
                 prop:disabled=locked
                 on:focus=remember_start
                 on:input=on_type
+                on:change=on_commit
+                on:blur=move |_| editing.set(false)
             />
             <small id=help_id>{help}{move || locked().then_some(" Set by init_from (GPT-2's weights).")}</small>
         </div>
@@ -479,7 +535,7 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
 
 /// The card: presets, a custom size, and what other programs hold.
 fn card_controls(signals: Signals) -> impl IntoView {
-    let Signals { state, input_error } = signals;
+    let Signals { state, input_error, .. } = signals;
     let presets = device::presets();
     let is_custom = move || state.with(|s| s.gpu.starts_with("custom-"));
     let custom_gib = move || state.with(|s| model::gpu_of(s).memory_bytes as f64 / model::GIB);
@@ -583,7 +639,13 @@ pub fn App() -> impl IntoView {
     let state = RwSignal::new(initial.state);
     let link_notices = RwSignal::new(initial.notices);
     let input_error = RwSignal::new(None::<String>);
-    let signals = Signals { state, input_error };
+    let keep_error = StoredValue::new(false);
+    // The config when the dropout box was focused (see `undo_refused_edit`), and whether the
+    // user is typing in it (see `shown_unless_editing`).
+    let dropout_started = StoredValue::new(Config::default());
+    let dropout_editing = RwSignal::new(false);
+    let dropout_shown = shown_unless_editing(dropout_editing, move || state.with(|s| link::dropout_text(s.config.dropout)));
+    let signals = Signals { state, input_error, keep_error };
     // What choosing a checkpoint cut short (the block), with the config it gave: shown while the
     // config is still that one.
     let crop_notice = RwSignal::new(None::<(String, Config)>);
@@ -597,20 +659,31 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| replace_query(&state.with(share::query_of)));
     // Settings typed after `#` into the open page's address (no reload happens): read as on
     // load, so they get the same notice instead of being ignored unseen.
-    let hash_listener = window_event_listener_untyped("hashchange", move |_| {
+    // Back and Forward between such entries (or any the browser keeps) change the address
+    // without a reload too: the page follows it the same way.
+    let follow_address = move || {
         let read = share::read_link(&location_href());
         // The query is the live state: setting it unchanged would clear a number box's complaint.
         if state.with_untracked(|s| *s != read.state) {
             state.set(read.state);
         }
         link_notices.set(read.notices);
+    };
+    let hash_listener = window_event_listener_untyped("hashchange", move |_| follow_address());
+    let history_listener = window_event_listener_untyped("popstate", move |_| follow_address());
+    on_cleanup(move || {
+        hash_listener.remove();
+        history_listener.remove();
     });
-    on_cleanup(move || hash_listener.remove());
     // A number box's complaint is about the value it held: any change of state (a checkbox, a
     // preset, a fix) leaves it behind.
     Effect::new(move |_| {
         state.track();
-        input_error.set(None);
+        if keep_error.get_value() {
+            keep_error.set_value(false);
+        } else {
+            input_error.set(None);
+        }
     });
 
     // The charts: one effect draws all three, then marks the time.
@@ -917,8 +990,11 @@ pub fn App() -> impl IntoView {
                                 min="0"
                                 max="0.99"
                                 step="0.05"
-                                prop:value=move || state.with(|s| link::dropout_text(s.config.dropout))
+                                prop:value=move || dropout_shown.get()
+                                on:focus=move |_| dropout_started.set_value(state.with_untracked(|s| s.config.clone()))
+                                on:blur=move |_| dropout_editing.set(false)
                                 on:input=move |ev| {
+                                    dropout_editing.set(true);
                                     let t = event_target_value(&ev);
                                     match t.trim().parse::<f64>() {
                                         Ok(p) if p.is_finite() => {
@@ -927,6 +1003,20 @@ pub fn App() -> impl IntoView {
                                             try_edit(signals, "dropout", &t, &now, |s| s.config.dropout = p + 0.0);
                                         }
                                         _ => input_error.set(Some(format!("dropout: \"{}\" is not a number", t.trim()))),
+                                    }
+                                }
+                                // Left: what the box holds is taken if it can be ("0." is 0),
+                                // else the edit is undone.
+                                on:change=move |ev| {
+                                    dropout_editing.set(false);
+                                    let t = event_target_value(&ev);
+                                    let start = dropout_started.get_value();
+                                    match t.trim().parse::<f64>() {
+                                        Ok(p) if p.is_finite() && (p + 0.0) == state.with_untracked(|s| s.config.dropout) => {}
+                                        Ok(p) if p.is_finite() && Config { dropout: p + 0.0, ..start.clone() }.validate().is_ok() => {
+                                            try_edit(signals, "dropout", &t, &start, |s| s.config.dropout = p + 0.0)
+                                        }
+                                        _ => undo_refused_edit(signals, &ev, "dropout", &start, link::dropout_text(start.dropout)),
                                     }
                                 }
                             />

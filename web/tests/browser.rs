@@ -511,3 +511,70 @@ fn fatal_message_is_visible() {
     assert!(el.text_content().unwrap().contains("test"));
     el.remove();
 }
+
+/// The config the address bar holds now.
+fn link_config() -> Config {
+    vramfit_core::link::decode(&query()).state.config
+}
+
+/// Typed key by key, a value the setting cannot take passes through values it can (n_layer
+/// 2000 through 200): left with it, the box and the state go back to where the edit began, and
+/// the notice says so.
+#[wasm_bindgen_test]
+async fn a_refused_value_is_undone_when_its_box_is_left() {
+    let page = mount_with("?v=1").await;
+    page.type_keys("n_layer", "2000").await;
+    assert_eq!(link_config().n_layer, 200, "the valid prefix, while the box is still being typed in");
+    let input: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!((link_config().n_layer, input.value()), (12, "12".to_string()));
+    assert!(page.text(".input-error").contains("n_layer: \"2000\" was not taken; back to 12"), "{}", page.text(".input-error"));
+    // The notice outlives the change of state that undid the edit; the next one clears it.
+    page.type_keys("n_layer", "6").await;
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!(link_config().n_layer, 6);
+    assert!(!page.has(".input-error"));
+    // The card's "other programs" box steps down to 0, where its slider starts.
+    assert_eq!(page.el("input[name=other_usage_mib]").get_attribute("min").as_deref(), Some("0"));
+}
+
+/// A box is not rewritten while it is typed in: Chrome reads "0." as "0", and writing "0"
+/// back put the caret before it, so "0.3" became "30". Once left, it shows the state's value.
+#[wasm_bindgen_test]
+async fn a_box_being_typed_in_is_not_rewritten() {
+    let page = mount_with("?v=1&drop=0.2").await;
+    let input: HtmlInputElement = page.el("input[name=dropout]").dyn_into().unwrap();
+    dispatch(&input, "focus");
+    for (typed, dropout) in [("0", 0.0), ("0.30", 0.3)] {
+        input.set_value(typed);
+        dispatch(&input, "input");
+        settle().await;
+        assert_eq!((link_config().dropout, input.value()), (dropout, typed.to_string()));
+    }
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!(input.value(), "0.3");
+    // Left holding what dropout cannot take: back to 0.2, where the edit began.
+    dispatch(&input, "focus");
+    input.set_value("1.5");
+    dispatch(&input, "input");
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!((link_config().dropout, input.value()), (0.3, "0.3".to_string()));
+    assert!(page.text(".input-error").contains("dropout: \"1.5\" was not taken; back to 0.3"), "{}", page.text(".input-error"));
+}
+
+/// Back and Forward change the address without a reload: the page follows it.
+#[wasm_bindgen_test]
+async fn back_and_forward_follow_the_address() {
+    let page = mount_with("?v=1&L=4").await;
+    let window = web_sys::window().unwrap();
+    // As after Back to an entry with another link: the address changes, then popstate.
+    window.history().unwrap().replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some("?v=1&L=6")).unwrap();
+    dispatch(&window, "popstate");
+    settle().await;
+    let layers: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
+    assert_eq!((link_config().n_layer, layers.value()), (6, "6".to_string()));
+}
