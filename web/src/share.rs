@@ -126,7 +126,18 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
     }
     // A GPT-2 checkpoint (whose shape the reader has given the config) stays the run's start.
     let init_from = nanogpt::pretrained_in(&file.extra).map(str::to_string);
-    Ok((LinkState { config: file.config, init_from, ..current.clone() }, at_most(&file.notices)))
+    let mut notices = at_most(&file.notices);
+    if file.config == Config::default() && init_from.is_none() && file.config != current.config {
+        // A file of learning rates and paths replaces the page's config all the same, as
+        // train.py runs it: say so, since nothing on the page names what the file set.
+        notices.insert(
+            0,
+            "the file leaves every setting vramfit models at train.py's defaults (GPT-2 124M, batch 12): the page's config \
+             is replaced by them"
+                .to_string(),
+        );
+    }
+    Ok((LinkState { config: file.config, init_from, ..current.clone() }, notices))
 }
 
 #[cfg(test)]
@@ -280,6 +291,13 @@ mod tests {
         // A file that sets GPT-2 124M's own values is a config all the same.
         let (s, _) = import_config("n_layer = 12\nn_head = 12\nn_embd = 768\n", &odd_state()).unwrap();
         assert_eq!(s.config, Config::default());
+        // A file that sets only what vramfit does not model replaces the config with the
+        // defaults, and says so; from the defaults it has nothing to say.
+        let (s, notices) = import_config("learning_rate = 1e-3\nmax_iters = 5000\n", &odd_state()).unwrap();
+        assert_eq!(s.config, Config::default());
+        assert!(notices[0].starts_with("the file leaves every setting vramfit models at train.py's defaults"), "{notices:?}");
+        let (_, notices) = import_config("learning_rate = 1e-3\n", &LinkState::default()).unwrap();
+        assert!(notices.is_empty(), "{notices:?}");
         // eval_only is said to change what runs.
         let (_, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
         assert!(notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");
