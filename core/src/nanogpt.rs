@@ -108,6 +108,11 @@ pub struct ConfigFile {
     /// would fail to exec it), where an empty one is only a config that sets nothing.
     #[serde(default)]
     pub first_statement: Option<(usize, String)>,
+    /// Whether the file assigns any setting vramfit models (n_layer, batch_size, dtype...),
+    /// whatever its value: a file of learning rates and paths does not, though it is a
+    /// config file all the same.
+    #[serde(default)]
+    pub sets_modelled: bool,
 }
 
 impl ConfigFile {
@@ -645,6 +650,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         });
     }
     let recognised = !set_on.is_empty() || !extra.is_empty() || !unreadable.is_empty();
+    let sets_modelled = !set_on.is_empty();
     // What changes the model or the run as a whole comes before the notes on single lines:
     // readers show the first few of a long list.
     let mut file_notes = Vec::new();
@@ -679,7 +685,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         }
     }
     let (unreadable, unreadable_reasons) = unreadable.into_iter().unzip();
-    Ok((ConfigFile { config: cfg, extra, notices, unreadable, unreadable_reasons, recognised, first_statement }, deferred))
+    Ok((ConfigFile { config: cfg, extra, notices, unreadable, unreadable_reasons, recognised, first_statement, sets_modelled }, deferred))
 }
 
 /// Longest piece of a line quoted in a message.

@@ -62,10 +62,12 @@ pub struct CardFit {
     /// usable size differ from card to card; the plan's own `notes` are the first card's).
     #[serde(default)]
     pub notes: Vec<Note>,
-    /// The first window, in the order the run meets them (`eval_at_start`, `first_iter`,
+    /// The first window, in the order the simulation runs them (`eval_at_start`, `first_iter`,
     /// `eval`, `train`), whose need passes the available bytes: where the run first asks for
-    /// more than the card has (the reserve only grows, so every later window does too). Absent
-    /// when every window fits. Added within schema 2.
+    /// more than the card has (the reserve only grows, so every later window does too). train.py
+    /// runs more steady steps before its second eval than the simulation does, so an `eval`
+    /// here means that eval or the steady steps before it (whose tensors the simulated `train`
+    /// window, after the eval, repeats). Absent when every window fits. Added within schema 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_short_window: Option<String>,
     /// Whether the headroom or shortfall is within what the model's own error could cover

@@ -224,7 +224,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             let when = match first_short {
                 "eval_at_start" => "the eval at start (iteration 0's estimate_loss, before any training)",
                 "first_iter" => "the first iteration",
-                "eval" => "the first eval after training starts",
+                "eval" => "the first eval after training starts (or the steady steps before it)",
                 _ => "the steady training step (from iteration 2)",
             };
             let there = windows(plan).into_iter().find(|(label, _)| *label == window_label(first_short)).map(|(_, w)| w.nvidia_smi_bytes);
@@ -324,6 +324,7 @@ fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Res
             (true, Some(r)) => {
                 format!("fits the two simulated steps, out of memory at {} by the allocator model (estimate)", r.when())
             }
+            (false, _) if fix.close_call => "still does not fit, a close call (the model's error could cover it)".to_string(),
             (false, _) => "still does not fit".to_string(),
         };
         // A fix's need rests on its own config's terms (compile added is an estimate).

@@ -104,6 +104,23 @@ struct Signals {
     /// Set when a change of state brings its own notice (a refused edit undone as its box is
     /// left): the effect that clears notices on every change of state lets that one stand.
     keep_error: StoredValue<bool>,
+    /// How many times the address (Back, Forward, a typed hash) has replaced the state: an
+    /// edit that began before one has nothing to go back to.
+    address_moves: StoredValue<u64>,
+}
+
+/// Where a box's edit began: the whole state (a box may set what lies outside the config,
+/// as the other programs' share does) when it was focused or last committed.
+#[derive(Clone)]
+struct EditStart {
+    state: LinkState,
+    address_moves: u64,
+}
+
+impl EditStart {
+    fn now(signals: Signals) -> EditStart {
+        EditStart { state: signals.state.get_untracked(), address_moves: signals.address_moves.get_value() }
+    }
 }
 
 /// Applies an edit to the state if the config stays valid; otherwise shows why (`label: "text"
@@ -131,20 +148,23 @@ fn try_edit(Signals { state, input_error, .. }: Signals, label: &str, text: &str
 
 /// A box left (blur or Enter) holding text its setting did not take: typing passed through
 /// valid values on the way (n_layer 2000 through 200), so the state would be one the user
-/// never chose. It goes back to the config from before the edit, and says so.
-/// `ev` is the box's change event: the box is rewritten here, since what it shows may be
-/// what it showed when the edit began (see [`shown_unless_editing`]), which would not redraw.
-fn undo_refused_edit(
-    Signals { state, input_error, keep_error }: Signals,
-    ev: &leptos::ev::Event,
-    label: &str,
-    started: &Config,
-    shown: String,
-) {
+/// never chose. It goes back to the state from before the edit, and says so; `show` writes a
+/// state's value as the box shows it. Where the address replaced the state during the edit,
+/// that state stands and the box only shows it. `ev` is the box's change event: the box is
+/// rewritten here, since what it shows may be what it showed when the edit began (see
+/// [`shown_unless_editing`]), which would not redraw.
+fn undo_refused_edit(signals: Signals, ev: &leptos::ev::Event, label: &str, start: &EditStart, show: impl Fn(&LinkState) -> String) {
+    let Signals { state, input_error, keep_error, address_moves } = signals;
     let text = event_target_value(ev);
+    let input = event_target::<web_sys::HtmlInputElement>(ev);
+    if address_moves.get_value() != start.address_moves {
+        input.set_value(&state.with_untracked(&show));
+        return;
+    }
+    let shown = show(&start.state);
     keep_error.set_value(true);
-    state.update(|s| s.config = started.clone());
-    event_target::<web_sys::HtmlInputElement>(ev).set_value(&shown);
+    state.set(start.state.clone());
+    input.set_value(&shown);
     input_error.set(Some(format!("{label}: \"{}\" was not taken; back to {shown}, the value before this edit", text.trim())));
 }
 
@@ -206,8 +226,8 @@ fn number_control(
     // The config when this box was last focused: typing n_embd 768 digit by digit passes
     // through 7 and 76, and block_size 2048 through 2, which the head count and the eval
     // context must not follow.
-    let started = StoredValue::new(state.with_untracked(|s| s.config.clone()));
-    let remember = move || started.set_value(state.with_untracked(|s| s.config.clone()));
+    let started = StoredValue::new(EditStart::now(signals));
+    let remember = move || started.set_value(EditStart::now(signals));
     let remember_start = move |_| remember();
     let editing = RwSignal::new(false);
     let shown = shown_unless_editing(editing, move || state.with(get).to_string());
@@ -219,13 +239,13 @@ fn number_control(
         };
         // From the config the drag began with, as a box's typing: a block dragged below the eval
         // context and back gets the eval context back, where it was silently dropped.
-        started.with_value(|start| try_edit(signals, label, &v.to_string(), start, |s| set(s, v)));
+        started.with_value(|start| try_edit(signals, label, &v.to_string(), &start.state.config, |s| set(s, v)));
     };
     let on_type = move |ev: leptos::ev::Event| {
         editing.set(true);
         let text = event_target_value(&ev);
         match model::parse_whole(&text, max) {
-            Ok(v) => started.with_value(|start| try_edit(signals, label, &text, start, |s| set(s, v))),
+            Ok(v) => started.with_value(|start| try_edit(signals, label, &text, &start.state.config, |s| set(s, v))),
             Err(why) => input_error.set(Some(format!("{label}: \"{}\" {why}; the page keeps the last valid value", text.trim()))),
         }
     };
@@ -233,11 +253,11 @@ fn number_control(
     let on_commit = move |ev: leptos::ev::Event| {
         editing.set(false);
         let text = event_target_value(&ev);
-        if model::parse_whole(&text, max).is_ok_and(|v| v == state.with_untracked(get)) {
-            return;
+        if !model::parse_whole(&text, max).is_ok_and(|v| v == state.with_untracked(get)) {
+            started.with_value(|start| undo_refused_edit(signals, &ev, label, start, |s| get(s).to_string()));
         }
-        let shown = started.with_value(|c| get(&LinkState { config: c.clone(), ..state.get_untracked() }).to_string());
-        started.with_value(|start| undo_refused_edit(signals, &ev, label, start, shown));
+        // Committed (Enter keeps the focus): the next edit goes back to here.
+        remember();
     };
     view! {
         <div class="field">
@@ -491,6 +511,7 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
         (true, Some(r)) => {
             ("fix later", format!("fits the first two steps; out of memory at {} by the allocator model, an estimate", r.when()))
         }
+        (false, _) if f.close_call => ("fix partial", "still short, a close call: the model's error could cover it".to_string()),
         (false, _) => ("fix partial", "still short".to_string()),
     };
     view! {
@@ -642,10 +663,11 @@ pub fn App() -> impl IntoView {
     let keep_error = StoredValue::new(false);
     // The config when the dropout box was focused (see `undo_refused_edit`), and whether the
     // user is typing in it (see `shown_unless_editing`).
-    let dropout_started = StoredValue::new(Config::default());
+    let address_moves = StoredValue::new(0u64);
+    let signals = Signals { state, input_error, keep_error, address_moves };
+    let dropout_started = StoredValue::new(EditStart::now(signals));
     let dropout_editing = RwSignal::new(false);
     let dropout_shown = shown_unless_editing(dropout_editing, move || state.with(|s| link::dropout_text(s.config.dropout)));
-    let signals = Signals { state, input_error, keep_error };
     // What choosing a checkpoint cut short (the block), with the config it gave: shown while the
     // config is still that one.
     let crop_notice = RwSignal::new(None::<(String, Config)>);
@@ -661,16 +683,23 @@ pub fn App() -> impl IntoView {
     // load, so they get the same notice instead of being ignored unseen.
     // Back and Forward between such entries (or any the browser keeps) change the address
     // without a reload too: the page follows it the same way.
-    let follow_address = move || {
-        let read = share::read_link(&location_href());
+    let follow_address = move |href: String| {
+        let read = share::read_link(&href);
         // The query is the live state: setting it unchanged would clear a number box's complaint.
         if state.with_untracked(|s| *s != read.state) {
+            address_moves.update_value(|n| *n += 1);
             state.set(read.state);
         }
         link_notices.set(read.notices);
     };
-    let hash_listener = window_event_listener_untyped("hashchange", move |_| follow_address());
-    let history_listener = window_event_listener_untyped("popstate", move |_| follow_address());
+    // A hash change is read at the address it went to: Back to an entry with a hash fires
+    // popstate, then hashchange, and by then the live link has rewritten the address without
+    // the hash (whose notice must stay).
+    let hash_listener = window_event_listener_untyped("hashchange", move |ev| {
+        let to = wasm_bindgen_futures::js_sys::Reflect::get(&ev, &"newURL".into()).ok().and_then(|u| u.as_string());
+        follow_address(to.unwrap_or_else(location_href));
+    });
+    let history_listener = window_event_listener_untyped("popstate", move |_| follow_address(location_href()));
     on_cleanup(move || {
         hash_listener.remove();
         history_listener.remove();
@@ -991,7 +1020,7 @@ pub fn App() -> impl IntoView {
                                 max="0.99"
                                 step="0.05"
                                 prop:value=move || dropout_shown.get()
-                                on:focus=move |_| dropout_started.set_value(state.with_untracked(|s| s.config.clone()))
+                                on:focus=move |_| dropout_started.set_value(EditStart::now(signals))
                                 on:blur=move |_| dropout_editing.set(false)
                                 on:input=move |ev| {
                                     dropout_editing.set(true);
@@ -1010,14 +1039,18 @@ pub fn App() -> impl IntoView {
                                 on:change=move |ev| {
                                     dropout_editing.set(false);
                                     let t = event_target_value(&ev);
-                                    let start = dropout_started.get_value();
+                                    let now = state.get_untracked().config;
                                     match t.trim().parse::<f64>() {
-                                        Ok(p) if p.is_finite() && (p + 0.0) == state.with_untracked(|s| s.config.dropout) => {}
-                                        Ok(p) if p.is_finite() && Config { dropout: p + 0.0, ..start.clone() }.validate().is_ok() => {
-                                            try_edit(signals, "dropout", &t, &start, |s| s.config.dropout = p + 0.0)
+                                        Ok(p) if p.is_finite() && (p + 0.0) == now.dropout => {}
+                                        Ok(p) if p.is_finite() && Config { dropout: p + 0.0, ..now.clone() }.validate().is_ok() => {
+                                            try_edit(signals, "dropout", &t, &now, |s| s.config.dropout = p + 0.0)
                                         }
-                                        _ => undo_refused_edit(signals, &ev, "dropout", &start, link::dropout_text(start.dropout)),
+                                        _ => dropout_started.with_value(|start| {
+                                            undo_refused_edit(signals, &ev, "dropout", start, |s| link::dropout_text(s.config.dropout))
+                                        }),
                                     }
+                                    // Committed (Enter keeps the focus): the next edit goes back to here.
+                                    dropout_started.set_value(EditStart::now(signals));
                                 }
                             />
                             <small>"Dropout masks are kept for backward."</small>

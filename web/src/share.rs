@@ -126,18 +126,18 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
     }
     // A GPT-2 checkpoint (whose shape the reader has given the config) stays the run's start.
     let init_from = nanogpt::pretrained_in(&file.extra).map(str::to_string);
-    let mut notices = at_most(&file.notices);
-    if file.config == Config::default() && init_from.is_none() && file.config != current.config {
+    let mut notices = file.notices.clone();
+    if !file.sets_modelled && file.config == Config::default() && init_from.is_none() && file.config != current.config {
         // A file of learning rates and paths replaces the page's config all the same, as
         // train.py runs it: say so, since nothing on the page names what the file set.
         notices.insert(
             0,
-            "the file leaves every setting vramfit models at train.py's defaults (GPT-2 124M, batch 12): the page's config \
-             is replaced by them"
+            "the file sets none of the settings vramfit models, so they are train.py's defaults (GPT-2 124M, batch 12): the \
+             page's config is replaced by them"
                 .to_string(),
         );
     }
-    Ok((LinkState { config: file.config, init_from, ..current.clone() }, notices))
+    Ok((LinkState { config: file.config, init_from, ..current.clone() }, at_most(&notices)))
 }
 
 #[cfg(test)]
@@ -295,9 +295,12 @@ mod tests {
         // defaults, and says so; from the defaults it has nothing to say.
         let (s, notices) = import_config("learning_rate = 1e-3\nmax_iters = 5000\n", &odd_state()).unwrap();
         assert_eq!(s.config, Config::default());
-        assert!(notices[0].starts_with("the file leaves every setting vramfit models at train.py's defaults"), "{notices:?}");
+        assert!(notices[0].starts_with("the file sets none of the settings vramfit models"), "{notices:?}");
         let (_, notices) = import_config("learning_rate = 1e-3\n", &LinkState::default()).unwrap();
         assert!(notices.is_empty(), "{notices:?}");
+        // A file that sets the defaults themselves (nanoGPT's own train_gpt2.py) is not one.
+        let (s, notices) = import_config("batch_size = 12\nblock_size = 1024\n", &odd_state()).unwrap();
+        assert!(s.config == Config::default() && notices.is_empty(), "{notices:?}");
         // eval_only is said to change what runs.
         let (_, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
         assert!(notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");

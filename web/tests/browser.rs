@@ -531,11 +531,32 @@ async fn a_refused_value_is_undone_when_its_box_is_left() {
     assert_eq!((link_config().n_layer, input.value()), (12, "12".to_string()));
     assert!(page.text(".input-error").contains("n_layer: \"2000\" was not taken; back to 12"), "{}", page.text(".input-error"));
     // The notice outlives the change of state that undid the edit; the next one clears it.
-    page.type_keys("n_layer", "6").await;
+    let bias: HtmlInputElement = page.el("input[name=bias]").dyn_into().unwrap();
+    bias.click();
+    settle().await;
+    assert!(!page.has(".input-error"));
+    bias.click();
+    settle().await;
+    // A value committed with Enter (a change, the box still focused) is where the next edit
+    // goes back to.
+    page.type_keys("n_layer", "24").await;
+    dispatch(&input, "change");
+    for end in 1..=4 {
+        input.set_value(&"2000"[..end]);
+        dispatch(&input, "input");
+        settle().await;
+    }
     dispatch(&input, "change");
     settle().await;
-    assert_eq!(link_config().n_layer, 6);
-    assert!(!page.has(".input-error"));
+    assert_eq!((link_config().n_layer, input.value()), (24, "24".to_string()));
+    // What lies outside the config is undone too: the other programs' share.
+    page.type_keys("other_usage_mib", "5000000").await;
+    let other: HtmlInputElement = page.el("input[name=other_usage_mib]").dyn_into().unwrap();
+    dispatch(&other, "change");
+    settle().await;
+    let state = vramfit_core::link::decode(&query()).state;
+    assert_eq!((state.other_usage_mib, other.value()), (0, "0".to_string()));
+    assert!(page.text(".input-error").contains("back to 0, the value before this edit"), "{}", page.text(".input-error"));
     // The card's "other programs" box steps down to 0, where its slider starts.
     assert_eq!(page.el("input[name=other_usage_mib]").get_attribute("min").as_deref(), Some("0"));
 }
@@ -577,4 +598,15 @@ async fn back_and_forward_follow_the_address() {
     settle().await;
     let layers: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
     assert_eq!((link_config().n_layer, layers.value()), (6, "6".to_string()));
+    // An edit under way when the address moves is not undone to before the move: the box,
+    // left with a refused value, shows the address's state.
+    page.type_keys("n_layer", "20").await;
+    window.history().unwrap().replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some("?v=1&L=3")).unwrap();
+    dispatch(&window, "popstate");
+    settle().await;
+    layers.set_value("2000");
+    dispatch(&layers, "input");
+    dispatch(&layers, "change");
+    settle().await;
+    assert_eq!((link_config().n_layer, layers.value()), (3, "3".to_string()));
 }
