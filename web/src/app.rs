@@ -223,7 +223,7 @@ fn number_control(
             _ => v.to_string(),
         }
     };
-    // The config when this box was last focused: typing n_embd 768 digit by digit passes
+    // The state when this box was last focused or committed: typing n_embd 768 digit by digit passes
     // through 7 and 76, and block_size 2048 through 2, which the head count and the eval
     // context must not follow.
     let started = StoredValue::new(EditStart::now(signals));
