@@ -8,13 +8,17 @@
 //!    every tensor allocated and freed, in order, for a training iteration and an
 //!    `estimate_loss` batch. Peaks, the op and phase at each peak, a breakdown by
 //!    category and a timeline come out of it.
-//! 4. [`device`] — GPU presets and what sits outside PyTorch's tensor counters: the CUDA
-//!    context, cuBLAS workspaces and the caching allocator's reserve.
-//! 5. [`plan`] — the answer every face shows: peaks, fit per card, the largest
+//! 4. [`allocator`] — a block-level model of PyTorch's CUDA caching allocator (rounding,
+//!    splitting, segments, where cudaMalloc places them): the blocks `max_memory_allocated`
+//!    counts and the reserve nvidia-smi shows. [`sim`] runs its tensors through it for the
+//!    figures `plan` shows.
+//! 5. [`device`] — GPU presets and what sits outside PyTorch's tensor counters: the memory a
+//!    card offers, the CUDA context and cuBLAS workspaces.
+//! 6. [`plan`](mod@plan) — the answer every face shows: peaks, fit per card, the largest
 //!    micro-batch that fits, and ranked fixes.
-//! 6. [`link`] and [`nanogpt`] — the page's shareable-link codec and a reader for nanoGPT
+//! 7. [`link`] and [`nanogpt`] — the page's shareable-link codec and a reader for nanoGPT
 //!    `config/*.py` files, so the page, `vramfit plan` and `vramfit train` read the same inputs.
-//! 7. [`trainer_model`] — the same event-level accounting for vramfit's own candle trainer
+//! 8. [`trainer_model`] — the same event-level accounting for vramfit's own candle trainer
 //!    (`vramfit train`), whose tensors and lifetimes differ from PyTorch's.
 //!
 //! Nothing here does I/O, and no input panics: it compiles to wasm32 for the page.

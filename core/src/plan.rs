@@ -1,7 +1,8 @@
 //! The answer every face shows: peaks, what they are made of, fit per card, the largest
 //! micro-batch that fits, and ranked fixes.
 //!
-//! `plan` is the one function the page, `vramfit plan` and `vramfit train`'s pre-flight call.
+//! `plan` is the one function the page and `vramfit plan` call for a PyTorch run. `vramfit train`'s
+//! pre-flight plans vramfit's own trainer instead, whose tensors differ: [`crate::trainer_model`].
 
 use crate::config::{Config, ConfigError, Dtype};
 use crate::device::{Gpu, Source};
@@ -54,7 +55,8 @@ pub struct CardFit {
     pub fits: bool,
     /// available - needed (negative: the shortfall).
     pub headroom_bytes: i64,
-    /// Which window needs the most: `train`, `eval`, `first_iter` or `eval_at_start`.
+    /// The window with the highest allocated peak (`train`, `eval`, `first_iter` or
+    /// `eval_at_start`); the need itself is the reserve's, which never shrinks.
     pub worst_window: String,
     /// bf16 requested on a card without bf16 support (pre-Ampere).
     pub bf16_unsupported: bool,
@@ -386,8 +388,8 @@ fn fits_exact(cfg: &Config, gpu: &Gpu, available: u64) -> bool {
 /// to the exact boundary.
 ///
 /// The exact need is not monotone near a card's capacity: whether the allocator splits a
-/// block depends on its size, so batch 483 can fit where 482 does not (shakespeare-char on a
-/// 12 GB card). The answer is a boundary (it fits and one more does not) found the same way
+/// block depends on its size, so batch 270 can fit where 269 does not (shakespeare-char with
+/// manual attention on an RTX 3060, eager). The answer is a boundary (it fits and one more does not) found the same way
 /// from every starting config that does not fit or sits below it, so the page's marker does
 /// not jump as a slider moves; a starting config that fits above it gets the boundary above
 /// itself.

@@ -14,8 +14,9 @@
 //!   train.py (the previous micro-step's logits live through the next forward, the training
 //!   logits through `estimate_loss`, the previous eval batch's logits through the next one).
 //!
-//! Sizes are rounded up to the CUDA caching allocator's 512-byte blocks, so the live total is
-//! what `torch.cuda.memory_allocated()` reports and the peak what `max_memory_allocated()`
+//! Sizes are rounded up to the CUDA caching allocator's 512-byte blocks (a request of 10 MiB or
+//! more to the whole segment it gets when the rest would be too small to split off), so the
+//! live total is what `torch.cuda.memory_allocated()` reports and the peak what `max_memory_allocated()`
 //! reports. The simulation only ever adds and subtracts: it is cheap enough to run thousands of
 //! times per second for fit solving.
 //!
@@ -2183,9 +2184,9 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.end_window()
     }
 
-    /// `estimate_loss()`: two splits, `eval_iters` batches each, under no_grad. The second
-    /// batch onwards repeat exactly (the previous batch's logits alive), so at most two
-    /// batches per split are simulated.
+    /// `estimate_loss()`: two splits, `eval_iters` batches each, under no_grad. Every batch after
+    /// the call's first repeats exactly (the previous batch's logits alive, across the splits
+    /// too), so two batches are simulated in all.
     fn estimate_loss(&mut self) {
         let d = self.dims(Mode::Eval);
         let (mut x, mut y, mut logits, mut loss) = (Id::NONE, Id::NONE, Id::NONE, Id::NONE);
@@ -2340,7 +2341,7 @@ pub struct PastLimit {
 
 /// Most training iterations in a row before an eval, and most eval cycles, that
 /// [`simulate_exact_and_later`] runs looking for the allocator's fixed point (in 576 configs
-/// the reserve last grew at iteration 3, 4, 6 or in the first cycle after an eval).
+/// the reserve last grew at iteration 3, 4, 6 or 7, or in a cycle after an eval).
 const LATER_ITERATIONS: u32 = 16;
 const LATER_CYCLES: u32 = 4;
 

@@ -1124,8 +1124,9 @@ fn param_sizes(cfg: &Config) -> Vec<u64> {
     out
 }
 
-/// The trainer's memory for `cfg` on CPU (f32): a steady training iteration, the first (AdamW
-/// creates its state), eval at the start and after a step. Bytes are the trainer's heap, excluding
+/// The trainer's memory for `cfg` (on the CPU in f32 unless `opts` says CUDA or mixed
+/// precision): a steady training iteration, the first (AdamW creates its state), eval at the
+/// start and after a step. Bytes are the trainer's heap, excluding
 /// the process's baseline (code, data set, tokenizer tables).
 pub fn simulate(cfg: &Config, opts: &TrainerOptions) -> Simulation {
     run(cfg, opts, false).0
@@ -1424,8 +1425,9 @@ fn trainer_window(p: &Peak) -> TrainerWindow {
     TrainerWindow { peak_bytes: p.bytes, phase: p.phase, op: p.op.clone(), micro_step: p.micro_step, breakdown: p.breakdown }
 }
 
-/// `vramfit plan --runtime trainer`: what vramfit's own trainer will hold on CPU for `config`.
-/// JSON schema 1, like [`crate::plan::Plan`], with `runtime: "trainer"`.
+/// `vramfit plan --runtime trainer`: what vramfit's own trainer will hold for `config`, on this
+/// CPU or on a CUDA card (`device`). The same JSON schema version as [`crate::plan::Plan`]
+/// ([`crate::plan::PLAN_SCHEMA_VERSION`]), with `runtime: "trainer"`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainerPlan {
     pub schema_version: u32,

@@ -262,7 +262,7 @@ pub struct PlanArgs {
     #[arg(long, alias = "list_gpus")]
     pub list_gpus: bool,
     /// Whose memory to predict: pytorch (nanoGPT's train.py on a GPU) or trainer (`vramfit train`
-    /// on this CPU) [default: pytorch].
+    /// on this CPU, or on a CUDA card with --device=cuda) [default: pytorch].
     #[arg(long, value_name = "RUNTIME", value_parser = parse_runtime)]
     pub runtime: Option<Runtime>,
     /// trainer runtime: cross-entropy in chunks of rows: true or false [default: false].
@@ -277,7 +277,7 @@ pub struct PlanArgs {
     /// trainer runtime: CPU threads of the matmuls [default: CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u32>,
-    /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory].
+    /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory; with --device=cuda the card's (--gpu) less the trainer's CUDA context and --other-usage-mib].
     #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_memory_limit)]
     pub max_memory_mib: Option<u64>,
     /// train.py settings from a pasted command line that plan does not use, as (name, value),

@@ -473,7 +473,7 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: Option<&Tensor>, eps: f32, keep: bo
 }
 
 /// Layer norm's backward for dy [N, C] given the forward's xhat [N, C], rstd [N, 1] and weight
-/// w [C]: (dx, dw, db). dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) * rstd with
+/// w \[C\]: (dx, dw, db). dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) * rstd with
 /// dxhat = dy * w; dw = sum over rows of dy * xhat; db = sum over rows of dy.
 #[allow(clippy::type_complexity)]
 pub fn layer_norm_backward(

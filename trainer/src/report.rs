@@ -42,7 +42,7 @@ fn py_bool(b: bool) -> &'static str {
 struct Estimates {
     /// The tensors' own terms (e.g. the compile model).
     tensors: bool,
-    /// The cuBLAS workspace's size (PyTorch's default, measured only on the H100).
+    /// The cuBLAS workspace's size (PyTorch's default, measured only on Hopper: the H100 and H200).
     workspace: bool,
     allocated: bool,
     reserved: bool,
@@ -72,8 +72,8 @@ impl Estimates {
     }
 }
 
-/// The four windows, in the order a run meets them... except the steady step, which leads
-/// because it is what people ask about.
+/// The four windows, the steady step first because it is what people ask about, then the
+/// rest in the reverse of the order a run meets them (as `plan`'s JSON lists them).
 fn windows(plan: &Plan) -> [(&'static str, &WindowReport); 4] {
     [("training step", &plan.train), ("eval", &plan.eval), ("first iteration", &plan.first_iter), ("eval at start", &plan.eval_at_start)]
 }

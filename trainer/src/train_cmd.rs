@@ -2,7 +2,7 @@
 //!
 //! Settings, lowest precedence first:
 //! - with neither `--config` nor `--link`: [`vramfit::train::small_default`], a character model that learns the
-//!   built-in corpus in about a minute on two CPU cores; otherwise nanoGPT's train.py defaults, except that
+//!   built-in corpus in about ten seconds on a CPU; otherwise nanoGPT's train.py defaults, except that
 //!   with a link and no config file the training schedule, and the gradient accumulation and eval_iters a
 //!   link leaves out, stay the small default's (a link carries no schedule; see `resolve_fresh`);
 //! - the config file (its model settings through core's reader, its training settings here);

@@ -1210,10 +1210,10 @@ pub fn App() -> impl IntoView {
                         <div class="chart" id="chart-batch" tabindex="0" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
                         <h2>"Memory over one iteration"</h2>
                         <p class="chart-caption">
-                            "Live tensor memory (what tensors ask for, before the allocator rounds it) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and one eval batch. The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
+                            "Live tensor memory (each tensor at the size the allocator counts for it, without the allocator's cached reserve) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and the estimate_loss after it (its first two eval batches: the later ones repeat the second). The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
                             {chart_estimate}
                         </p>
-                        <div class="chart" id="chart-timeline" tabindex="0" role="img" aria-label="Live memory over one training iteration and one eval batch" node_ref=chart_timeline></div>
+                        <div class="chart" id="chart-timeline" tabindex="0" role="img" aria-label="Live memory over one training iteration and an estimate_loss" node_ref=chart_timeline></div>
                     </section>
                     <section class="fixes-block">
                         <h2 id="fixes-heading" tabindex="-1">"Fixes"</h2>

@@ -304,7 +304,8 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
     Ok(out)
 }
 
-/// Chart 3: live tensor memory over one training iteration and one eval batch, with the room
+/// Chart 3: live tensor memory over one training iteration and an `estimate_loss` (its first two
+/// eval batches; the later ones repeat the second), with the room
 /// the card leaves for tensors (see `Computed::tensor_room`) and the peak marked.
 pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
     let n = t.events.max(1) as f64;

@@ -201,8 +201,8 @@ fn insert_sorted(list: &mut Vec<u32>, v: u32) {
     list.insert(at, v);
 }
 
-/// The batch sizes the series samples: every size up to 32, then about 40 evenly spaced
-/// sizes up to `max` (always including the current one).
+/// The batch sizes the series samples: every size when `max` is at most 48, else 1 and about
+/// 40 evenly spaced sizes up to `max` (always including the current one).
 pub fn batch_samples(current: u32, max: u32) -> Vec<u32> {
     let max = max.max(current).max(1);
     let step = if max <= 48 { 1 } else { max.div_ceil(40) };

@@ -14,7 +14,7 @@ pub fn read_link(search: &str) -> Decoded {
     decoded
 }
 
-/// Notices the page lists at once: one for every field a link has (21) and some unknown keys;
+/// Notices the page lists at once: one for every field a link has (`link::FIELDS`, 22) and some unknown keys;
 /// more is a wall nobody reads.
 const MAX_NOTICES: usize = 32;
 
