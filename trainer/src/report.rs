@@ -68,7 +68,8 @@ impl Estimates {
 
     /// Whether a breakdown row's bytes are an estimate.
     fn row(&self, category: Category) -> bool {
-        self.tensors || (category == Category::Workspace && self.workspace)
+        // The fp32 weights, resident from start to end, are exact in every config.
+        category != Category::Parameters && (self.tensors || (category == Category::Workspace && self.workspace))
     }
 }
 
@@ -250,7 +251,8 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         )?;
     }
     if let Some(first) = plan.cards.first() {
-        let approx = est.nvidia_smi || est.usable;
+        // The largest batch's own config decides (it can pass the shapes measured).
+        let approx = est.usable || plan.largest_micro_batch_is_estimate;
         match plan.largest_micro_batch {
             Some(b) => writeln!(
                 out,
@@ -264,7 +266,7 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
                 // With its own eval batch, eval does not shrink with the micro-batch: say when it
                 // is what does not fit.
                 let eval_held = match plan.config.eval_batch_size {
-                    Some(eb) if first.worst_window.starts_with("eval") => {
+                    Some(eb) if first.first_short_window.as_deref().is_some_and(|w| w.starts_with("eval")) => {
                         format!(" (eval_batch_size {eb} stays, and eval is what does not fit)")
                     }
                     _ => String::new(),

@@ -469,10 +469,10 @@ fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
     }
 }
 
-/// The legend of the breakdown chart: each segment's colour, bytes at the worst window and its
-/// one-sentence explanation.
+/// The legend of the breakdown chart: each segment's colour, bytes in the window where the need
+/// is reached and its one-sentence explanation.
 fn legend_view(c: &Computed) -> impl IntoView {
-    let (_, desc, w) = model::windows(&c.plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
+    let (_, desc, w) = model::need_window(&c.plan);
     let ctx = c.gpu.context_bytes;
     let rows: Vec<_> =
         Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx), model::estimate_detail(&c.plan, model::segment_figures(s)))).collect();
@@ -676,6 +676,20 @@ pub fn App() -> impl IntoView {
     // Every chart's figures rest on the same terms as the need: marked where one is an estimate.
     let chart_estimate =
         move || computed.with(|r| r.as_ref().ok().map(|c| estimate_marker(model::estimate_detail(&c.plan, model::NEED_FIGURES))));
+    // The batch chart's marked largest batch can rest on an estimate where the config's own
+    // need does not (a batch past the shapes measured on a GPU).
+    let batch_chart_estimate = move || {
+        computed.with(|r| {
+            r.as_ref().ok().map(|c| {
+                let own = model::estimate_detail(&c.plan, model::NEED_FIGURES);
+                estimate_marker(own.or_else(|| {
+                    c.plan.largest_micro_batch_is_estimate.then(|| {
+                        "the largest batch that fits is past the shapes measured on a GPU: its reserve is extrapolated".to_string()
+                    })
+                }))
+            })
+        })
+    };
 
     // The live link.
     Effect::new(move |_| replace_query(&state.with(share::query_of)));
@@ -1205,12 +1219,12 @@ pub fn App() -> impl IntoView {
                         <h2>"Peak against batch size"</h2>
                         <p class="chart-caption">
                             "Training and eval need for each micro-batch size, the capacity, where you are, and the largest batch that fits. Simulated block by block, as the verdict is, at the current batch and at the largest that fits; in between, the fast model scaled to them (an estimate). "
-                            {chart_estimate}
+                            {batch_chart_estimate}
                         </p>
                         <div class="chart" id="chart-batch" tabindex="0" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
                         <h2>"Memory over one iteration"</h2>
                         <p class="chart-caption">
-                            "Live tensor memory (each tensor at the size the allocator counts for it, without the allocator's cached reserve) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and the estimate_loss after it (its first two eval batches: the later ones repeat the second). The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
+                            "Live tensor memory (each tensor rounded as the allocator rounds it, without placing blocks: within 1% of the allocated peak; no cached reserve) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and the estimate_loss after it (its first two eval batches: the later ones repeat the second). The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
                             {chart_estimate}
                         </p>
                         <div class="chart" id="chart-timeline" tabindex="0" role="img" aria-label="Live memory over one training iteration and an estimate_loss" node_ref=chart_timeline></div>

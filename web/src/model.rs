@@ -404,6 +404,14 @@ pub fn compute(state: &LinkState) -> Result<Computed, String> {
 }
 
 /// The windows of the loop in the order the page lists them: (key, description, report).
+/// The window where the first card's need is first reached, as core names it
+/// (`CardFit::worst_window`) and `vramfit plan` reports it: the verdict's "peak in" and the
+/// breakdown legend.
+pub fn need_window(plan: &Plan) -> (&'static str, &'static str, &WindowReport) {
+    let key = plan.cards.first().map_or("train", |c| c.worst_window.as_str());
+    windows(plan).into_iter().find(|(k, _, _)| *k == key).unwrap_or_else(|| windows(plan)[0])
+}
+
 pub fn windows(plan: &Plan) -> [(&'static str, &'static str, &WindowReport); 4] {
     [
         ("train", "training step", &plan.train),
@@ -423,7 +431,8 @@ pub struct Verdict {
     pub margin: String,
     /// "needs 10.49 GiB of 11.69 GiB available"
     pub detail: String,
-    /// The window where the process needs the most, in words, with its phase and op.
+    /// The window where the process first needs what it needs at most, in words, with its
+    /// phase and op.
     pub where_peak: String,
     /// What the allocator model says of the steps after the two simulated ones, where its
     /// reserve grows past the card (an estimate); `None` where it does not.
@@ -469,8 +478,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
         format_gib(card.available_bytes),
         card.gpu_name
     );
-    // The window whose nvidia-smi need is highest is the one that decides the fit.
-    let (_, desc, w) = windows(plan).into_iter().max_by_key(|(_, _, w)| w.nvidia_smi_bytes).expect("four windows");
+    let (_, desc, w) = need_window(plan);
     let phase = w.phase.map(|p| p.label()).unwrap_or("-");
     let mut where_peak = format!("peak in the {desc}: {phase}, {}", if w.op.is_empty() { "-" } else { &w.op });
     // A run that does not fit stops at the first window past the card, which can come long
@@ -531,6 +539,8 @@ pub fn segment_figures(s: crate::charts::Segment) -> &'static [&'static str] {
         Segment::Context => &["nvidia_smi_bytes"],
         Segment::Reserve => &["peak_reserved_bytes", "peak_allocated_bytes"],
         Segment::Category(vramfit_core::Category::Workspace) => &["workspace"],
+        // The fp32 weights, resident from start to end: exact in every config.
+        Segment::Category(vramfit_core::Category::Parameters) => &[],
         Segment::Category(_) => &["peak_allocated_bytes"],
     }
 }
@@ -687,8 +697,8 @@ mod tests {
     }
 
     /// The compile model is an estimate, so every breakdown segment built on the allocated
-    /// events is marked with it, the reserve included (the context and the cuBLAS workspace
-    /// are sized apart from it); without compile, on the measured H100, none is.
+    /// events is marked with it, the reserve included (the context, the cuBLAS workspace and the
+    /// parameters are sized apart from it); without compile, on the measured H100, none is.
     #[test]
     fn segments_inherit_the_estimates_they_rest_on() {
         use crate::charts::Segment;
@@ -698,7 +708,8 @@ mod tests {
             Segment::all().into_iter().map(|s| (s, estimate_detail(&c.plan, segment_figures(s)))).collect::<Vec<_>>()
         };
         for (s, why) in on_h100(true) {
-            if !matches!(s, Segment::Context | Segment::Category(vramfit_core::Category::Workspace)) {
+            // The fp32 weights are exact in every config.
+            if !matches!(s, Segment::Context | Segment::Category(vramfit_core::Category::Workspace | vramfit_core::Category::Parameters)) {
                 assert!(why.is_some_and(|w| w.contains("compile")), "{}", s.key());
             }
         }
@@ -747,6 +758,25 @@ mod tests {
         assert!(t.eval.iter().all(|(i, _)| *i >= t.eval_start));
         assert!(t.train.iter().all(|(i, _)| *i < t.eval_start));
         assert_eq!(t.events, pts.len());
+    }
+
+    /// The verdict names the window core names for the need (as `vramfit plan` does), not the
+    /// last of several windows that tie on it: with eval batch 32 against training batch 4 the
+    /// first iteration, where the steady step and the eval reuse the same reserve.
+    #[test]
+    fn verdict_names_the_window_core_names() {
+        let eval_32 =
+            Config { batch_size: 4, gradient_accumulation_steps: 8, eval_batch_size: Some(32), compile: false, ..Config::default() };
+        for cfg in [eval_32.clone(), Config { compile: false, ..Config::default() }, Config::default()] {
+            let c = compute(&state(cfg)).unwrap();
+            let (key, desc, _) = need_window(&c.plan);
+            assert_eq!(key, c.plan.cards[0].worst_window);
+            let v = verdict(&c.plan);
+            assert!(v.where_peak.starts_with(&format!("peak in the {desc}: ")), "{} / {}", v.where_peak, key);
+        }
+        let tie = compute(&state(eval_32)).unwrap();
+        let card = &tie.plan.cards[0];
+        assert!(tie.plan.train.nvidia_smi_bytes == card.needed_bytes && card.worst_window != "train", "{card:?}");
     }
 
     #[test]
@@ -801,9 +831,10 @@ mod tests {
     /// on an H100 makes its need an estimate, and says why; the other fixes keep no marker.
     #[test]
     fn fix_estimates_follow_the_fixed_config() {
-        let cfg = Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 16, compile: false, ..Config::default() };
+        // GPT-2 124M at 32 sequences (shapes measured on the H100) with 60,000 MiB taken.
+        let cfg = Config { batch_size: 32, compile: false, ..Config::default() };
         let gpu = Gpu::find("h100-80gb").unwrap();
-        let fixes = plan::fixes(&cfg, &gpu, 0);
+        let fixes = plan::fixes(&cfg, &gpu, 60_000 << 20);
         assert!(fixes.iter().any(|f| f.config.compile) && fixes.iter().any(|f| !f.config.compile));
         for f in &fixes {
             let detail = fix_estimate_detail(f, &gpu);
