@@ -34,11 +34,17 @@ pub mod sim;
 pub mod trainer_model;
 
 /// Whether a character of user input would change how a message shows rather than show itself:
-/// control characters, and the bidirectional overrides and isolates, with which a link once
-/// turned the rest of its notice line backwards. Messages quoting input escape these.
+/// control characters, the bidirectional overrides and isolates, with which a link once turned
+/// the rest of its notice line backwards, and the invisible ones (zero-width spaces and joiners,
+/// the word joiner, a byte-order mark), with which `n_layer\u{200b} = 2` read as a valid line in
+/// its own error message. Messages quoting input escape these.
 pub fn reshapes_text(ch: char) -> bool {
     // Also the line and paragraph separators, which would split a one-line message.
-    ch.is_control() || matches!(ch, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    ch.is_control()
+        || matches!(
+            ch,
+            '\u{200b}'..='\u{200f}' | '\u{061c}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}'
+        )
 }
 
 /// User input as a message quotes it: at most `max_chars` characters (then `…`), and the

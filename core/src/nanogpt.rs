@@ -506,6 +506,10 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     let mut first_statement: Option<(usize, String)> = None;
     // The quote of the triple-quoted string the lines being read are in, and its first line.
     let mut in_triple: Option<(char, usize)> = None;
+    // A statement continued over several lines (brackets still open, or a trailing `\`), its
+    // first line, and how many brackets are open after what it has so far.
+    let mut continued: Option<(usize, String, i32)> = None;
+    let mut joined_line;
 
     // Editors on Windows may start the file with a byte-order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -535,6 +539,40 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         }
         in_triple = triple_quote_after(raw_line, None).map(|quote| (quote, line + 1));
         let code = strip_comment(raw_line);
+        // Python joins the lines of a statement whose brackets are open, or that ends in a
+        // backslash, into one: read them as one, at the line where it starts (a setting after a
+        // list continued over lines, `tags = ["a",\n "b"]; n_layer = 3`, is one Python runs).
+        let (depth_change, open_quote) = scan_brackets(code);
+        if open_quote.is_some() && in_triple.is_none() && !code.trim_end().ends_with('\\') {
+            return Err(ConfigFileError::Syntax {
+                line,
+                reason: format!("`{}`: a string is never closed on its line (Python would refuse the file)", excerpt(code.trim())),
+            });
+        }
+        let backslash = code.trim_end().ends_with('\\') && in_triple.is_none();
+        let (start, so_far, depth) = match continued.take() {
+            Some((start, mut so_far, depth)) => {
+                so_far.push(' ');
+                so_far.push_str(code.trim());
+                (start, so_far, depth + depth_change)
+            }
+            None if code.trim().is_empty() => continue,
+            None => (line, code.to_string(), depth_change),
+        };
+        if depth < 0 {
+            return Err(ConfigFileError::Syntax {
+                line,
+                reason: format!("`{}` closes a bracket that is not open (Python would refuse the file)", excerpt(code.trim())),
+            });
+        }
+        if (depth > 0 || backslash) && in_triple.is_none() {
+            let so_far = if backslash { so_far.trim_end().trim_end_matches('\\').to_string() } else { so_far };
+            continued = Some((start, so_far, depth));
+            continue;
+        }
+        let line = start;
+        joined_line = so_far;
+        let code = joined_line.as_str();
         if code.trim().is_empty() {
             continue;
         }
@@ -623,6 +661,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                         }
                         env.insert(name.to_string(), value);
                     }
+                    // Python refuses the whole file at compile time (a bad escape): train.py
+                    // would run none of it.
+                    Err(e) if e.ends_with(PYTHON_REFUSES) => return Err(ConfigFileError::Syntax { line, reason: unreadable_because(e) }),
                     Err(e) => {
                         let why = unreadable_because(e);
                         notices.push(format!("line {line}: ignored {name}: {why}"));
@@ -633,6 +674,15 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 }
             }
         }
+    }
+    if let Some((start, _, depth)) = continued {
+        return Err(ConfigFileError::Syntax {
+            line: start,
+            reason: match depth {
+                0 => "the last line ends in a backslash: the statement never ends (Python would refuse the file)".into(),
+                _ => "a bracket opens here and is never closed (Python would refuse the file)".into(),
+            },
+        });
     }
     if let Some((_, start)) = in_triple {
         // Python stops at this with a SyntaxError: train.py would run none of the file.
@@ -688,6 +738,10 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     Ok((ConfigFile { config: cfg, extra, notices, unreadable, unreadable_reasons, recognised, first_statement, sets_modelled }, deferred))
 }
 
+/// How a value's reason ends where Python would refuse the file before running any of it (a
+/// malformed escape is a compile-time error).
+const PYTHON_REFUSES: &str = "(Python would refuse the file)";
+
 /// Longest piece of a line quoted in a message.
 const MAX_EXCERPT_CHARS: usize = 60;
 
@@ -729,6 +783,27 @@ fn find_in_code(s: &str, mut visit: impl FnMut(usize, char, i32) -> bool) -> Opt
         }
     }
     None
+}
+
+/// How many brackets `code` opens less how many it closes (outside strings), and the quote of a
+/// string still open at its end, if any.
+fn scan_brackets(code: &str) -> (i32, Option<char>) {
+    let (mut depth, mut quote, mut escaped) = (0i32, None::<char>, false);
+    for c in code.chars() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                _ => {}
+            },
+        }
+    }
+    (depth, quote)
 }
 
 /// The line without its `# comment` (a `#` inside a string literal is kept).
@@ -2047,6 +2122,38 @@ weight_decay = 1e-1
     /// String escapes decode as Python decodes them (`\x41`, `\101`, `\0` were once kept as
     /// written, and `'out\x'` accepted); the ones Python refuses, and the ones vramfit cannot
     /// hold or decode, are errors naming the line, never a value kept as written.
+    /// A statement continued over lines (open brackets, a trailing backslash) is read as the
+    /// one Python runs: a setting after a list that spans lines was once dropped silently. What
+    /// Python refuses (a bracket or string never closed, one closed that was not open) is an
+    /// error naming its line.
+    #[test]
+    fn statements_continued_over_lines_are_read_whole() {
+        for text in [
+            "n_embd = 256\nn_head = 4\nwandb_tags = [\"baseline\",\n              \"small\"]; n_layer = 3\n",
+            "x = {\n\"a\": 1}; n_layer = 3\n",
+            "x = (\"a\"  # a comment ( inside\n\"b\"); n_layer = 3\n",
+            "n_layer = (1 +\n    2)\n",
+            "n_layer = 1 + \\\n    2\n",
+        ] {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.config.n_layer, 3, "{text:?}: {:#?}", f.notices);
+        }
+        // The line a continued statement starts on is the one messages name.
+        let err = parse("n_embd = 256\nn_layer = (0 +\n  0)\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 2: n_layer: "), "{err}");
+        for (text, want) in [
+            ("n_layer = 4\nx = (\n", "line 2: a bracket opens here and is never closed (Python would refuse the file)"),
+            ("y = \"abc\nn_layer = 4\n", "line 1: `y = \"abc`: a string is never closed on its line (Python would refuse the file)"),
+            ("print(\"hi\"\n", "line 1: a bracket opens here and is never closed (Python would refuse the file)"),
+            ("n_layer = 4)\n", "line 1: `n_layer = 4)` closes a bracket that is not open (Python would refuse the file)"),
+            ("n_layer = 4 + \\\n", "line 1: the last line ends in a backslash: the statement never ends (Python would refuse the file)"),
+        ] {
+            assert_eq!(parse(text).unwrap_err().to_string(), want, "{text:?}");
+        }
+        // Triple-quoted strings keep their own rules: a bracket inside one opens nothing.
+        assert_eq!(parse("\"\"\"notes (\n[ draft\n\"\"\"\nn_layer = 3\n").unwrap().config.n_layer, 3);
+    }
+
     #[test]
     fn string_escapes_decode_as_python_does() {
         let v = |e: &str| evaluate(e, &|_| None);
@@ -2102,15 +2209,16 @@ weight_decay = 1e-1
         assert!(err.starts_with("line 2: dtype: cannot read `'out\\x'`: truncated \\x escape"), "{err}");
         let err = parse("\n\nattention = '\\N{BULLET}'\n").unwrap_err().to_string();
         assert!(err.starts_with("line 3: attention: ") && err.contains("are not supported"), "{err}");
-        let f = parse("n_layer = 2\nout_dir = 'out\\x'\n").unwrap();
+        // Python refuses a file with a malformed escape before running any of it, whatever
+        // the setting: an error for a training setting too (it was once a notice).
+        let err = parse("n_layer = 2\nout_dir = 'out\\x'\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 2: cannot read `'out\\x'`: truncated \\x escape"), "{err}");
+        assert!(err.ends_with(PYTHON_REFUSES), "{err}");
+        // An escape vramfit cannot decode but Python can (a lone surrogate) stays a notice.
+        let f = parse("n_layer = 2\nout_dir = 'out\\ud800'\n").unwrap();
         assert_eq!((f.get("out_dir"), &f.unreadable[..]), (None, &["out_dir".to_string()][..]));
-        assert!(
-            f.notices.iter().any(|n| n.starts_with("line 2: ignored out_dir: cannot read") && n.contains("truncated")),
-            "{:#?}",
-            f.notices
-        );
         let why = f.unreadable_reason("out_dir").unwrap();
-        assert!(why.starts_with("line 2: cannot read `'out\\x'`: truncated \\x escape"), "{why}");
+        assert!(why.starts_with("line 2: cannot read") && why.contains("lone surrogate"), "{why}");
         // Prefixed strings (raw, bytes, f-strings) are not read, so never misread: a raw
         // string's backslashes are not decoded as escapes.
         for prefix in ["r", "R", "b", "rb", "f", "u"] {
@@ -2245,11 +2353,14 @@ weight_decay = 1e-1
             assert!(err.starts_with(&format!("line 1: {key}: ")) && clean(&err), "{text:?}: {err}");
             assert!(err.contains("\\u{1b}") || err.contains("\\u{202e}"), "{text:?}: {err}");
         }
+        // An invisible character in a name: the quoted line must not look like a valid one.
+        let f = parse("n_layer\u{200b} = 2\n").unwrap();
+        assert!(f.notices.iter().any(|n| n.contains("n_layer\\u{200b}")) && f.notices.iter().all(|n| clean(n)), "{:#?}", f.notices);
         // A line that is not an assignment, as the reader quotes it for "not a config file".
-        let f = parse("\u{1b}[2J \u{202e}oops\nfoo = '\u{1b}' + 1\nmax_iters = '\u{202e}' - 1\n").unwrap();
-        assert_eq!(f.first_statement, Some((1, "\\u{1b}[2J \\u{202e}oops".to_string())));
+        let f = parse("\u{1b}2J \u{202e}oops\nfoo = '\u{1b}' + 1\nmax_iters = '\u{202e}' - 1\n").unwrap();
+        assert_eq!(f.first_statement, Some((1, "\\u{1b}2J \\u{202e}oops".to_string())));
         assert!(f.notices.iter().all(|n| clean(n)), "{:#?}", f.notices);
-        assert!(f.notices[0].contains("\\u{1b}[2J \\u{202e}oops"), "{:#?}", f.notices);
+        assert!(f.notices[0].contains("\\u{1b}2J \\u{202e}oops"), "{:#?}", f.notices);
         assert!(f.unreadable_reasons.iter().all(|n| clean(n)), "{:#?}", f.unreadable_reasons);
         // A statement after a closing triple quote, and one that may set names.
         let err = parse("x = '''\n'''; a = '\u{1b}'\n").unwrap_err().to_string();

@@ -11,10 +11,14 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         let presets = device::presets();
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }
+    for (name, value) in &args.training_only {
+        check_train_py_type(name, value)?;
+    }
     let mut inputs = inputs::resolve(&args.run, &args.card)?;
     // Both runtimes: `train` also takes the checkpoint's shape (from --weights, or from
     // scratch without them).
     let pretrained = keep_pretrained_shape(&mut inputs)?;
+    refuse_what_train_py_stops_on(&inputs)?;
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -88,6 +92,72 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
         inputs.notices.push(notice);
     }
     Ok(true)
+}
+
+/// Settings train.py would stop on, or that decide the model and could not be read: a plan
+/// would be for a run that never happens, or for another model (`train` refuses them too).
+fn refuse_what_train_py_stops_on(inputs: &inputs::Inputs) -> Result<(), String> {
+    // `dataset` sets the vocabulary (its meta.pkl), `init_from` the shape (a GPT-2 checkpoint).
+    let decides_model =
+        |line: &&String| crate::cli::FILE_LEVEL.iter().any(|name| line.contains(&format!("cannot read the value of {name} ")));
+    if let Some(line) = inputs.unreadable.iter().find(decides_model) {
+        return Err(format!("{line}: it decides the model, so plan cannot tell which one train.py builds"));
+    }
+    // A notice in core's words where train.py would stop (a name it does not know, a block past
+    // a checkpoint's positions): the same as the flags' error.
+    match inputs.notices.iter().find(|n| n.contains("would stop")) {
+        Some(n) => Err(n.split("; vramfit plans").next().unwrap_or(n).split(": planned with").next().unwrap_or(n).to_string()),
+        None => Ok(()),
+    }
+}
+
+/// The type train.py's default has for a setting `plan` takes off its command line, which its
+/// configurator requires of a value given there (`assert type(attempt) == type(globals()[key])`
+/// after `literal_eval`, or the text itself where that fails); `None` where train.py has no
+/// such global to compare with (`seed` is `vramfit train`'s).
+fn train_py_type(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "out_dir" | "init_from" | "wandb_project" | "wandb_run_name" | "dataset" | "backend" | "device" => "str",
+        "eval_interval" | "log_interval" | "max_iters" | "warmup_iters" | "lr_decay_iters" => "int",
+        "eval_only" | "always_save_checkpoint" | "wandb_log" | "decay_lr" => "bool",
+        "learning_rate" | "weight_decay" | "beta1" | "beta2" | "min_lr" => "float",
+        _ => return None,
+    })
+}
+
+/// One error line where a command-line value is not of the kind the setting takes
+/// (`--max_iters=abc`, `--learning_rate=NaN`): train.py's configurator stops on it, and so does
+/// `train`. As lenient as `train`'s own flags, since either command line may be pasted here: an
+/// integer for a float, `true`/`false`/`1`/`0` for a boolean, anything for a string.
+fn check_train_py_type(name: &str, value: &str) -> Result<(), String> {
+    use vramfit_core::nanogpt::{self, Value};
+    let Some(want) = train_py_type(name) else { return Ok(()) };
+    // `literal_eval`'s reading, through core's reader of config lines; text it cannot read as
+    // a literal stays text, as train.py's configurator keeps it.
+    let read = (!value.contains(['\n', '\r', ';', '#']))
+        .then(|| nanogpt::parse_config_file(&format!("{name} = {value}\n"), &vramfit_core::Config::default()).ok())
+        .flatten()
+        .and_then(|f| f.get(name).cloned());
+    let fits = match (want, &read) {
+        ("str", _) => true,
+        ("bool", Some(Value::Bool(_))) => true,
+        ("bool", _) => crate::cli::parse_bool(value).is_ok(),
+        ("int", Some(Value::Int(_))) => true,
+        ("float", Some(Value::Int(_) | Value::Float(_))) => true,
+        _ => false,
+    };
+    if fits {
+        return Ok(());
+    }
+    let wanted = match want {
+        "int" => "an integer",
+        "float" => "a number",
+        _ => "True or False",
+    };
+    Err(format!(
+        "--{name}={}: train.py wants {wanted} here and its configurator stops on anything else (it requires the default's type)",
+        vramfit_core::shown_input(value, 60)
+    ))
 }
 
 /// A train.py setting's value as compared: unquoted (`'cuda'` as a config file writes it), lower case.

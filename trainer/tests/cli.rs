@@ -1125,3 +1125,41 @@ fn the_report_says_where_it_first_runs_out_what_is_close_and_which_fix_is_an_est
         assert!(fix["close_call"].is_boolean(), "{fix}");
     }
 }
+
+/// What train.py itself would stop on is an error of `plan` too, as it is of `train`: a
+/// command-line value its configurator refuses, a setting that decides the model and cannot
+/// be read, a checkpoint name it does not know, a block past GPT-2's positions in a file. A
+/// setting after a list continued over lines is read (it was once dropped, planning 12 layers
+/// for a file of 3).
+#[test]
+fn what_train_py_stops_on_is_an_error() {
+    for (args, says) in [
+        (vec!["--max_iters=abc"], "--max_iters=abc: train.py wants an integer"),
+        (vec!["--learning_rate=NaN"], "--learning_rate=NaN: train.py wants a number"),
+        (vec!["--max_iters=20.5"], "wants an integer"),
+        (vec!["--decay_lr=maybe"], "wants True or False"),
+        (vec!["--init_from=gpt3"], "init_from = 'gpt3' is none of train.py's"),
+    ] {
+        let err = assert_one_error_line(&[&["plan"][..], &args].concat());
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // What either command line spells validly plans.
+    for args in [["--learning_rate=1"], ["--decay-lr=false"], ["--eval_only=True"], ["--out_dir=123"]] {
+        let out = vramfit(&[&["plan", "--no-fixes"][..], &args].concat());
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    for (name, text, says) in [
+        ("stop_cond.py", "n_layer = 1\ninit_from = 'gpt2' if True else 'scratch'\n", "cannot read the value of init_from"),
+        ("stop_fstr.py", "dataset = f'shakespeare_char'\n", "cannot read the value of dataset"),
+        ("stop_gpt3.py", "init_from = 'gpt3'\n", "train.py would stop"),
+        ("stop_block.py", "init_from = 'gpt2'\nblock_size = 2048\n", "its first forward would stop"),
+        ("stop_bracket.py", "n_layer = 4\nx = (\n", "line 2: a bracket opens here and is never closed"),
+        ("stop_escape.py", "out_dir = 'run\\x4'\n", "line 1: cannot read `'run\\x4'`: truncated \\x escape"),
+    ] {
+        let file = temp_file(name, text);
+        let err = assert_one_error_line(&["plan", file.to_str().unwrap()]);
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    let file = temp_file("continued_list.py", "n_embd = 256\nn_head = 4\nwandb_tags = [\"baseline\",\n    \"small\"]; n_layer = 3\n");
+    assert_eq!(plan_json(&["--config", file.to_str().unwrap()])["config"]["n_layer"], 3);
+}
