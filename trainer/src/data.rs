@@ -467,25 +467,30 @@ impl Dataset {
     }
 }
 
-/// Reads a whole file the user named (data, checkpoint, config file) without reading until
-/// memory runs out: with a `limit`, anything longer (`/dev/zero`, an endless pipe) is refused once
-/// that many bytes are read; without one, only regular files are read (`/dev/zero` and
-/// `/dev/urandom` never end, and opening a named pipe nothing writes to waits forever).
+/// Reads a whole file the user named (data, checkpoint, config file, meta.pkl) without reading
+/// until memory runs out or waiting forever: with a `limit`, anything longer (`/dev/zero`) is
+/// refused once that many bytes are read; without one, only regular files are read (`/dev/zero`
+/// and `/dev/urandom` never end). A named pipe or socket is refused either way: opening a named
+/// pipe nothing writes to waits forever.
 pub fn read_input_file(path: &Path, limit: Option<u64>) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let Some(limit) = limit else {
-        // Checked before opening: the open itself is what waits on a pipe.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::FileTypeExt;
-            let kind = std::fs::metadata(path)?.file_type();
-            if kind.is_char_device() || kind.is_block_device() {
-                return Err(std::io::Error::other("it is a device, not a file"));
-            }
-            if kind.is_fifo() || kind.is_socket() {
-                return Err(std::io::Error::other("it is a named pipe or socket, not a file"));
-            }
+    // Checked before opening (following symlinks): the open itself is what waits on a pipe.
+    let kind = std::fs::metadata(path)?.file_type();
+    if kind.is_dir() {
+        return Err(std::io::Error::other("it is a directory, not a file"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() || kind.is_socket() {
+            return Err(std::io::Error::other("it is a named pipe or socket, not a file"));
         }
+        // With a limit a device reads as far as the limit: `/dev/null` is an empty config file.
+        if limit.is_none() && (kind.is_char_device() || kind.is_block_device()) {
+            return Err(std::io::Error::other("it is a device, not a file"));
+        }
+    }
+    let Some(limit) = limit else {
         let file = File::open(path)?;
         // Sized up front as `std::fs::read` does: a checkpoint may be gigabytes.
         let mut bytes = Vec::with_capacity(usize::try_from(file.metadata()?.len()).unwrap_or(0));

@@ -25,7 +25,15 @@ pub const PREVIOUS_LOG_FILE: &str = "log.previous.jsonl";
 /// A fresh run moves `log.jsonl` aside, unless a log is aside already: then the checkpoint's
 /// log is that one, and `log.jsonl` is from a run that failed before saving anything, so it
 /// goes. A resumed run continues the checkpoint's log, so one kept aside comes back.
+///
+/// Without a checkpoint in `out_dir`, a fresh run replaces no earlier run at its first save, so
+/// nothing there is that run's to replace: a log or loss curve found there (a run that failed
+/// before saving, or the user's own files) is kept under names no run writes
+/// ([`set_aside_unclaimed`]).
 pub fn prepare_log(out_dir: &Path, fresh: bool) -> Result<Option<String>, String> {
+    if fresh && !out_dir.join(crate::checkpoint::FILE_NAME).exists() {
+        return set_aside_unclaimed(out_dir);
+    }
     let log = out_dir.join(LOG_FILE);
     let kept = out_dir.join(PREVIOUS_LOG_FILE);
     let moved =
@@ -49,6 +57,39 @@ pub fn prepare_log(out_dir: &Path, fresh: bool) -> Result<Option<String>, String
         }
         _ => Ok(None),
     }
+}
+
+/// Renames the log, a log kept aside and the loss curve in `out_dir` (those that are files) to
+/// `NAME.old-N.EXT`, with the first N none of the three names has: a run writes none of these,
+/// so nothing later overwrites or removes them. (The run's lock on out_dir keeps another run from
+/// taking the same names meanwhile.) A note naming them, if any moved.
+fn set_aside_unclaimed(out_dir: &Path) -> Result<Option<String>, String> {
+    let names = [LOG_FILE, PREVIOUS_LOG_FILE, crate::lossplot::SVG_FILE];
+    let found: Vec<&str> = names.into_iter().filter(|name| out_dir.join(name).is_file()).collect();
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let aside = |name: &str, n: u32| {
+        let (stem, ext) = name.rsplit_once('.').unwrap_or((name, ""));
+        out_dir.join(format!("{stem}.old-{n}.{ext}"))
+    };
+    // `symlink_metadata`: a dangling link is a name taken too.
+    let n = (1..=u32::MAX)
+        .find(|&n| names.iter().all(|name| std::fs::symlink_metadata(aside(name, n)).is_err()))
+        .ok_or_else(|| format!("cannot find a free name in {} for its old log", out_dir.display()))?;
+    let (mut was, mut now) = (Vec::new(), Vec::new());
+    for name in found {
+        let (from, to) = (out_dir.join(name), aside(name, n));
+        std::fs::rename(&from, &to).map_err(|e| format!("cannot move {} to {}: {e}", from.display(), to.display()))?;
+        was.push(from.display().to_string());
+        now.push(to.display().to_string());
+    }
+    Ok(Some(format!(
+        "no checkpoint in {} goes with {}: kept as {} (this run writes its own)",
+        out_dir.display(),
+        was.join(", "),
+        now.join(", ")
+    )))
 }
 
 /// A resumed run continues the log from its checkpoint's save: what a run wrote after that save

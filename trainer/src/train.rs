@@ -15,8 +15,9 @@
 //! Reproducibility: the parameters start from `seed`; batches and dropout masks come from one
 //! seeded RNG whose state is checkpointed after each evaluation, so `--resume` from a checkpoint
 //! continues exactly as the uninterrupted run would (bit-identical on CPU). Ctrl-C sets a flag the
-//! loop checks between iterations: it saves a checkpoint there and returns, except in a fresh run
-//! that has not saved yet over a previous run's checkpoint, which it leaves as it is.
+//! loop checks between iterations and between an evaluation's batches (an evaluation it cuts short
+//! is dropped, to run again on resume): it saves a checkpoint there and returns, except in a fresh
+//! run that has not saved yet over a previous run's checkpoint, which it leaves as it is.
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::data::{get_batch, Dataset, Tokens};
@@ -121,16 +122,27 @@ pub struct Summary {
     pub loss_curve: bool,
 }
 
-/// One split's mean loss over `eval_iters` random batches.
-fn split_loss(model: &Gpt, tokens: &Tokens, cfg: &Config, rng: &mut HostRng, device: &Device) -> Result<f32, String> {
+/// One split's mean loss over `eval_iters` random batches; `None` when Ctrl-C came first (checked
+/// between batches: an evaluation of many batches would otherwise keep a stopping run for minutes).
+fn split_loss(
+    model: &Gpt,
+    tokens: &Tokens,
+    cfg: &Config,
+    rng: &mut HostRng,
+    device: &Device,
+    interrupt: &AtomicBool,
+) -> Result<Option<f32>, String> {
     let (b, t) = (cfg.eval_batch() as usize, cfg.eval_block() as usize);
     let mut sum = 0f64;
     for _ in 0..cfg.eval_iters {
+        if interrupt.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
         let (x, y) = get_batch(tokens, b, t, rng);
         let (x, y) = (to_tensor(x, b, t, device)?, to_tensor(y, b, t, device)?);
         sum += model.eval_loss(&x, &y).map_err(|e| format!("eval forward failed: {e}"))? as f64;
     }
-    Ok((sum / cfg.eval_iters as f64) as f32)
+    Ok(Some((sum / cfg.eval_iters as f64) as f32))
 }
 
 fn to_tensor(ids: Vec<u32>, b: usize, t: usize, device: &Device) -> Result<Tensor, String> {
@@ -272,8 +284,20 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         let scheduled = settings.eval_interval > 0 && state.iter_num % settings.eval_interval == 0;
         if (scheduled || finished) && !state.evaluated {
             let started = Instant::now();
-            let train_loss = split_loss(model, &data.train, cfg, &mut state.rng, device)?;
-            let val_loss = split_loss(model, &data.val, cfg, &mut state.rng, device)?;
+            let rng_before = state.rng.state();
+            let train_loss = split_loss(model, &data.train, cfg, &mut state.rng, device, interrupt)?;
+            let val_loss = match train_loss {
+                Some(_) => split_loss(model, &data.val, cfg, &mut state.rng, device, interrupt)?,
+                None => None,
+            };
+            let (Some(train_loss), Some(val_loss)) = (train_loss, val_loss) else {
+                // Ctrl-C mid-evaluation: the partial losses are no evaluation (nothing logged,
+                // no best val loss, no save as "best"). The state goes back to before it, as if
+                // Ctrl-C had come just before: the checkpoint the top of the loop saves says
+                // the evaluation is still to do, and a resume draws the same batches for it.
+                state.rng = HostRng::new(rng_before);
+                continue;
+            };
             state.evaluated = true;
             last_eval = Some((train_loss, val_loss));
             last_eval_iter = Some(state.iter_num);
@@ -371,7 +395,12 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
-    plot.redraw();
+    // A fresh run that saved nothing over a previous run's checkpoint (`--max-iters 0`, or no
+    // evaluation that improved with always_save_checkpoint off) leaves that run's curve as it is,
+    // as it leaves its checkpoint.
+    if saved_any || !ckpt_path.exists() {
+        plot.redraw();
+    }
     Ok(Summary {
         iter_num: state.iter_num,
         best_val_loss: state.best_val_loss,

@@ -308,14 +308,16 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
             std::process::exit(130);
         }
-        let _ = writeln!(std::io::stderr(), "\ninterrupt: stopping after this iteration (Ctrl-C again to quit at once)");
+        let _ =
+            writeln!(std::io::stderr(), "\ninterrupt: stopping after this iteration or evaluation batch (Ctrl-C again to quit at once)");
     })
     .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
 
     let start = resume.as_ref().map_or(0, |c| c.meta.iter_num);
     if resume.is_none() && settings.out_dir.join(checkpoint::FILE_NAME).exists() {
         crate::print_note(&format!(
-            "{} exists: this new run replaces it at its first save, Ctrl-C before then keeps it (--resume continues it instead)",
+            "{} exists: this new run replaces it (and its log and loss curve) at its first save, Ctrl-C before then keeps it \
+             (--resume continues it instead)",
             settings.out_dir.join(checkpoint::FILE_NAME).display()
         ));
     }
@@ -389,6 +391,11 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
                 settings.out_dir.join(checkpoint::FILE_NAME).display()
             ));
         }
+        // A fresh run that saved nothing left the previous run's checkpoint (and its loss curve) as it was.
+        None if settings.out_dir.join(checkpoint::FILE_NAME).exists() => lines.push(format!(
+            "no checkpoint written; {} is the previous run's, kept (--resume continues that run)",
+            settings.out_dir.join(checkpoint::FILE_NAME).display()
+        )),
         None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
     }
     let log = settings.out_dir.join(vramfit::progress::LOG_FILE);
@@ -712,6 +719,10 @@ fn check_settings(s: &TrainSettings, a: &TrainArgs, source: Option<&str>) -> Res
     }
     if s.out_dir.as_os_str().is_empty() {
         return Err(refuse(a.out_dir.is_some(), "out_dir is empty: name a directory".into()));
+    }
+    // The flag takes at least 1; a checkpoint's metadata may say 0 (no rows per eval forward).
+    if s.eval_chunk_rows == Some(0) {
+        return Err(refuse(a.eval_chunk_rows.is_some(), "eval_chunk_rows must be at least 1 (got 0)".into()));
     }
     // The weights and the schedule's rate are f32: a rate past f32's range is an infinity
     // (1e308 was, logged as null), not a rate.
