@@ -151,7 +151,17 @@ fn timings() {
     // name, and 50,000 distinct names.
     let chained: String = std::iter::once("y = 1\n".to_string()).chain((0..100_000).map(|i| format!("x{} = y\n", i % 7))).collect();
     let distinct: String = (0..50_000).map(|i| format!("foo{i} = {i}\n")).collect();
-    for (what, text) in [("100,000 lines reading an earlier name", &chained), ("50,000 distinct names", &distinct)] {
+    // One statement continued over 100,000 lines by backslashes (copying it at each line was
+    // quadratic: 6.4 s in a debug build).
+    let continued: String = std::iter::once("max_iters = 0 + \\\n".to_string())
+        .chain((0..100_000).map(|_| "1 + \\\n".to_string()))
+        .chain(std::iter::once("1\n".to_string()))
+        .collect();
+    for (what, text) in [
+        ("100,000 lines reading an earlier name", &chained),
+        ("50,000 distinct names", &distinct),
+        ("one statement continued over 100,000 lines", &continued),
+    ] {
         let ns = median_ns(3, 1, || {
             black_box(vramfit_core::nanogpt::parse_config_file(black_box(text), &vramfit_core::Config::default()).unwrap());
         });

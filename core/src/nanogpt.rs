@@ -190,6 +190,14 @@ fn is_known_extra(name: &str) -> bool {
 const PRETRAINED: [(&str, u32, u32, u32); 4] =
     [("gpt2", 12, 12, 768), ("gpt2-medium", 24, 16, 1024), ("gpt2-large", 36, 20, 1280), ("gpt2-xl", 48, 25, 1600)];
 
+/// How a notice of the reader ends where train.py would stop on the settings (`vramfit plan`
+/// refuses those; the page plans them with the notice). Longer than any quoted piece of input
+/// ([`excerpt`]), so no notice quoting the user's text can hold it.
+pub const TRAIN_PY_WOULD_STOP: &str = "train.py would stop; vramfit plans the model these settings give";
+/// What a notice says of a block past a GPT-2 checkpoint's positions (train.py's first forward
+/// would stop); see [`TRAIN_PY_WOULD_STOP`].
+pub const PAST_POSITIONS: &str = "which train.py crops but never extends (its first forward would stop)";
+
 /// train.py takes the model's shape from the checkpoint when `init_from` names one, whatever
 /// the file says about n_layer and friends; a prediction from the file's values would be for
 /// the wrong model.
@@ -199,7 +207,7 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
         Some((_, other)) => {
             // train.py calls init_from.startswith(...): it stops on anything but a string.
             notices.push(format!(
-                "init_from = {} is not a name such as 'scratch' or 'gpt2': train.py would stop; vramfit plans the model these settings give",
+                "init_from = {} is not a name such as 'scratch' or 'gpt2': {TRAIN_PY_WOULD_STOP}",
                 excerpt(&other.to_string())
             ));
             return;
@@ -210,8 +218,8 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
     if take_pretrained_shape(cfg, init_from) {
         if block_given > cfg.block_size {
             notices.push(format!(
-                "init_from = '{init_from}': block_size {block_given} is past GPT-2's {PRETRAINED_BLOCK} positions, which train.py \
-                 crops but never extends (its first forward would stop): planned with {PRETRAINED_BLOCK}"
+                "init_from = '{init_from}': block_size {block_given} is past GPT-2's {PRETRAINED_BLOCK} positions, {PAST_POSITIONS}: \
+                 planned with {PRETRAINED_BLOCK}"
             ));
         }
         if let (Some(t), None) = (eval_given, cfg.eval_block_size) {
@@ -231,7 +239,7 @@ fn apply_init_from(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Ve
     } else if init_from != "scratch" {
         // train.py's `GPT.from_pretrained` asserts the name is one of GPT-2's four.
         notices.push(format!(
-            "init_from = '{}' is none of train.py's (scratch, resume, gpt2, gpt2-medium, gpt2-large, gpt2-xl): train.py would stop; vramfit plans the model these settings give",
+            "init_from = '{}' is none of train.py's (scratch, resume, gpt2, gpt2-medium, gpt2-large, gpt2-xl): {TRAIN_PY_WOULD_STOP}",
             excerpt(init_from)
         ));
     }
@@ -509,6 +517,8 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // A statement continued over several lines (brackets still open, or a trailing `\`), its
     // first line, and how many brackets are open after what it has so far.
     let mut continued: Option<(usize, String, i32)> = None;
+    // The quote of a string the statement continued ends in, continued by a backslash.
+    let mut string_continues: Option<char> = None;
     let mut joined_line;
 
     // Editors on Windows may start the file with a byte-order mark.
@@ -517,7 +527,8 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         let line = index + 1;
         // Lines inside a triple-quoted string are text, not code: Python runs none of them
         // (a block of settings "commented out" in quotes must not be applied).
-        if let Some((quote, start)) = in_triple {
+        // Top-level text inside a triple-quoted string (a docstring, `notes = """...`): no code.
+        if let (Some((quote, start)), None) = (in_triple, &continued) {
             if let Some(statement) = statement_after_closing_quote(raw_line, quote) {
                 // Python runs it (even when the line opens another string after it); skipping
                 // it with the string would plan another model.
@@ -537,39 +548,86 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             }
             continue;
         }
-        in_triple = triple_quote_after(raw_line, None).map(|quote| (quote, line + 1));
-        let code = strip_comment(raw_line);
+        // The line as code: each triple-quoted string's text elided (`'''...'''`, which the
+        // reader refuses to evaluate), so that brackets, quotes and `#` inside one count for
+        // nothing; inside a statement continued over lines, a string opened on an earlier line
+        // takes the start of this one.
+        let open_before = in_triple.map(|(q, _)| q);
+        // A string continued by a backslash from the line before: read from its quote.
+        let resumed;
+        let raw = match string_continues {
+            Some(q) => {
+                resumed = format!("{q}{raw_line}");
+                resumed.as_str()
+            }
+            None => raw_line,
+        };
+        let (view, open_after) = elide_triple_quoted(raw, open_before);
+        in_triple = match (open_after, in_triple) {
+            // Still inside the one opened before: nothing of the line is code.
+            (Some(_), Some(before)) if view.is_empty() => Some(before),
+            (Some(q), _) => Some((q, line + 1)),
+            (None, _) => None,
+        };
+        let code = strip_comment(&view);
         // Python joins the lines of a statement whose brackets are open, or that ends in a
         // backslash, into one: read them as one, at the line where it starts (a setting after a
         // list continued over lines, `tags = ["a",\n "b"]; n_layer = 3`, is one Python runs).
         let (depth_change, open_quote) = scan_brackets(code);
-        if open_quote.is_some() && in_triple.is_none() && !code.trim_end().ends_with('\\') {
+        // A backslash continues a line only as its very last character (Python refuses one
+        // followed by a space or a comment); in a string it continues the string.
+        let backslash = open_after.is_none() && code.len() == view.len() && view.ends_with('\\');
+        if code.trim_end().ends_with('\\') && !backslash && open_after.is_none() {
+            return Err(ConfigFileError::Syntax {
+                line,
+                reason: format!(
+                    "`{}`: a backslash continues a line only as its last character (Python would refuse the file)",
+                    excerpt(code.trim())
+                ),
+            });
+        }
+        if open_quote.is_some() && !backslash {
             return Err(ConfigFileError::Syntax {
                 line,
                 reason: format!("`{}`: a string is never closed on its line (Python would refuse the file)", excerpt(code.trim())),
             });
         }
-        let backslash = code.trim_end().ends_with('\\') && in_triple.is_none();
-        let (start, so_far, depth) = match continued.take() {
+        let (start, mut so_far, depth) = match continued.take() {
             Some((start, mut so_far, depth)) => {
-                so_far.push(' ');
-                so_far.push_str(code.trim());
+                // A string continued by a backslash goes on without a break (less the quote it
+                // was read from); code gets a space.
+                match string_continues {
+                    Some(q) => so_far.push_str(&code[q.len_utf8()..]),
+                    None => {
+                        so_far.push(' ');
+                        so_far.push_str(code.trim_start());
+                    }
+                }
                 (start, so_far, depth + depth_change)
             }
             None if code.trim().is_empty() => continue,
             None => (line, code.to_string(), depth_change),
         };
+        string_continues = open_quote.filter(|_| backslash);
         if depth < 0 {
             return Err(ConfigFileError::Syntax {
                 line,
                 reason: format!("`{}` closes a bracket that is not open (Python would refuse the file)", excerpt(code.trim())),
             });
         }
-        if (depth > 0 || backslash) && in_triple.is_none() {
-            let so_far = if backslash { so_far.trim_end().trim_end_matches('\\').to_string() } else { so_far };
+        if depth > 0 || backslash {
+            if backslash {
+                // In place: copying the statement at every line was quadratic in its length.
+                so_far.pop();
+                if string_continues.is_none() {
+                    so_far.truncate(so_far.trim_end().len());
+                }
+            }
             continued = Some((start, so_far, depth));
             continue;
         }
+        // A triple-quoted string still open after this complete statement (`notes = """...`):
+        // its lines are skipped at the top of the loop, as text.
         let line = start;
         joined_line = so_far;
         let code = joined_line.as_str();
@@ -675,6 +733,14 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             }
         }
     }
+    if let Some((_, start)) = in_triple {
+        // Python stops at this with a SyntaxError: train.py would run none of the file.
+        return Err(ConfigFileError::Syntax {
+            line: start - 1,
+            reason: "a triple-quoted string opens here and is never closed (Python would refuse the file)".into(),
+        });
+    }
+
     if let Some((start, _, depth)) = continued {
         return Err(ConfigFileError::Syntax {
             line: start,
@@ -684,14 +750,6 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             },
         });
     }
-    if let Some((_, start)) = in_triple {
-        // Python stops at this with a SyntaxError: train.py would run none of the file.
-        return Err(ConfigFileError::Syntax {
-            line: start - 1,
-            reason: "a triple-quoted string opens here and is never closed (Python would refuse the file)".into(),
-        });
-    }
-
     if let Some(&(name, line)) = conditional.first() {
         return Err(ConfigFileError::BadValue {
             line,
@@ -783,6 +841,57 @@ fn find_in_code(s: &str, mut visit: impl FnMut(usize, char, i32) -> bool) -> Opt
         }
     }
     None
+}
+
+/// `line` with each triple-quoted string replaced by `"""..."""` on the line that opens it
+/// (`x = """a (b` reads `x = """..."""`), given the quote of one open before the line: its
+/// text up to the closing quote is dropped. Also the quote of a triple-quoted string still open
+/// after the line.
+fn elide_triple_quoted(line: &str, open: Option<char>) -> (String, Option<char>) {
+    let chars: Vec<char> = line.chars().collect();
+    let triple_at = |i: usize, q: char| chars.get(i) == Some(&q) && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q);
+    let mut out = String::with_capacity(line.len());
+    let (mut triple, mut single) = (open, None::<char>);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match (triple, single) {
+            (Some(_), _) if c == '\\' => i += 1,
+            (Some(q), _) if triple_at(i, q) => {
+                triple = None;
+                i += 2;
+            }
+            (Some(_), _) => {}
+            (None, Some(_)) if c == '\\' => {
+                out.push(c);
+                if let Some(&next) = chars.get(i + 1) {
+                    out.push(next);
+                }
+                i += 1;
+            }
+            (None, Some(q)) if c == q => {
+                single = None;
+                out.push(c);
+            }
+            (None, Some(_)) => out.push(c),
+            (None, None) if c == '#' => {
+                out.extend(&chars[i..]);
+                break;
+            }
+            (None, None) if (c == '"' || c == '\'') && triple_at(i, c) => {
+                triple = Some(c);
+                out.extend([c, c, c, '.', '.', '.', c, c, c]);
+                i += 2;
+            }
+            (None, None) if c == '"' || c == '\'' => {
+                single = Some(c);
+                out.push(c);
+            }
+            (None, None) => out.push(c),
+        }
+        i += 1;
+    }
+    (out, triple)
 }
 
 /// How many brackets `code` opens less how many it closes (outside strings), and the quote of a
@@ -2152,6 +2261,26 @@ weight_decay = 1e-1
         }
         // Triple-quoted strings keep their own rules: a bracket inside one opens nothing.
         assert_eq!(parse("\"\"\"notes (\n[ draft\n\"\"\"\nn_layer = 3\n").unwrap().config.n_layer, 3);
+        // One inside a statement continued over lines is part of it (once "closes a bracket
+        // that is not open"); one on a line, with its own quote inside, closes where Python does.
+        for text in [
+            "x = dict(\n  a=\"\"\"x (\ny\"\"\",\n  b=2)\nn_layer = 3\n",
+            "x = [\n\"\"\"doc [\n\"\"\",\n1]; n_layer = 3\n",
+            "x = (1,\n'''a\nb''' + ''')''', 2)\nn_layer = 3\n",
+            "wandb_run_name = '''it's'''\nn_layer = 3\n",
+            "'''Karpathy's config'''\nn_layer = 3\n",
+        ] {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.config.n_layer, 3, "{text:?}: {:#?}", f.notices);
+        }
+        // A string continued by a backslash goes on without a break, as in Python.
+        let f = parse("out_dir = 'out\\\n-dir # not a comment'\nn_layer = 3\n").unwrap();
+        assert_eq!((f.get("out_dir"), f.config.n_layer), (Some(&Value::Str("out-dir # not a comment".into())), 3));
+        // A backslash followed by anything is no continuation, and Python refuses the file.
+        for text in ["n_layer = 1 + \\ \n  2\n", "n_layer = 1 + \\ # two\n  2\n"] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains("a backslash continues a line only as its last character"), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -1449,9 +1449,10 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             figure: "peak_reserved_bytes".into(),
             source: Source::Estimate,
             detail: format!(
-                "{past}: the reserve was measured on configs up to {MEASURED_MAX_LAYERS} layers, {MEASURED_MAX_EMBD} wide, \
-                 block {MEASURED_MAX_BLOCK}, vocab {MEASURED_MAX_VOCAB} and {MEASURED_MAX_TOKENS} tokens per micro-batch; the \
-                 tensors follow the same per-tensor formulas beyond, but where the allocator's segments fall there is extrapolated"
+                "{past} is past the configs measured on a GPU (up to {MEASURED_MAX_LAYERS} layers, {MEASURED_MAX_EMBD} wide, \
+                 block {MEASURED_MAX_BLOCK}, vocab {MEASURED_MAX_VOCAB}, and GPT-2 124M's logits and activations at 32 \
+                 sequences of 1024): the tensors follow the same per-tensor formulas, but where the allocator's segments \
+                 fall is extrapolated"
             ),
         });
     }
@@ -1490,17 +1491,34 @@ fn notes_of_batch(cfg: &Config, gpu: &Gpu, batch: u32, own: &[Note]) -> Vec<Note
     }
 }
 
-/// The largest shapes of the configs measured eager on a GPU (tests/reference/data/cuda-*.json:
-/// GPT-2 350M's 24 layers of 1024, block 1024, GPT-2's padded vocabulary, 32 sequences of 1024).
+/// The largest shapes, and products of shapes that size the largest terms, among the configs
+/// measured eager on a GPU (tests/reference/data/cuda-*.json, compile rows aside): 24 layers
+/// (L24H8C512, expandable), 1024 wide (L16H16C1024, flash-only), block 1024, GPT-2's padded
+/// vocabulary; the logits, tokens x vocab, and the saved activations, tokens x n_embd x n_layer,
+/// of GPT-2 124M at 32 sequences of 1024 (cuda-h100); manual attention's probabilities, batch x
+/// block^2 x n_head x n_layer, of L12H12C768 at 2 sequences of 1024 (cuda-h100). Each is
+/// checked for the training step and for the eval's batch and block.
 pub const MEASURED_MAX_LAYERS: u32 = 24;
 pub const MEASURED_MAX_EMBD: u32 = 1024;
 pub const MEASURED_MAX_BLOCK: u32 = 1024;
 pub const MEASURED_MAX_VOCAB: u32 = 50304;
-pub const MEASURED_MAX_TOKENS: u64 = 32768;
+pub const MEASURED_MAX_LOGITS: u64 = 32 * 1024 * 50304;
+pub const MEASURED_MAX_ACTIVATIONS: u64 = 32 * 1024 * 768 * 12;
+pub const MEASURED_MAX_ATTENTION: u64 = 2 * 1024 * 1024 * 12 * 12;
 
-/// What takes `cfg` past the shapes measured on a GPU (the first such setting), if anything.
+/// What takes `cfg` past the shapes measured on a GPU (the first such setting or product), if
+/// anything.
 fn past_measured_shapes(cfg: &Config) -> Option<String> {
-    let tokens = (cfg.batch_size as u64 * cfg.block_size as u64).max(cfg.eval_batch() as u64 * cfg.eval_block() as u64);
+    let (layers, embd, vocab, heads) = (cfg.n_layer as u64, cfg.n_embd as u64, cfg.vocab_size as u64, cfg.n_head as u64);
+    // The larger of the training step's and the eval's (batch, block).
+    let shapes = [(cfg.batch_size as u64, cfg.block_size as u64), (cfg.eval_batch() as u64, cfg.eval_block() as u64)];
+    let largest = |f: &dyn Fn(u64, u64) -> u64| shapes.iter().map(|&(b, t)| f(b, t)).max().unwrap_or(0);
+    let logits = largest(&|b, t| b.saturating_mul(t).saturating_mul(vocab));
+    let activations = largest(&|b, t| b.saturating_mul(t).saturating_mul(embd).saturating_mul(layers));
+    let attention = match cfg.attention {
+        crate::Attention::Manual => largest(&|b, t| b.saturating_mul(t).saturating_mul(t).saturating_mul(heads).saturating_mul(layers)),
+        crate::Attention::Flash => 0,
+    };
     if cfg.n_layer > MEASURED_MAX_LAYERS {
         Some(format!("n_layer {}", cfg.n_layer))
     } else if cfg.n_embd > MEASURED_MAX_EMBD {
@@ -1509,8 +1527,12 @@ fn past_measured_shapes(cfg: &Config) -> Option<String> {
         Some(format!("block_size {}", cfg.block_size))
     } else if cfg.vocab_size > MEASURED_MAX_VOCAB {
         Some(format!("vocab_size {}", cfg.vocab_size))
-    } else if tokens > MEASURED_MAX_TOKENS {
-        Some(format!("{} tokens per micro-batch", params::thousands(tokens)))
+    } else if logits > MEASURED_MAX_LOGITS {
+        Some(format!("logits of {} elements (batch x block x vocab)", params::thousands(logits)))
+    } else if activations > MEASURED_MAX_ACTIVATIONS {
+        Some(format!("activations of {} (batch x block x n_embd x n_layer)", params::thousands(activations)))
+    } else if attention > MEASURED_MAX_ATTENTION {
+        Some(format!("attention matrices of {} elements (batch x block^2 x n_head x n_layer)", params::thousands(attention)))
     } else {
         None
     }
@@ -1564,22 +1586,46 @@ mod tests {
             assert_eq!(estimated("h100-80gb", c), on_allocated);
         }
         // Shapes past the measured ones: the reserve (and so nvidia-smi) is extrapolated. GPT-2
-        // 350M at 32 sequences of 1024 is the largest measured; one more sequence, a wider or
-        // deeper model, a longer block or a larger vocabulary is past it.
-        let gpt2_350m = Config { n_layer: 24, n_head: 16, n_embd: 1024, batch_size: 32, ..eager.clone() };
-        assert!(estimated("h100-80gb", gpt2_350m.clone()).is_empty());
-        for c in [
-            Config { batch_size: 33, ..gpt2_350m.clone() },
-            Config { eval_batch_size: Some(33), ..gpt2_350m.clone() },
-            Config { n_layer: 25, ..gpt2_350m.clone() },
-            Config { n_embd: 1040, ..gpt2_350m.clone() },
-            Config { block_size: 2048, batch_size: 1, ..gpt2_350m.clone() },
-            Config { vocab_size: 50305, ..gpt2_350m.clone() },
-        ] {
-            assert_eq!(estimated("h100-80gb", c), ["nvidia_smi_bytes", "peak_reserved_bytes"]);
+        // 124M at 32 sequences of 1024 has the largest logits and activations measured, manual
+        // attention at 2 sequences the largest attention matrices, shakespeare-char with an eval
+        // batch of 256 the most tokens; one more sequence, a deeper or wider model, a longer
+        // block or a larger vocabulary is past them, and so is GPT-2 350M at 32 sequences.
+        let gpt2 = Config { batch_size: 32, ..eager.clone() };
+        let manual = Config { batch_size: 2, attention: crate::Attention::Manual, bias: true, ..eager.clone() };
+        let char_eval = Config {
+            n_layer: 6,
+            n_head: 6,
+            n_embd: 384,
+            block_size: 256,
+            vocab_size: 65,
+            batch_size: 64,
+            eval_batch_size: Some(256),
+            ..eager.clone()
+        };
+        for c in [&gpt2, &manual, &char_eval] {
+            assert!(estimated("h100-80gb", c.clone()).is_empty(), "{c:?}");
         }
+        for c in [
+            Config { batch_size: 33, ..gpt2.clone() },
+            Config { eval_batch_size: Some(33), ..gpt2.clone() },
+            Config { n_layer: 25, batch_size: 1, ..gpt2.clone() },
+            Config { n_embd: 1032, batch_size: 1, ..gpt2.clone() },
+            Config { block_size: 2048, batch_size: 1, ..gpt2.clone() },
+            Config { vocab_size: 50305, batch_size: 1, ..gpt2.clone() },
+            Config { n_layer: 24, n_head: 16, n_embd: 1024, ..gpt2.clone() },
+            Config { batch_size: 3, ..manual.clone() },
+            Config { n_head: 768, batch_size: 1, ..manual.clone() },
+        ] {
+            assert_eq!(estimated("h100-80gb", c.clone()), ["nvidia_smi_bytes", "peak_reserved_bytes"], "{c:?}");
+        }
+        // Manual attention runs on a T4 (no kernel to estimate), but GPT-2 124M's attention
+        // matrices at 12 sequences are past those measured.
         assert_eq!(
-            estimated("t4", Config { attention: crate::Attention::Manual, ..eager }),
+            estimated("t4", Config { attention: crate::Attention::Manual, ..eager.clone() }),
+            ["nvidia_smi_bytes", "peak_reserved_bytes", "usable_bytes", "workspace"]
+        );
+        assert_eq!(
+            estimated("t4", Config { attention: crate::Attention::Manual, batch_size: 2, ..eager }),
             ["nvidia_smi_bytes", "usable_bytes", "workspace"]
         );
     }
@@ -2044,13 +2090,10 @@ mod tests {
         assert!(groups.contains(&(false, false)), "a fix that keeps fitting comes first: {groups:?}");
     }
 
-    /// The run stops at the first window past the card in the order it meets them, which is
-    /// not the largest one: GPT-2 124M at batch 64 (compiled, as nanoGPT's defaults) passes a
-    /// 12 GB card already in the eval at iteration 0, before a training step needs three times
-    /// as much. A run that fits names none.
     /// The largest batch's estimate mark follows its own config: shakespeare-char's model at
     /// 64 sequences of 256 is within the shapes measured on an H100, its largest batch there
-    /// (hundreds of sequences) is not.
+    /// (hundreds of sequences) is not; with most of the card taken, its largest batch is within
+    /// them too.
     #[test]
     fn the_largest_batch_is_an_estimate_by_its_own_shape() {
         let gpu = Gpu::find("h100-80gb").unwrap();
@@ -2064,15 +2107,18 @@ mod tests {
             compile: false,
             ..Config::default()
         };
-        let p = plan(&PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false }).unwrap();
-        let largest = p.largest_micro_batch.expect("fits");
-        assert!(!need_is_estimate(&p.cards[0].notes) && largest as u64 * 256 > MEASURED_MAX_TOKENS, "the case: {largest}");
-        assert!(p.largest_micro_batch_is_estimate);
-        let small = plan(&PlanRequest { config: cfg, gpus: vec![Gpu::find("rtx-3060").unwrap()], other_usage_bytes: 0, with_fixes: false });
-        let small = small.unwrap();
-        // On a 12 GB card the largest stays within the measured shapes: only the card's own
-        // terms (context, workspace) make it an estimate, as they do the config's need.
-        assert_eq!(small.largest_micro_batch_is_estimate, need_is_estimate(&small.cards[0].notes));
+        let at = |other_usage_bytes: u64| {
+            let p = plan(&PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes, with_fixes: false }).unwrap();
+            let largest = p.largest_micro_batch.expect("fits");
+            assert!(!need_is_estimate(&p.cards[0].notes), "the case");
+            let past = past_measured_shapes(&Config { batch_size: largest, ..cfg.clone() }).is_some();
+            (largest, past, p.largest_micro_batch_is_estimate)
+        };
+        let (largest, past, marked) = at(0);
+        assert!(past && marked, "batch {largest}");
+        // 77,000 MiB taken leaves about 2 GiB: a few dozen sequences.
+        let (largest, past, marked) = at(77_000 << 20);
+        assert!(!past && !marked && largest > cfg.batch_size, "batch {largest}");
     }
 
     /// The window a plan names for its need is where the run first needs that much: its
@@ -2103,6 +2149,10 @@ mod tests {
         assert!(named.iter().any(|w| w != "train"), "{named:?}");
     }
 
+    /// The run stops at the first window past the card in the order it meets them, which is
+    /// not the largest one: GPT-2 124M at batch 64 (compiled, as nanoGPT's defaults) passes a
+    /// 12 GB card already in the eval at iteration 0, before a training step needs three times
+    /// as much. A run that fits names none.
     #[test]
     fn the_first_window_past_the_card_is_where_the_run_meets_it() {
         let gpu = Gpu::find("rtx-4070").unwrap();

@@ -104,9 +104,11 @@ fn refuse_what_train_py_stops_on(inputs: &inputs::Inputs) -> Result<(), String> 
         return Err(format!("{line}: it decides the model, so plan cannot tell which one train.py builds"));
     }
     // A notice in core's words where train.py would stop (a name it does not know, a block past
-    // a checkpoint's positions): the same as the flags' error.
-    match inputs.notices.iter().find(|n| n.contains("would stop")) {
-        Some(n) => Err(n.split("; vramfit plans").next().unwrap_or(n).split(": planned with").next().unwrap_or(n).to_string()),
+    // a checkpoint's positions): the same as the flags' error. (No notice quoting the user's
+    // text can hold these words: quotes are shorter.)
+    use vramfit_core::nanogpt::{PAST_POSITIONS, TRAIN_PY_WOULD_STOP};
+    match inputs.notices.iter().find(|n| n.contains(TRAIN_PY_WOULD_STOP) || n.contains(PAST_POSITIONS)) {
+        Some(n) => Err(n.replace(TRAIN_PY_WOULD_STOP, "train.py would stop").split(": planned with").next().unwrap_or(n).to_string()),
         None => Ok(()),
     }
 }

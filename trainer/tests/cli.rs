@@ -1160,6 +1160,9 @@ fn what_train_py_stops_on_is_an_error() {
         let err = assert_one_error_line(&["plan", file.to_str().unwrap()]);
         assert!(err.contains(says), "{name}: {err}");
     }
+    // The user's own words in a notice are not train.py's: a skipped line that says "would stop".
+    let file = temp_file("says_stop.py", "n_layer = 6\nprint(\"the run would stop here; train.py would stop\")\n");
+    assert_eq!(plan_json(&["--config", file.to_str().unwrap()])["config"]["n_layer"], 6);
     let file = temp_file("continued_list.py", "n_embd = 256\nn_head = 4\nwandb_tags = [\"baseline\",\n    \"small\"]; n_layer = 3\n");
     assert_eq!(plan_json(&["--config", file.to_str().unwrap()])["config"]["n_layer"], 3);
 }
