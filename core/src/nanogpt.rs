@@ -516,15 +516,36 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     let mut in_triple: Option<(char, usize)> = None;
     // A statement continued over several lines (brackets still open, or a trailing `\`), its
     // first line, and how many brackets are open after what it has so far.
-    let mut continued: Option<(usize, String, i32)> = None;
+    let mut continued: Option<(usize, String, usize)> = None;
+    // The brackets open in it, innermost last (Python refuses `(]`).
+    let mut open_brackets: Vec<char> = Vec::new();
     // The quote of a string the statement continued ends in, continued by a backslash.
     let mut string_continues: Option<char> = None;
     let mut joined_line;
 
-    // Editors on Windows may start the file with a byte-order mark.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // Editors on Windows may start the file with a byte-order mark, which train.py's
+    // `exec(open(f).read())` refuses (Python reads it as a character, not as the encoding's mark).
+    if text.starts_with('\u{feff}') {
+        return Err(ConfigFileError::Syntax {
+            line: 1,
+            reason: "the file starts with a byte-order mark (U+FEFF), which train.py's exec refuses: save it as UTF-8 without one".into(),
+        });
+    }
+    // Python's `open` reads `\r\n` and a lone `\r` as line ends too.
+    let normalised;
+    let text = if text.contains('\r') {
+        normalised = text.replace("\r\n", "\n").replace('\r', "\n");
+        normalised.as_str()
+    } else {
+        text
+    };
+    // Python's indentation: after a header ending in `:` the next statement must be indented,
+    // and an indented one needs such a header (or a block it continues) before it.
+    let (mut block_expected, mut in_block) = (None::<usize>, false);
     for (index, raw_line) in text.lines().enumerate() {
         let line = index + 1;
+        // A form feed at the start of a line is no indentation (Python resets the column).
+        let raw_line = raw_line.trim_start_matches('\u{c}');
         // Lines inside a triple-quoted string are text, not code: Python runs none of them
         // (a block of settings "commented out" in quotes must not be applied).
         // Top-level text inside a triple-quoted string (a docstring, `notes = """...`): no code.
@@ -573,7 +594,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         // Python joins the lines of a statement whose brackets are open, or that ends in a
         // backslash, into one: read them as one, at the line where it starts (a setting after a
         // list continued over lines, `tags = ["a",\n "b"]; n_layer = 3`, is one Python runs).
-        let (depth_change, open_quote) = scan_brackets(code);
+        let (open_quote, bad_closer) = scan_brackets(code, &mut open_brackets);
         // A backslash continues a line only as its very last character (Python refuses one
         // followed by a space or a comment); in a string it continues the string.
         let backslash = open_after.is_none() && code.len() == view.len() && view.ends_with('\\');
@@ -593,26 +614,32 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             });
         }
         let (start, mut so_far, depth) = match continued.take() {
-            Some((start, mut so_far, depth)) => {
+            Some((start, mut so_far, _)) => {
                 // A string continued by a backslash goes on without a break (less the quote it
                 // was read from); code gets a space.
                 match string_continues {
                     Some(q) => so_far.push_str(&code[q.len_utf8()..]),
+                    // A first line of only a backslash: the statement starts here, at the
+                    // first line's indentation.
+                    None if so_far.trim().is_empty() => so_far.push_str(code.trim_start()),
                     None => {
                         so_far.push(' ');
                         so_far.push_str(code.trim_start());
                     }
                 }
-                (start, so_far, depth + depth_change)
+                (start, so_far, open_brackets.len())
             }
             None if code.trim().is_empty() => continue,
-            None => (line, code.to_string(), depth_change),
+            None => (line, code.to_string(), open_brackets.len()),
         };
         string_continues = open_quote.filter(|_| backslash);
-        if depth < 0 {
+        if let Some(closer) = bad_closer {
             return Err(ConfigFileError::Syntax {
                 line,
-                reason: format!("`{}` closes a bracket that is not open (Python would refuse the file)", excerpt(code.trim())),
+                reason: format!(
+                    "`{}`: its `{closer}` closes a bracket that is not open, or one of another kind (Python would refuse the file)",
+                    excerpt(code.trim())
+                ),
             });
         }
         if depth > 0 || backslash {
@@ -634,8 +661,36 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         if code.trim().is_empty() {
             continue;
         }
+        let indented = code.starts_with(char::is_whitespace);
+        match (indented, block_expected) {
+            (false, Some(header)) => {
+                return Err(ConfigFileError::Syntax {
+                    line,
+                    reason: format!("expected an indented block after line {header} (Python would refuse the file)"),
+                })
+            }
+            (true, None) if !in_block => {
+                return Err(ConfigFileError::Syntax {
+                    line,
+                    reason: format!("`{}`: unexpected indent (Python would refuse the file)", excerpt(code.trim())),
+                })
+            }
+            _ => {}
+        }
+        in_block = indented;
+        block_expected = code.trim_end().ends_with(':').then_some(line);
         // `a = 1; b = 2` at the top level: each statement in turn, as Python runs them.
         for code in top_level_statements(code) {
+            // A setting bound some other way than `name = value` (`:=`, a loop's or `as`'s
+            // target, unpacking with `*`, a function's `global`): skipping it would plan with a
+            // value train.py does not have.
+            if let Some((name, how)) = binds_modelled_unread(code) {
+                return Err(ConfigFileError::BadValue {
+                    line,
+                    key: name.to_string(),
+                    reason: format!("{how}, which vramfit does not read: write it as `{name} = value` at the top level"),
+                });
+            }
             let skip = |why: &str| format!("line {line}: skipped `{}` ({why})", excerpt(code.trim()));
             if !code.starts_with(char::is_whitespace) {
                 // A top-level line that opens a block whose lines may or may not run.
@@ -748,6 +803,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 0 => "the last line ends in a backslash: the statement never ends (Python would refuse the file)".into(),
                 _ => "a bracket opens here and is never closed (Python would refuse the file)".into(),
             },
+        });
+    }
+    if let Some(header) = block_expected {
+        return Err(ConfigFileError::Syntax {
+            line: header,
+            reason: "the file ends where an indented block should follow this line (Python would refuse the file)".into(),
         });
     }
     if let Some(&(name, line)) = conditional.first() {
@@ -894,10 +955,11 @@ fn elide_triple_quoted(line: &str, open: Option<char>) -> (String, Option<char>)
     (out, triple)
 }
 
-/// How many brackets `code` opens less how many it closes (outside strings), and the quote of a
-/// string still open at its end, if any.
-fn scan_brackets(code: &str) -> (i32, Option<char>) {
-    let (mut depth, mut quote, mut escaped) = (0i32, None::<char>, false);
+/// Follows the brackets `code` opens and closes (outside strings) on `open`, the stack of those
+/// open before it: the quote of a string still open at its end, if any, and the first closing
+/// bracket that matches no open one (none open, or one of another kind).
+fn scan_brackets(code: &str, open: &mut Vec<char>) -> (Option<char>, Option<char>) {
+    let (mut quote, mut escaped) = (None::<char>, false);
     for c in code.chars() {
         match quote {
             Some(_) if escaped => escaped = false,
@@ -906,13 +968,22 @@ fn scan_brackets(code: &str) -> (i32, Option<char>) {
             Some(_) => {}
             None => match c {
                 '\'' | '"' => quote = Some(c),
-                '(' | '[' | '{' => depth += 1,
-                ')' | ']' | '}' => depth -= 1,
+                '(' | '[' | '{' => open.push(c),
+                ')' | ']' | '}' => {
+                    let opener = match c {
+                        ')' => '(',
+                        ']' => '[',
+                        _ => '{',
+                    };
+                    if open.pop() != Some(opener) {
+                        return (quote, Some(c));
+                    }
+                }
                 _ => {}
             },
         }
     }
-    (depth, quote)
+    (quote, None)
 }
 
 /// The line without its `# comment` (a `#` inside a string literal is kept).
@@ -996,8 +1067,8 @@ fn statement_after_closing_quote(line: &str, quote: char) -> Option<&str> {
 /// Whether `s` is a Python name.
 fn is_name(s: &str) -> bool {
     // Keywords that can start a line with a `:` before an `=` (`else: n_layer = 24`).
-    const KEYWORDS: [&str; 13] =
-        ["if", "elif", "else", "for", "while", "with", "try", "except", "finally", "def", "class", "lambda", "match"];
+    // (`match` is a soft keyword: `match = 3` assigns a name, and its block needs a line of its own.)
+    const KEYWORDS: [&str; 12] = ["if", "elif", "else", "for", "while", "with", "try", "except", "finally", "def", "class", "lambda"];
     s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !KEYWORDS.contains(&s)
@@ -1113,7 +1184,82 @@ fn first_word(code: &str) -> &str {
 
 /// Whether `code` starts a block whose lines may or may not run, or run many times.
 fn opens_conditional_block(code: &str) -> bool {
-    matches!(first_word(code), "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally")
+    match first_word(code) {
+        "if" | "elif" | "else" | "for" | "while" | "with" | "try" | "except" | "finally" => true,
+        // Soft keywords: `match = 3` is an assignment.
+        "match" | "case" => code.trim_end().ends_with(':'),
+        _ => false,
+    }
+}
+
+/// A setting that changes the answer (or `init_from`, `dataset`), bound by `code` other than
+/// as `name = value`, and how: `name := ...`, a `for` loop's or an `as` target, unpacking with
+/// `*` or nested brackets, `global name` (a function may set it), `def`/`class name`.
+fn binds_modelled_unread(code: &str) -> Option<(&'static str, &'static str)> {
+    let watched = |w: &str| MODELLED.iter().chain(["init_from", "dataset"].iter()).find(|&&m| m == w).copied();
+    // Whole words outside strings, with their byte offsets and bracket depths.
+    let mut words: Vec<(usize, &str, i32)> = Vec::new();
+    let mut word_start: Option<(usize, i32)> = None;
+    find_in_code(code, |i, c, depth| {
+        let part = c.is_ascii_alphanumeric() || c == '_';
+        match (part, word_start) {
+            (true, None) => word_start = Some((i, depth)),
+            (false, Some((st, d))) => {
+                words.push((st, &code[st..i], d));
+                word_start = None;
+            }
+            _ => {}
+        }
+        false
+    });
+    if let Some((st, d)) = word_start {
+        words.push((st, &code[st..], d));
+    }
+    // A string ending a word's run (`x = 'a' n_layer`) is not reached: fine, it is no binding.
+    let first = words.first().map(|(_, w, _)| *w).unwrap_or("");
+    let header = opens_conditional_block(code) || matches!(first, "def" | "class" | "lambda");
+    for (k, &(at, w, depth)) in words.iter().enumerate() {
+        let Some(name) = watched(w) else { continue };
+        // `cfg.n_layer = 4` sets an attribute, not the name.
+        if code[..at].trim_end().ends_with('.') {
+            continue;
+        }
+        let after = code[at + w.len()..].trim_start();
+        let before = words[..k].iter().map(|(_, w, _)| *w);
+        if after.starts_with(":=") {
+            return Some((name, "assigned with `:=` inside an expression"));
+        }
+        if k > 0 && words[k - 1].1 == "as" {
+            return Some((name, "bound by `as`"));
+        }
+        if first == "for" && !before.clone().any(|b| b == "in") {
+            return Some((name, "the target of a for loop"));
+        }
+        if matches!(first, "global" | "nonlocal") {
+            return Some((name, "declared global, so a function may set it"));
+        }
+        if matches!(first, "def" | "class") && k == 1 {
+            return Some((name, "defined as a function or class"));
+        }
+        // A target of the statement's `=` the reader does not take (`n_layer, *rest = ...`,
+        // nested unpacking): the plain forms, `a, b = 1, 2` and `(a, b) = ...`, it reads.
+        let eq = find_in_code(code, |i, c, depth| {
+            depth == 0
+                && c == '='
+                && !code[i + 1..].starts_with('=')
+                && !code[..i].ends_with(['=', '!', '<', '>', ':', '+', '-', '*', '/', '%', '&', '|', '^', '@'])
+        });
+        let Some(eq) = eq.filter(|&e| at < e && !header) else { continue };
+        let lhs = code[..eq].trim();
+        // An unpacking: a top-level `,` or `*`, or brackets around the targets; the name one of
+        // its targets (not an index, `d[n_layer] = 1`).
+        let unpacking = lhs.starts_with(['(', '[']) || find_in_code(lhs, |_, c, d| d == 0 && (c == ',' || c == '*')).is_some();
+        let target = depth == 0 || lhs.starts_with(['(', '[']);
+        if unpacking && target && !assignments(code).is_some_and(|targets| targets.iter().any(|(n, _)| *n == name)) {
+            return Some((name, "a target of an unpacking with `*` or nested brackets"));
+        }
+    }
+    None
 }
 
 /// An error for a statement that may set names no assignment shows (see [`sets_names_unseen`]).
@@ -1174,7 +1320,9 @@ fn augmented_assignment(code: &str) -> Option<String> {
         return None;
     }
     let rest = rest.trim_start();
-    ["**=", "//=", "+=", "-=", "*=", "/=", "%="]
+    // Bitwise ones too: the value then reads as `n_layer >> (1)`, which the evaluator refuses
+    // (skipped, they once left the setting as it was).
+    ["**=", "//=", "<<=", ">>=", "+=", "-=", "*=", "/=", "%=", "|=", "&=", "^=", "@="]
         .into_iter()
         .find_map(|op| rest.strip_prefix(op).map(|expr| format!("{name} = {name} {} ({})", &op[..op.len() - 1], expr.trim())))
 }
@@ -2231,6 +2379,60 @@ weight_decay = 1e-1
     /// String escapes decode as Python decodes them (`\x41`, `\101`, `\0` were once kept as
     /// written, and `'out\x'` accepted); the ones Python refuses, and the ones vramfit cannot
     /// hold or decode, are errors naming the line, never a value kept as written.
+    /// Cases a differential run against Python found where vramfit kept another value than
+    /// Python's, silently, or planned a file Python refuses. Each now reads as Python does or
+    /// is an error naming its line.
+    #[test]
+    fn files_read_as_python_binds_them() {
+        // Line ends as Python's `open` reads them, a form feed, a first line of a lone backslash.
+        for text in ["#\rn_layer = 3\n", "n_layer = 1\r\nn_layer = 3\r", "x = 1\n\u{c}n_layer = 3\n", "n_layer = 2\n\\\nn_layer = 3\n"] {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.config.n_layer, 3, "{text:?}: {:#?}", f.notices);
+        }
+        // Bound other than by `name = value`: an error for a setting that changes the answer.
+        for (text, why) in [
+            ("n_layer = 6\nn_layer >>= 1\n", "n_layer: cannot read"),
+            ("n_layer = 6\nn_layer |= 1\n", "n_layer: cannot read"),
+            ("n_layer = 2\nx = (n_layer := 4)\n", "n_layer: assigned with `:=`"),
+            ("n_layer = 2\nfor n_layer in [4]: pass\n", "n_layer: the target of a for loop"),
+            ("n_layer = 2\nwith open('f') as n_layer: pass\n", "n_layer: bound by `as`"),
+            ("n_layer = 2\nn_layer, *rest = 4, 1\n", "n_layer: a target of an unpacking"),
+            ("n_layer = 2\nn_head, (n_layer, x) = 3, (1, 2)\n", "n_head: a target of an unpacking"),
+            ("def f():\n    global n_layer\n    n_layer = 3\nf()\n", "n_layer: declared global"),
+            ("n_layer = 2\nmatch 1:\n    case 1:\n        n_layer = 4\n", "n_layer: set inside a block"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(why), "{text:?}: {err}");
+        }
+        // Still read, or rightly left alone: an attribute, an index, a name in a value, a soft
+        // keyword as a name, an unpacking the reader takes.
+        for (text, n_layer) in [
+            ("cfg.n_layer = 4\n", 12),
+            ("d = {}\nd[n_layer] = 4\n", 12),
+            ("x = n_layer * 2\n", 12),
+            ("match = 3\nn_layer = match\n", 3),
+            ("[n_layer, n_head] = [4, 4]\n", 4),
+        ] {
+            assert_eq!(parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}")).config.n_layer, n_layer, "{text:?}");
+        }
+        // What Python refuses: indentation out of place, a byte-order mark (train.py's exec
+        // reads it as a character).
+        for (text, want) in [
+            ("n_layer = 2\n n_layer = 4\n", "line 2: `n_layer = 4`: unexpected indent"),
+            ("if True:\nn_layer = 3\n", "line 2: expected an indented block after line 1"),
+            ("n_layer = 2\nif True:\n", "line 2: the file ends where an indented block should follow"),
+            ("\u{feff}n_layer = 3\n", "line 1: the file starts with a byte-order mark"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{text:?}: {err}");
+        }
+        // Indented blocks that Python runs stay as they were: a function, a docstring in one, a
+        // block after a blank line and a comment.
+        let f =
+            parse("def f():\n    \"\"\"doc\n    \"\"\"\n    return 1\n\nif x:\n\n    # note\n    max_iters = 5\nn_layer = 3\n").unwrap();
+        assert_eq!(f.config.n_layer, 3);
+    }
+
     /// A statement continued over lines (open brackets, a trailing backslash) is read as the
     /// one Python runs: a setting after a list that spans lines was once dropped silently. What
     /// Python refuses (a bracket or string never closed, one closed that was not open) is an
@@ -2254,7 +2456,14 @@ weight_decay = 1e-1
             ("n_layer = 4\nx = (\n", "line 2: a bracket opens here and is never closed (Python would refuse the file)"),
             ("y = \"abc\nn_layer = 4\n", "line 1: `y = \"abc`: a string is never closed on its line (Python would refuse the file)"),
             ("print(\"hi\"\n", "line 1: a bracket opens here and is never closed (Python would refuse the file)"),
-            ("n_layer = 4)\n", "line 1: `n_layer = 4)` closes a bracket that is not open (Python would refuse the file)"),
+            (
+                "n_layer = 4)\n",
+                "line 1: `n_layer = 4)`: its `)` closes a bracket that is not open, or one of another kind (Python would refuse the file)",
+            ),
+            (
+                "x = (]\nn_layer = 4\n",
+                "line 1: `x = (]`: its `]` closes a bracket that is not open, or one of another kind (Python would refuse the file)",
+            ),
             ("n_layer = 4 + \\\n", "line 1: the last line ends in a backslash: the statement never ends (Python would refuse the file)"),
         ] {
             assert_eq!(parse(text).unwrap_err().to_string(), want, "{text:?}");
