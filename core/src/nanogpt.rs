@@ -908,7 +908,11 @@ fn find_in_code(s: &str, mut visit: impl FnMut(usize, char, i32) -> bool) -> Opt
 /// (`x = """a (b` reads `x = """..."""`), given the quote of one open before the line: its
 /// text up to the closing quote is dropped. Also the quote of a triple-quoted string still open
 /// after the line.
-fn elide_triple_quoted(line: &str, open: Option<char>) -> (String, Option<char>) {
+fn elide_triple_quoted(line: &str, open: Option<char>) -> (std::borrow::Cow<'_, str>, Option<char>) {
+    // Most lines hold no triple quote: as they are.
+    if open.is_none() && !line.contains("\"\"\"") && !line.contains("'''") {
+        return (std::borrow::Cow::Borrowed(line), None);
+    }
     let chars: Vec<char> = line.chars().collect();
     let triple_at = |i: usize, q: char| chars.get(i) == Some(&q) && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q);
     let mut out = String::with_capacity(line.len());
@@ -952,7 +956,7 @@ fn elide_triple_quoted(line: &str, open: Option<char>) -> (String, Option<char>)
         }
         i += 1;
     }
-    (out, triple)
+    (std::borrow::Cow::Owned(out), triple)
 }
 
 /// Follows the brackets `code` opens and closes (outside strings) on `open`, the stack of those
@@ -1196,6 +1200,12 @@ fn opens_conditional_block(code: &str) -> bool {
 /// as `name = value`, and how: `name := ...`, a `for` loop's or an `as` target, unpacking with
 /// `*` or nested brackets, `global name` (a function may set it), `def`/`class name`.
 fn binds_modelled_unread(code: &str) -> Option<(&'static str, &'static str)> {
+    // The common statement, `name = value` with a plain name, binds nothing else: read fast.
+    let plain_target = code.find('=').is_some_and(|eq| !code[..eq].contains([',', '*', '(', '[', ':']));
+    let keyword = matches!(first_word(code.trim_start()), "for" | "global" | "nonlocal" | "def" | "class" | "with" | "except" | "import");
+    if plain_target && !keyword && !code.contains(":=") && !code.contains(" as ") {
+        return None;
+    }
     let watched = |w: &str| MODELLED.iter().chain(["init_from", "dataset"].iter()).find(|&&m| m == w).copied();
     // Whole words outside strings, with their byte offsets and bracket depths.
     let mut words: Vec<(usize, &str, i32)> = Vec::new();

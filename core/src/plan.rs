@@ -1592,16 +1592,7 @@ mod tests {
         // block or a larger vocabulary is past them, and so is GPT-2 350M at 32 sequences.
         let gpt2 = Config { batch_size: 32, ..eager.clone() };
         let manual = Config { batch_size: 2, attention: crate::Attention::Manual, bias: true, ..eager.clone() };
-        let char_eval = Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 256,
-            vocab_size: 65,
-            batch_size: 64,
-            eval_batch_size: Some(256),
-            ..eager.clone()
-        };
+        let char_eval = Config { dropout: 0.0, eval_batch_size: Some(256), compile: false, ..Config::shakespeare_char() };
         for c in [&gpt2, &manual, &char_eval] {
             assert!(estimated("h100-80gb", c.clone()).is_empty(), "{c:?}");
         }
@@ -2097,16 +2088,7 @@ mod tests {
     #[test]
     fn the_largest_batch_is_an_estimate_by_its_own_shape() {
         let gpu = Gpu::find("h100-80gb").unwrap();
-        let cfg = Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 384,
-            block_size: 256,
-            vocab_size: 65,
-            batch_size: 64,
-            compile: false,
-            ..Config::default()
-        };
+        let cfg = Config { compile: false, ..Config::shakespeare_char() };
         let at = |other_usage_bytes: u64| {
             let p = plan(&PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes, with_fixes: false }).unwrap();
             let largest = p.largest_micro_batch.expect("fits");
@@ -2134,7 +2116,7 @@ mod tests {
             eager.clone(),
             Config { batch_size: 4, gradient_accumulation_steps: 8, eval_batch_size: Some(32), ..eager.clone() },
             Config { batch_size: 4, eval_batch_size: Some(64), ..eager.clone() },
-            Config { n_layer: 6, n_head: 6, n_embd: 384, block_size: 256, vocab_size: 65, batch_size: 64, dropout: 0.2, ..eager },
+            Config { compile: false, ..Config::shakespeare_char() },
             Config::default(),
         ] {
             let p = plan(&PlanRequest { config: cfg, gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false }).unwrap();
