@@ -1437,10 +1437,23 @@ fn assignments(code: &str) -> Option<Vec<Target<'_>>> {
 #[derive(Clone, Debug, PartialEq)]
 enum Token {
     Value(Value),
+    /// A string literal, kept apart from other values until the next token so that adjacent
+    /// ones join.
+    Literal(String),
     Name(String),
     Op(&'static str),
     Open,
     Close,
+}
+
+/// A string literal's token: adjacent literals are one string (`'float' '16'`), as in Python.
+/// (A string value from a name or parentheses is not a literal: `x 'a'` stays an error, a
+/// value then a value.)
+fn push_string(tokens: &mut Vec<Token>, s: String) {
+    match tokens.last_mut() {
+        Some(Token::Literal(prev)) => prev.push_str(&s),
+        _ => tokens.push(Token::Literal(s)),
+    }
 }
 
 fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
@@ -1471,7 +1484,16 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
             }
             let word: String = chars[start..i].iter().collect();
             if matches!(chars.get(i), Some('\'' | '"')) {
-                return Err(format!("string prefix {}'...' is not supported", excerpt(&word)));
+                // `u'...'` is a plain string; `r'...'` keeps its backslashes. Bytes and
+                // f-strings are not read (their values are not what a setting takes).
+                let (s, next) = match word.as_str() {
+                    "u" | "U" => string_literal(&chars, i)?,
+                    "r" | "R" => raw_string_literal(&chars, i)?,
+                    _ => return Err(format!("string prefix {}'...' is not supported", excerpt(&word))),
+                };
+                push_string(&mut tokens, s);
+                i = next;
+                continue;
             }
             tokens.push(match word.as_str() {
                 "True" => Token::Value(Value::Bool(true)),
@@ -1481,7 +1503,7 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
             });
         } else if c == '\'' || c == '"' {
             let (s, next) = string_literal(&chars, i)?;
-            tokens.push(Token::Value(Value::Str(s)));
+            push_string(&mut tokens, s);
             i = next;
         } else {
             let two: String = chars[i..chars.len().min(i + 2)].iter().collect();
@@ -1554,6 +1576,32 @@ fn number(literal: &str) -> Result<Value, String> {
         Ok(_) => Err(format!("{shown} is too large")),
         Err(_) => Err(format!("invalid number {shown}")),
     }
+}
+
+/// A raw `r'...'` literal whose quote is at `chars[start]`: its text as written (a backslash
+/// keeps the quote after it from closing the string, and stays); returns it and the index
+/// after it.
+fn raw_string_literal(chars: &[char], start: usize) -> Result<(String, usize), String> {
+    let quote = chars[start];
+    if chars.get(start + 1) == Some(&quote) && chars.get(start + 2) == Some(&quote) {
+        return Err("triple-quoted strings are not supported".into());
+    }
+    let mut out = String::new();
+    let mut i = start + 1;
+    while let Some(&c) = chars.get(i) {
+        if c == quote {
+            return Ok((out, i + 1));
+        }
+        out.push(c);
+        if c == '\\' {
+            if let Some(&next) = chars.get(i + 1) {
+                out.push(next);
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    Err("unterminated string".into())
 }
 
 /// A '...' or "..." literal starting at `chars[start]`; returns it and the index after it.
@@ -1672,6 +1720,7 @@ fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value,
 fn describe(t: &Token) -> String {
     match t {
         Token::Value(v) => quoted(v),
+        Token::Literal(s) => quoted(&Value::Str(s.clone())),
         Token::Name(n) => excerpt(n),
         Token::Op(op) => format!("`{op}`"),
         Token::Open => "`(`".into(),
@@ -1750,6 +1799,7 @@ impl Parser<'_> {
         self.pos += 1;
         match token {
             Token::Value(v) => Ok(v.clone()),
+            Token::Literal(s) => Ok(Value::Str(s.clone())),
             Token::Name(n) => {
                 if self.tokens.get(self.pos) == Some(&Token::Open) {
                     return Err(format!("function calls are not supported ({}(...))", excerpt(n)));
@@ -2567,9 +2617,23 @@ weight_decay = 1e-1
         assert_eq!((f.get("out_dir"), &f.unreadable[..]), (None, &["out_dir".to_string()][..]));
         let why = f.unreadable_reason("out_dir").unwrap();
         assert!(why.starts_with("line 2: cannot read") && why.contains("lone surrogate"), "{why}");
-        // Prefixed strings (raw, bytes, f-strings) are not read, so never misread: a raw
-        // string's backslashes are not decoded as escapes.
-        for prefix in ["r", "R", "b", "rb", "f", "u"] {
+        // `u'...'` is a plain string, `r'...'` keeps its backslashes (once both were refused),
+        // and adjacent literals join, as in Python.
+        for (text, want) in [
+            ("out_dir = r'C:\\x41'\n", "C:\\x41"),
+            ("out_dir = R'a\\'b'\n", "a\\'b"),
+            ("out_dir = u'caf\\u00e9'\n", "caf\u{e9}"),
+            ("out_dir = 'out' \"-\" r'\\d'\n", "out-\\d"),
+            ("out_dir = ('a'\n    'b')\n", "ab"),
+        ] {
+            assert_eq!(parse(text).unwrap().get("out_dir"), Some(&Value::Str(want.into())), "{text:?}");
+        }
+        assert_eq!(parse("dtype = 'float' '16'\n").unwrap().config.dtype, Dtype::Float16);
+        assert_eq!(parse("dtype = r'bfloat16'\n").unwrap().config.dtype, Dtype::Bfloat16);
+        // A value then a string is no concatenation: Python refuses `x 'a'`.
+        assert!(parse("x = 'a'\ndtype = x '16'\n").is_err());
+        // Bytes and f-strings are not read, so never misread.
+        for prefix in ["b", "rb", "f", "F", "fr"] {
             let f = parse(&format!("out_dir = {prefix}'C:\\x41'\n")).unwrap();
             assert_eq!((f.get("out_dir"), &f.unreadable[..]), (None, &["out_dir".to_string()][..]), "{prefix}");
             assert!(f.notices.iter().any(|n| n.contains("string prefix")), "{prefix}: {:#?}", f.notices);
