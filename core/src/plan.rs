@@ -1465,13 +1465,13 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
         out.push(Note {
             figure: "peak_reserved_bytes".into(),
             source: Source::Estimate,
-            detail: "the allocator model laid out over the allocated blocks, which are an estimate here (above)".into(),
+            detail: "the allocator model laid out over the allocated blocks, which are an estimate here (see their note)".into(),
         });
     }
     if estimated(&out, "peak_reserved_bytes") && !estimated(&out, "nvidia_smi_bytes") {
         if let Some(n) = out.iter_mut().find(|n| n.figure == "nvidia_smi_bytes") {
             n.source = Source::Estimate;
-            n.detail = format!("{}; the reserve under it is an estimate here (above)", n.detail);
+            n.detail = format!("{}; the reserve under it is an estimate here (see its note)", n.detail);
         }
     }
     for figure in ["peak_allocated_bytes", "peak_reserved_bytes"] {
