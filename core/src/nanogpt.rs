@@ -1510,6 +1510,13 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
             let (token, len) = match (two.as_str(), c) {
                 ("**", _) => (Token::Op("**"), 2),
                 ("//", _) => (Token::Op("//"), 2),
+                ("==", _) => (Token::Op("=="), 2),
+                ("!=", _) => (Token::Op("!="), 2),
+                ("<=", _) => (Token::Op("<="), 2),
+                (">=", _) => (Token::Op(">="), 2),
+                ("<<" | ">>", _) => return Err(format!("unsupported `{two}` (bitwise operators)")),
+                (_, '<') => (Token::Op("<"), 1),
+                (_, '>') => (Token::Op(">"), 1),
                 (_, '+') => (Token::Op("+"), 1),
                 (_, '-') => (Token::Op("-"), 1),
                 (_, '*') => (Token::Op("*"), 1),
@@ -1709,7 +1716,7 @@ fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value,
         return Err("no value".into());
     }
     let mut parser = Parser { tokens: &tokens, pos: 0, lookup, depth: 0 };
-    let value = parser.sum()?;
+    let value = parser.expression()?;
     match parser.tokens.get(parser.pos) {
         None => Ok(value),
         Some(Token::Open) => Err("function calls are not supported".into()),
@@ -1731,7 +1738,10 @@ fn describe(t: &Token) -> String {
 /// Deepest nesting of parentheses and unary signs: keeps recursion bounded on hostile input.
 const MAX_DEPTH: usize = 64;
 
-/// Recursive descent over Python's precedence: sum < product < unary sign < power < atom.
+/// Recursive descent over Python's precedence: conditional expression < `or` < `and` < `not` <
+/// comparison < sum < product < unary sign < power < atom. Every operand is evaluated, also
+/// those Python would skip (the branch not taken, the right of a deciding `or`): one that cannot
+/// be read makes the value unreadable, never a guess.
 struct Parser<'a> {
     tokens: &'a [Token],
     pos: usize,
@@ -1745,6 +1755,75 @@ impl Parser<'_> {
             Some(Token::Op(op)) => Some(op),
             _ => None,
         }
+    }
+
+    fn keyword(&self, word: &str) -> bool {
+        matches!(self.tokens.get(self.pos), Some(Token::Name(n)) if n == word)
+    }
+
+    /// `a if c else b`.
+    fn expression(&mut self) -> Result<Value, String> {
+        let value = self.or_test()?;
+        if !self.keyword("if") {
+            return Ok(value);
+        }
+        self.pos += 1;
+        let condition = self.nested(|p| p.or_test())?;
+        if !self.keyword("else") {
+            return Err("`if` without `else` in an expression".into());
+        }
+        self.pos += 1;
+        let other = self.nested(|p| p.expression())?;
+        Ok(if condition.is_truthy() { value } else { other })
+    }
+
+    /// `a or b`: the first truthy operand, or the last.
+    fn or_test(&mut self) -> Result<Value, String> {
+        let mut acc = self.and_test()?;
+        while self.keyword("or") {
+            self.pos += 1;
+            let rhs = self.nested(|p| p.and_test())?;
+            if !acc.is_truthy() {
+                acc = rhs;
+            }
+        }
+        Ok(acc)
+    }
+
+    /// `a and b`: the first falsy operand, or the last.
+    fn and_test(&mut self) -> Result<Value, String> {
+        let mut acc = self.not_test()?;
+        while self.keyword("and") {
+            self.pos += 1;
+            let rhs = self.nested(|p| p.not_test())?;
+            if acc.is_truthy() {
+                acc = rhs;
+            }
+        }
+        Ok(acc)
+    }
+
+    fn not_test(&mut self) -> Result<Value, String> {
+        if self.keyword("not") {
+            self.pos += 1;
+            let v = self.nested(|p| p.not_test())?;
+            return Ok(Value::Bool(!v.is_truthy()));
+        }
+        self.comparison()
+    }
+
+    /// `a < b <= c`: each pair compared, all must hold (chained, as in Python).
+    fn comparison(&mut self) -> Result<Value, String> {
+        let mut lhs = self.sum()?;
+        let mut result: Option<bool> = None;
+        while let Some(op @ ("==" | "!=" | "<" | "<=" | ">" | ">=")) = self.peek_op() {
+            self.pos += 1;
+            let rhs = self.sum()?;
+            let holds = compare(op, &lhs, &rhs)?;
+            result = Some(result.unwrap_or(true) && holds);
+            lhs = rhs;
+        }
+        Ok(result.map_or(lhs, Value::Bool))
     }
 
     fn sum(&mut self) -> Result<Value, String> {
@@ -1771,7 +1850,11 @@ impl Parser<'_> {
         match self.peek_op() {
             Some(op @ ("+" | "-")) => {
                 self.pos += 1;
-                let v = self.nested(|p| p.unary())?;
+                let v = match self.nested(|p| p.unary())? {
+                    // A bool is an integer here too (`-True` is -1).
+                    Value::Bool(b) => Value::Int(b as i64),
+                    v => v,
+                };
                 match (op, v) {
                     ("+", v @ (Value::Int(_) | Value::Float(_))) => Ok(v),
                     ("-", Value::Int(n)) => n.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".into()),
@@ -1807,7 +1890,7 @@ impl Parser<'_> {
                 (self.lookup)(n).ok_or_else(|| format!("unknown name {}", excerpt(n)))
             }
             Token::Open => {
-                let v = self.nested(|p| p.sum())?;
+                let v = self.nested(|p| p.expression())?;
                 match self.tokens.get(self.pos) {
                     Some(Token::Close) => {
                         self.pos += 1;
@@ -1832,6 +1915,37 @@ impl Parser<'_> {
     }
 }
 
+/// Python's comparison `a op b` of the values config files use: numbers (a bool counts as 0
+/// or 1) with numbers, strings with strings; `==` and `!=` between any two.
+fn compare(op: &str, a: &Value, b: &Value) -> Result<bool, String> {
+    use std::cmp::Ordering;
+    let number = |v: &Value| match v {
+        Value::Bool(b) => Some(*b as i64 as f64),
+        other => as_float(other),
+    };
+    let order = match (a, b) {
+        (Value::Str(x), Value::Str(y)) => Some(x.cmp(y)),
+        // Exact for integers (an f64 would round large ones).
+        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+        (Value::None, Value::None) => Some(Ordering::Equal).filter(|_| matches!(op, "==" | "!=")),
+        _ => match (number(a), number(b)) {
+            (Some(x), Some(y)) => x.partial_cmp(&y),
+            _ => None,
+        },
+    };
+    match (op, order) {
+        ("==", o) => Ok(o == Some(Ordering::Equal)),
+        ("!=", o) => Ok(o != Some(Ordering::Equal)),
+        (_, Some(o)) => Ok(match op {
+            "<" => o == Ordering::Less,
+            "<=" => o != Ordering::Greater,
+            ">" => o == Ordering::Greater,
+            _ => o != Ordering::Less,
+        }),
+        (_, None) => Err(format!("cannot compare {} and {} with {op}", a.type_name(), b.type_name())),
+    }
+}
+
 /// A number as a float, for mixed arithmetic.
 fn as_float(v: &Value) -> Option<f64> {
     match v {
@@ -1844,6 +1958,12 @@ fn as_float(v: &Value) -> Option<f64> {
 /// Python's binary operators on the values config files use.
 fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
     let overflow = || "integer overflow".to_string();
+    // A bool is an integer in arithmetic (`True + 1` is 2).
+    let as_int = |v: Value| match v {
+        Value::Bool(b) => Value::Int(b as i64),
+        v => v,
+    };
+    let (a, b) = (as_int(a), as_int(b));
     match (&a, &b) {
         (Value::Int(x), Value::Int(y)) => {
             let (x, y) = (*x, *y);
@@ -2638,6 +2758,41 @@ weight_decay = 1e-1
             assert_eq!((f.get("out_dir"), &f.unreadable[..]), (None, &["out_dir".to_string()][..]), "{prefix}");
             assert!(f.notices.iter().any(|n| n.contains("string prefix")), "{prefix}: {:#?}", f.notices);
             assert!(parse(&format!("dtype = {prefix}'float16'\n")).unwrap_err().to_string().starts_with("line 1: dtype: "), "{prefix}");
+        }
+    }
+
+    /// Conditional expressions, `not`, `and`, `or`, comparisons (chained) and bools as
+    /// integers read as Python reads them (they were refused: `n_layer = 3 if True else 0`).
+    #[test]
+    fn conditions_and_comparisons_read_as_python_does() {
+        for (text, want) in [
+            ("n_layer = 3 if True else 0\n", 3),
+            ("big = False\nn_layer = 24 if big else 6\n", 6),
+            ("n_layer = 4 if 1 < 2 <= 2 else 8\n", 4),
+            ("n_layer = 4 if 1 < 2 > 3 else 8\n", 8),
+            ("n_layer = 0 or 5\n", 5),
+            ("n_layer = 2 and 7\n", 7),
+            ("n_layer = 0 and 7 or 9\n", 9),
+            ("n_layer = True + 1\n", 2),
+            ("n_layer = -True + 3\n", 2),
+            ("n_layer = (5 if 'a' == 'a' else 1)\n", 5),
+            ("n_layer = 1 if None == 0 else 2\n", 2),
+            ("n_layer = 2 + (3 if not False else 100)\n", 5),
+        ] {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.config.n_layer, want, "{text:?}");
+        }
+        assert_eq!(parse("compile = not True\n").unwrap().config.compile, false);
+        assert_eq!(parse("bias = 3 > 2\n").unwrap().config.bias, true);
+        // What Python refuses or cannot know stays an error for a modelled setting.
+        for text in [
+            "n_layer = 3 if True\n",
+            "n_layer = 3 if big else 6\n",
+            "n_layer = 1 if 'a' < 2 else 2\n",
+            "n_layer = 1 << 3\n",
+            "n_layer = 1 if x is None else 2\n",
+        ] {
+            assert!(parse(text).unwrap_err().to_string().starts_with("line 1: n_layer: "), "{text:?}");
         }
     }
 
