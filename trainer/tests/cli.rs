@@ -1149,7 +1149,7 @@ fn what_train_py_stops_on_is_an_error() {
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     for (name, text, says) in [
-        ("stop_cond.py", "n_layer = 1\ninit_from = 'gpt2' if True else 'scratch'\n", "cannot read the value of init_from"),
+        ("stop_cond.py", "n_layer = 1\ninit_from = 'gpt2' if big else 'scratch'\n", "cannot read the value of init_from"),
         ("stop_fstr.py", "dataset = f'shakespeare_char'\n", "cannot read the value of dataset"),
         ("stop_gpt3.py", "init_from = 'gpt3'\n", "train.py would stop"),
         ("stop_block.py", "init_from = 'gpt2'\nblock_size = 2048\n", "its first forward would stop"),
