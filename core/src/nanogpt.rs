@@ -561,7 +561,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     ),
                 });
             }
-            let after = triple_quote_after(raw_line, Some(quote));
+            let (_, after) = elide_triple_quoted(raw_line, Some(quote));
             if after != Some(quote) {
                 notices.push(format!("{}: skipped: inside a triple-quoted string, which Python does not run", line_span(start, line)));
                 // Closed, and perhaps a string of the other quote opened after it.
@@ -1002,37 +1002,6 @@ fn line_span(first: usize, last: usize) -> String {
     } else {
         format!("lines {first}-{last}")
     }
-}
-
-/// Whether a triple-quoted string is open after `line`, and with which quote: `open` is the
-/// one open before it. Quotes inside ordinary strings and after a `#` do not count.
-fn triple_quote_after(line: &str, open: Option<char>) -> Option<char> {
-    let chars: Vec<char> = line.chars().collect();
-    let triple_at = |i: usize, q: char| chars.get(i) == Some(&q) && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q);
-    let (mut triple, mut single) = (open, None::<char>);
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        match (triple, single) {
-            (Some(_), _) | (_, Some(_)) if c == '\\' => i += 1,
-            (Some(q), _) if triple_at(i, q) => {
-                triple = None;
-                i += 2;
-            }
-            (Some(_), _) => {}
-            (None, Some(q)) if c == q => single = None,
-            (None, Some(_)) => {}
-            (None, None) if c == '#' => break,
-            (None, None) if (c == '"' || c == '\'') && triple_at(i, c) => {
-                triple = Some(c);
-                i += 2;
-            }
-            (None, None) if c == '"' || c == '\'' => single = Some(c),
-            (None, None) => {}
-        }
-        i += 1;
-    }
-    triple
 }
 
 /// The statement a line that closes a triple-quoted string of `quote` starts after a `;`
@@ -1487,8 +1456,8 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
                 // `u'...'` is a plain string; `r'...'` keeps its backslashes. Bytes and
                 // f-strings are not read (their values are not what a setting takes).
                 let (s, next) = match word.as_str() {
-                    "u" | "U" => string_literal(&chars, i)?,
-                    "r" | "R" => raw_string_literal(&chars, i)?,
+                    "u" | "U" => string_literal(&chars, i, false)?,
+                    "r" | "R" => string_literal(&chars, i, true)?,
                     _ => return Err(format!("string prefix {}'...' is not supported", excerpt(&word))),
                 };
                 push_string(&mut tokens, s);
@@ -1502,7 +1471,7 @@ fn tokenize(expr: &str) -> Result<Vec<Token>, String> {
                 _ => Token::Name(word),
             });
         } else if c == '\'' || c == '"' {
-            let (s, next) = string_literal(&chars, i)?;
+            let (s, next) = string_literal(&chars, i, false)?;
             push_string(&mut tokens, s);
             i = next;
         } else {
@@ -1585,37 +1554,12 @@ fn number(literal: &str) -> Result<Value, String> {
     }
 }
 
-/// A raw `r'...'` literal whose quote is at `chars[start]`: its text as written (a backslash
-/// keeps the quote after it from closing the string, and stays); returns it and the index
-/// after it.
-fn raw_string_literal(chars: &[char], start: usize) -> Result<(String, usize), String> {
-    let quote = chars[start];
-    if chars.get(start + 1) == Some(&quote) && chars.get(start + 2) == Some(&quote) {
-        return Err("triple-quoted strings are not supported".into());
-    }
-    let mut out = String::new();
-    let mut i = start + 1;
-    while let Some(&c) = chars.get(i) {
-        if c == quote {
-            return Ok((out, i + 1));
-        }
-        out.push(c);
-        if c == '\\' {
-            if let Some(&next) = chars.get(i + 1) {
-                out.push(next);
-                i += 1;
-            }
-        }
-        i += 1;
-    }
-    Err("unterminated string".into())
-}
-
 /// A '...' or "..." literal starting at `chars[start]`; returns it and the index after it.
 /// Escapes are decoded as Python decodes them in a str literal; the ones Python refuses
 /// (`\x4`, `\U00110000`) and the ones a Rust string cannot hold or the reader cannot decode
-/// (a lone surrogate, `\N{name}`) are errors, never kept as written.
-fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), String> {
+/// (a lone surrogate, `\N{name}`) are errors, never kept as written. A `raw` one (`r'...'`)
+/// keeps its text as written: a backslash only keeps the quote after it from closing it.
+fn string_literal(chars: &[char], start: usize, raw: bool) -> Result<(String, usize), String> {
     let quote = chars[start];
     if chars.get(start + 1) == Some(&quote) && chars.get(start + 2) == Some(&quote) {
         return Err("triple-quoted strings are not supported".into());
@@ -1625,6 +1569,10 @@ fn string_literal(chars: &[char], start: usize) -> Result<(String, usize), Strin
     while i < chars.len() {
         match chars[i] {
             c if c == quote => return Ok((out, i + 1)),
+            '\\' if raw => {
+                out.extend(chars[i..chars.len().min(i + 2)].iter());
+                i += 2;
+            }
             '\\' => i = escape(chars, i + 1, &mut out)?,
             c => {
                 out.push(c);
