@@ -327,62 +327,27 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
 
         let started = Instant::now();
         let lr = settings.lr.at(state.iter_num);
-        let mut acc: Vec<Tensor> = Vec::new();
-        let mut loss_sum = 0f64;
-        for _ in 0..ga {
-            let (x, y) = get_batch(&data.train, b, t, &mut state.rng);
-            let dropout_seed = state.rng.next_u64();
-            let (x, y) = (to_tensor(x, b, t, device)?, to_tensor(y, b, t, device)?);
-            let loss_scale = state.scaler.map_or(1.0, |s| s.scale);
-            let (loss, grads) =
-                model.loss_and_grads_scaled(&x, &y, dropout_seed, loss_scale).map_err(|e| format!("training step failed: {e}"))?;
-            if !loss.is_finite() {
-                return Err(format!("the loss became {loss} at iteration {}: {}", state.iter_num, divergence_advice(settings)));
-            }
-            loss_sum += loss as f64;
-            acc = if acc.is_empty() {
-                grads
-            } else {
-                acc.iter().zip(&grads).map(|(a, g)| a + g).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?
-            };
-        }
-        let optimizer_started = Instant::now();
-        let loss_scale = state.scaler.map_or(1.0, |s| s.scale);
-        if ga > 1 || loss_scale != 1.0 {
-            let inv = 1.0 / (ga as f64 * loss_scale);
-            acc = acc.iter().map(|g| g * inv).collect::<candle_core::Result<Vec<_>>>().map_err(|e| e.to_string())?;
-        }
-        // f16: a step whose gradients overflowed is skipped and the scale lowered (GradScaler).
-        let take_step = match state.scaler.as_mut() {
-            Some(scaler) => {
-                let norm = grad_norm(&acc).map_err(|e| format!("gradient norm failed: {e}"))?;
-                let finite = scaler.update(norm.is_finite());
-                if !finite {
-                    progress.line(&format!(
-                        "iter {}: gradients overflowed in f16; step skipped, loss scale lowered to {}",
-                        state.iter_num, scaler.scale
-                    ));
-                }
-                finite
-            }
-            None => true,
+        let LoopState { rng, scaler, iter_num, .. } = &mut state;
+        let next_batch = || {
+            let (x, y) = get_batch(&data.train, b, t, rng);
+            let dropout_seed = rng.next_u64();
+            Ok((to_tensor(x, b, t, device)?, to_tensor(y, b, t, device)?, dropout_seed))
         };
-        let grad_norm = if settings.grad_clip > 0.0 && take_step {
-            Some(clip_grad_norm(&mut acc, settings.grad_clip).map_err(|e| format!("gradient clipping failed: {e}"))?)
-        } else {
-            None
-        };
-        if take_step {
-            optimizer.step(model.params(), &acc, lr).map_err(|e| format!("optimizer step failed: {e}"))?;
+        let step = optimizer_iteration(model, optimizer, scaler.as_mut(), ga, lr, settings.grad_clip, next_batch).map_err(|e| match e {
+            StepError::NonFiniteLoss(loss) => format!("the loss became {loss} at iteration {iter_num}: {}", divergence_advice(settings)),
+            StepError::Failed(why) => why,
+        })?;
+        if step.skipped {
+            let scale = scaler.map_or(1.0, |s| s.scale);
+            progress.line(&format!("iter {iter_num}: gradients overflowed in f16; step skipped, loss scale lowered to {scale}"));
         }
-        drop(acc);
-        let optimizer_secs = optimizer_started.elapsed().as_secs_f64();
+        let (grad_norm, optimizer_secs) = (step.grad_norm, step.optimizer_secs);
         let secs = started.elapsed().as_secs_f64();
         train_secs += secs;
         train_iters += 1;
         progress.iter(&IterRecord {
             iter: state.iter_num,
-            loss: (loss_sum / ga as f64) as f32,
+            loss: step.loss,
             lr,
             grad_norm,
             secs,
@@ -410,6 +375,90 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
         checkpoint: saved_any.then_some(ckpt_path),
         tokens_per_s: tokens_per_iter * train_iters as f64 / train_secs.max(1e-9),
         loss_curve: plot.drawn,
+    })
+}
+
+/// What one optimizer iteration did.
+#[derive(Clone, Copy, Debug)]
+pub struct StepOutcome {
+    /// The micro-steps' mean loss (what train.py logs: `loss.item() * gradient_accumulation_steps`).
+    pub loss: f32,
+    /// The global gradient norm before clipping; `None` with clipping off or the step skipped.
+    pub grad_norm: Option<f64>,
+    /// f16 only: the gradients overflowed, so no step was taken and the loss scale was lowered.
+    pub skipped: bool,
+    /// Seconds from the last backward to the end of the step (scaling, clipping, AdamW).
+    pub optimizer_secs: f64,
+}
+
+/// Why an optimizer iteration stopped.
+#[derive(Debug)]
+pub enum StepError {
+    /// A micro-step's loss was NaN or infinite: the run diverged.
+    NonFiniteLoss(f32),
+    Failed(String),
+}
+
+/// Steps 3 and 4 of the loop (see the module's comment): `micro_steps` forwards and backwards on
+/// the batches `next_batch` hands out (inputs, targets, dropout seed), the gradients summed and
+/// divided by `micro_steps` (and f16's loss scale), clipped to `grad_clip` by global norm
+/// (unless 0) and an AdamW step at `lr`. f16's `scaler` skips a step whose gradients
+/// overflowed. `vramfit train` runs it once per iteration; `tests/torch_equivalence.rs` holds it
+/// to PyTorch running train.py's arithmetic.
+pub fn optimizer_iteration(
+    model: &Gpt,
+    optimizer: &mut AdamW,
+    scaler: Option<&mut LossScaler>,
+    micro_steps: usize,
+    lr: f64,
+    grad_clip: f64,
+    mut next_batch: impl FnMut() -> Result<(Tensor, Tensor, u64), String>,
+) -> Result<StepOutcome, StepError> {
+    fn failed(what: &'static str) -> impl Fn(candle_core::Error) -> StepError {
+        move |e| StepError::Failed(format!("{what} failed: {e}"))
+    }
+    let mut acc: Vec<Tensor> = Vec::new();
+    let mut loss_sum = 0f64;
+    let loss_scale = scaler.as_ref().map_or(1.0, |s| s.scale);
+    for _ in 0..micro_steps {
+        let (x, y, dropout_seed) = next_batch().map_err(StepError::Failed)?;
+        let (loss, grads) = model.loss_and_grads_scaled(&x, &y, dropout_seed, loss_scale).map_err(failed("training step"))?;
+        if !loss.is_finite() {
+            return Err(StepError::NonFiniteLoss(loss));
+        }
+        loss_sum += loss as f64;
+        acc = if acc.is_empty() {
+            grads
+        } else {
+            acc.iter().zip(&grads).map(|(a, g)| a + g).collect::<candle_core::Result<Vec<_>>>().map_err(failed("gradient accumulation"))?
+        };
+    }
+    let optimizer_started = Instant::now();
+    // train.py divides each micro-step's loss by their number before its backward; summing the
+    // gradients and dividing once is the same up to rounding, and one pass over them.
+    if micro_steps > 1 || loss_scale != 1.0 {
+        let inv = 1.0 / (micro_steps as f64 * loss_scale);
+        acc = acc.iter().map(|g| g * inv).collect::<candle_core::Result<Vec<_>>>().map_err(failed("gradient scaling"))?;
+    }
+    // f16: a step whose gradients overflowed is skipped and the scale lowered (GradScaler).
+    let take_step = match scaler {
+        Some(scaler) => {
+            let norm = grad_norm(&acc).map_err(failed("gradient norm"))?;
+            scaler.update(norm.is_finite())
+        }
+        None => true,
+    };
+    let grad_norm =
+        if grad_clip > 0.0 && take_step { Some(clip_grad_norm(&mut acc, grad_clip).map_err(failed("gradient clipping"))?) } else { None };
+    if take_step {
+        optimizer.step(model.params(), &acc, lr).map_err(failed("optimizer step"))?;
+    }
+    drop(acc);
+    Ok(StepOutcome {
+        loss: (loss_sum / micro_steps.max(1) as f64) as f32,
+        grad_norm,
+        skipped: !take_step,
+        optimizer_secs: optimizer_started.elapsed().as_secs_f64(),
     })
 }
 
