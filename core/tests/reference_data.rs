@@ -42,8 +42,10 @@ pub fn data_files() -> Vec<PathBuf> {
 }
 
 /// Data files that are not PyTorch measurements core's PyTorch model is held to: the harness's
-/// own prediction of CUDA behaviour, and `vramfit train`'s measured peaks (compared with
-/// `trainer_model` in trainer's tests). Any other file must yield comparisons.
+/// own prediction of CUDA behaviour, `vramfit train`'s measured peaks (compared with
+/// `trainer_model` in trainer's tests), and PyTorch's losses and parameters after a few steps
+/// (no memory: `trainer/tests/torch_equivalence.rs` holds the trainer's arithmetic to them).
+/// Any other file must yield comparisons.
 pub const NOT_PYTORCH_MEASUREMENTS: &[&str] = &[
     "cpu-fake-cudalike.json",
     "trainer-cpu.json",
@@ -52,6 +54,7 @@ pub const NOT_PYTORCH_MEASUREMENTS: &[&str] = &[
     "trainer-cuda-h100-f32.json",
     "trainer-cuda-h100-bf16.json",
     "trainer-cuda-h100-f16.json",
+    "torch-training-steps.json",
 ];
 
 /// The measured allocated-peak keys of a row, by the window they measure.
