@@ -677,6 +677,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             }
             _ => {}
         }
+        if has_empty_statement(code) {
+            return Err(ConfigFileError::Syntax {
+                line,
+                reason: format!("`{}`: a `;` with no statement before it (Python would refuse the file)", excerpt(code.trim())),
+            });
+        }
         in_block = indented;
         block_expected = code.trim_end().ends_with(':').then_some(line);
         // `a = 1; b = 2` at the top level: each statement in turn, as Python runs them.
@@ -743,6 +749,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             for ((name, expr), value) in targets.into_iter().zip(values) {
                 // Why the value cannot be read, quoting its expression where it has one of its own.
                 let unreadable_because = |e: String| match expr {
+                    Ok(x) if x.trim().is_empty() => e,
                     Ok(x) => format!("cannot read `{}`: {e}", excerpt(x.trim())),
                     Err(_) => e,
                 };
@@ -1134,6 +1141,20 @@ fn top_level_statements(code: &str) -> Vec<&str> {
         return vec![code];
     }
     split_statements(code)
+}
+
+/// Whether a `;` of `code` (outside strings and brackets) follows no statement: `;` first,
+/// `;;`, `a = 1; ;`. Python takes one `;` at the end of a line, and none of those.
+fn has_empty_statement(code: &str) -> bool {
+    let (mut start, mut empty) = (0, false);
+    find_in_code(code, |i, c, depth| {
+        if c == ';' && depth == 0 {
+            empty |= code[start..i].trim().is_empty();
+            start = i + 1;
+        }
+        empty
+    });
+    empty
 }
 
 /// `code` split at its top-level semicolons, the first as it is and the others trimmed, empty
@@ -1661,7 +1682,7 @@ fn concat(x: &str, y: &str) -> Result<Value, String> {
 fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value, String> {
     let tokens = tokenize(expr)?;
     if tokens.is_empty() {
-        return Err("no value".into());
+        return Err(format!("no value after `=` {PYTHON_REFUSES}"));
     }
     let mut parser = Parser { tokens: &tokens, pos: 0, lookup, depth: 0 };
     let value = parser.expression()?;
@@ -2540,6 +2561,10 @@ weight_decay = 1e-1
             ("x = n_layer * 2\n", 12),
             ("match = 3\nn_layer = match\n", 3),
             ("[n_layer, n_head] = [4, 4]\n", 4),
+            // One `;` may end a line; one in a string or a comment is text.
+            ("n_layer = 4;\n", 4),
+            ("n_layer = 4 ;  # a comment;;\n", 4),
+            ("s = 'a;;b'; n_layer = 4\n", 4),
         ] {
             assert_eq!(parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}")).config.n_layer, n_layer, "{text:?}");
         }
@@ -2550,6 +2575,13 @@ weight_decay = 1e-1
             ("if True:\nn_layer = 3\n", "line 2: expected an indented block after line 1"),
             ("n_layer = 2\nif True:\n", "line 2: the file ends where an indented block should follow"),
             ("\u{feff}n_layer = 3\n", "line 1: the file starts with a byte-order mark"),
+            // Empty statements and empty values: train.py's exec would stop on them.
+            ("n_layer = 4;;\n", "line 1: `n_layer = 4;;`: a `;` with no statement before it"),
+            ("n_head = 4\n; n_layer = 4\n", "line 2: `; n_layer = 4`: a `;` with no statement before it"),
+            ("n_layer = 4; ; n_head = 2\n", "line 1: `n_layer = 4; ; n_head = 2`: a `;` with no statement"),
+            ("if True: n_layer = 4;;\n", "line 1: `if True: n_layer = 4;;`: a `;` with no statement"),
+            ("x = ;\n", "line 1: no value after `=`"),
+            ("n_layer = 4\ndtype =\n", "line 2: dtype: no value after `=`"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.starts_with(want), "{text:?}: {err}");
