@@ -1,0 +1,74 @@
+"""Draws configs at random for an out-of-sample check of core's model: the hand-picked rows of
+`configs.json` are the ones the model was built against, these are not.
+
+Each draw: 1-12 layers; 1-16 heads of 16-128 dimensions (n_embd up to 1024); a block from 32 to
+1024, not only powers of two; micro-batch 1-24; a vocabulary from nanoGPT's (65, 50304) or any
+size from 50 to 50304; float32, bfloat16 or float16; flash or manual attention; bias; 1-4
+micro-steps; sometimes an eval batch of its own, activation checkpointing, dropout 0.1 or SGD
+(not with float16, which the harness cannot measure on the CPU).
+The same seed gives the same configs.
+
+usage: python3 probes/random_configs.py [--seed S] [--n N] > random_configs.json
+then:  .venv/bin/python run_all.py --method cpu-fake --configs random_configs.json \
+           --out data/cpu-fake-random.json -j 2
+"""
+
+import argparse
+import json
+import random
+
+
+def draw(rng: random.Random, index: int) -> dict:
+    while True:
+        n_head = rng.choice([1, 2, 3, 4, 6, 8, 12, 16])
+        head_dim = rng.choice([16, 32, 48, 64, 80, 96, 128])
+        if n_head * head_dim <= 1024:
+            break
+    n_embd = n_head * head_dim
+    vocab = rng.choice([65, 50304, rng.randint(50, 50304)])
+    block = rng.choice([32, 64, 100, 128, 200, 256, 384, 512, 1000, 1024])
+    cfg = dict(
+        n_layer=rng.randint(1, 12),
+        n_head=n_head,
+        n_embd=n_embd,
+        block_size=block,
+        batch_size=rng.randint(1, 24),
+        vocab_size=vocab,
+        dtype=rng.choice(["float32", "bfloat16", "float16"]),
+        attention=rng.choice(["flash", "manual"]),
+        bias=rng.random() < 0.5,
+        gradient_accumulation_steps=rng.randint(1, 4),
+        dropout=0.1 if rng.random() < 0.15 else 0.0,
+        activation_checkpointing=rng.random() < 0.2,
+        optimizer="sgd" if rng.random() < 0.1 else "adamw",
+        eval_batch_size=rng.randint(1, 32) if rng.random() < 0.25 else None,
+        eval_iters=2,
+        compile=False,
+    )
+    if cfg["dtype"] == "float16" and cfg["optimizer"] == "sgd":
+        # The harness cannot measure it on the CPU: GradScaler's unscale before a plain
+        # optimizer asks for a tensor's value (`.item()`), which FakeTensorMode does not have.
+        cfg["optimizer"] = "adamw"
+    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[cfg["dtype"]]
+    cfg_id = (f"random-{index:02d}-L{cfg['n_layer']}H{n_head}C{n_embd}-T{block}-B{cfg['batch_size']}-V{vocab}"
+              f"-{short}-{cfg['attention']}")
+    return dict(id=cfg_id, **cfg)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=20261126)
+    ap.add_argument("--n", type=int, default=40)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    out = dict(
+        description=(f"random configs for an out-of-sample check (probes/random_configs.py --seed {args.seed} "
+                     f"--n {args.n}); memory does not depend on eval_iters >= 2"),
+        configs=[draw(rng, i) for i in range(args.n)],
+    )
+    json.dump(out, __import__("sys").stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
