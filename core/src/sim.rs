@@ -1553,10 +1553,22 @@ impl<'c, 't> Run<'c, 't> {
         let g_in = self.mem.alloc(d.bt() * in_cols * d.cb, Category::Temporaries);
         self.ensure_workspace(true);
         let g_w = self.mem.alloc(o * i * d.c * d.c * d.cb, Category::Temporaries);
+        // The bias gradient is the incoming one summed over the rows, which the engine does
+        // after the matmul's node returns (`validate_outputs`), and the node drops what it
+        // saved after that. A checkpointed block's saved tensors are the recompute's, which the
+        // checkpoint hands out once and forgets, so they go when the node returns, before the
+        // sum (a CPU trace of checkpointed configs with bias shows it).
+        let checkpointed = self.cfg.activation_checkpointing;
+        if checkpointed {
+            self.mem.free(saved_input);
+            self.mem.free(w_cast);
+        }
         let g_b = if d.bias { self.mem.alloc(o * d.c * d.cb, Category::Temporaries) } else { Id::NONE };
         self.mem.free(g_out);
-        self.mem.free(saved_input);
-        self.mem.free(w_cast);
+        if !checkpointed {
+            self.mem.free(saved_input);
+            self.mem.free(w_cast);
+        }
         self.mem.free(b_cast);
         self.weight_grads_to_fp32(d, g_w, g_b, o * i * d.c * d.c, o * d.c);
         g_in
