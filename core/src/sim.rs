@@ -1220,8 +1220,9 @@ impl<'c, 't> Run<'c, 't> {
         let (proj, m0) = self.dropout(&d, proj, d.btc(), d.cb, Category::Temporaries, graph);
         s.resid_mask[0] = m0;
         // attn.forward returns: its locals die (y unless saved; q, k, v; att). The manual path
-        // saved copies of q, k and v, so c_attn's output goes now even in training.
-        if graph && d.manual {
+        // saved copies of q, k and v, so c_attn's output goes now even in training (at batch 1
+        // the saved views keep it).
+        if graph && d.manual && d.b > 1 {
             self.mem.free(s.qkv);
             s.qkv = Id::NONE;
         }
@@ -1318,9 +1319,12 @@ impl<'c, 't> Run<'c, 't> {
     fn manual_attention(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
         let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
         let tmp = Category::Temporaries;
-        // q @ k^T: matmul folds (B,H) into one batch dim and must copy the strided views.
-        s.q_copy = self.mem.alloc(d.btc() * d.cb, saved);
-        s.kt_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        // q @ k^T: matmul folds (B,H) into one batch dim and must copy the strided views;
+        // at batch 1 the views fold as they are, and the matmuls save views of c_attn's output.
+        if d.b > 1 {
+            s.q_copy = self.mem.alloc(d.btc() * d.cb, saved);
+            s.kt_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        }
         let scores = self.mem.alloc(d.bhtt() * d.cb, tmp);
         if !graph {
             self.mem.free(s.q_copy);
@@ -1379,7 +1383,9 @@ impl<'c, 't> Run<'c, 't> {
                 s.softmax_out = att;
             }
         }
-        s.v_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        if d.b > 1 {
+            s.v_copy = self.mem.alloc(d.btc() * d.cb, saved);
+        }
         let y = self.mem.alloc(d.btc() * d.cb, tmp);
         if !graph {
             self.mem.free(s.v_copy);
@@ -1743,18 +1749,28 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "att @ v backward");
         let tmp = Category::Temporaries;
         // y.transpose(1,2).contiguous() backward passes the gradient through as a strided
-        // view; bmm's folding reshape needs it contiguous: a copy.
-        let g_y_c = self.mem.alloc(d.btc() * d.cb, tmp);
-        self.mem.free(g_y);
+        // view; bmm's folding reshape needs it contiguous: a copy (at batch 1 it folds as is).
+        let views_fold = d.b == 1;
+        let g_y_c = if views_fold {
+            g_y
+        } else {
+            let copy = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(g_y);
+            copy
+        };
         // bmm(att, v): gradients of att (B,H,T,T) and v.
         let g_att = self.mem.alloc(d.bhtt() * d.cb, tmp);
         let g_v = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(g_y_c);
         self.mem.free(s.att_for_matmul);
         self.mem.free(s.v_copy);
-        // v's gradient, un-transposed into (B,T,C): another copy (the view cannot fold).
-        let g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
-        self.mem.free(g_v);
+        // v's gradient, un-transposed into (B,T,C): another copy (the view cannot fold). At
+        // batch 1 it is made only when the split's backward concatenates the three.
+        let mut g_v2 = Id::NONE;
+        if !views_fold {
+            g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(g_v);
+        }
         // att cast back to fp32 (autocast), dropout, softmax backward.
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "softmax backward");
         let soft_bytes = if d.autocast { 4 } else { d.cb };
@@ -1789,6 +1805,25 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(gm);
         // bmm(q, k^T): gradients of the q and k^T copies, then each back through its view.
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "q @ k^T backward");
+        if views_fold {
+            // Batch 1: the node's saved q and k are views of c_attn's output, which goes with
+            // them; q's and v's gradients are copied back into (B,T,C) for the concatenation,
+            // k's transposed one is read as it is.
+            let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
+            let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(s.qkv);
+            self.mem.free(gs);
+            let g_q2 = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(g_q);
+            let g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(g_v);
+            self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
+            let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
+            self.mem.free(g_q2);
+            self.mem.free(g_kt);
+            self.mem.free(g_v2);
+            return g_qkv;
+        }
         let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
         let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(gs);
