@@ -341,7 +341,6 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             let scale = scaler.map_or(1.0, |s| s.scale);
             progress.line(&format!("iter {iter_num}: gradients overflowed in f16; step skipped, loss scale lowered to {scale}"));
         }
-        let (grad_norm, optimizer_secs) = (step.grad_norm, step.optimizer_secs);
         let secs = started.elapsed().as_secs_f64();
         train_secs += secs;
         train_iters += 1;
@@ -349,9 +348,9 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             iter: state.iter_num,
             loss: step.loss,
             lr,
-            grad_norm,
+            grad_norm: step.grad_norm,
             secs,
-            optimizer_secs,
+            optimizer_secs: step.optimizer_secs,
             tokens_per_s: tokens_per_iter / secs.max(1e-9),
         });
         state.iter_num += 1;

@@ -16,6 +16,7 @@ then:  .venv/bin/python run_all.py --method cpu-fake --configs random_configs.js
 import argparse
 import json
 import random
+import sys
 
 
 def draw(rng: random.Random, index: int) -> dict:
@@ -66,7 +67,7 @@ def main() -> None:
                      f"--n {args.n}); memory does not depend on eval_iters >= 2"),
         configs=[draw(rng, i) for i in range(args.n)],
     )
-    json.dump(out, __import__("sys").stdout, indent=1)
+    json.dump(out, sys.stdout, indent=1)
     print()
 
 
