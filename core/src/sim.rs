@@ -693,6 +693,30 @@ impl Dims {
     fn bhtt(&self) -> u64 {
         self.b * self.h * self.t * self.t
     }
+
+    // Manual attention's head views and the copies they cost. `matmul` merges (B, H) into
+    // bmm's batch dimension with `reshape`, which is a view only where the strides allow it;
+    // a dimension of size 1 imposes nothing. (Strides follow from nanoGPT's
+    // `view(B, T, H, hs).transpose(1, 2)` of c_attn's (B, T, 3C) output.)
+
+    /// q, k and v (strides T*3C, hs, 3C, 1) merge (B, H) without a copy only at B = 1 or H = 1.
+    fn heads_fold_into_batch(&self) -> bool {
+        self.b == 1 || self.h == 1
+    }
+    /// `y.transpose(1, 2).contiguous()` is already contiguous, so no copy, at H = 1 or T = 1.
+    fn y_transposes_in_place(&self) -> bool {
+        self.h == 1 || self.t == 1
+    }
+    /// y's gradient, a transposed view of c_proj's contiguous input gradient (strides T*C, hs,
+    /// C, 1), merges (B, H) without a copy at B = 1, H = 1 or T = 1.
+    fn grad_y_folds(&self) -> bool {
+        self.b == 1 || self.h == 1 || self.t == 1
+    }
+    /// q's and v's gradients, (B, H, T, hs) contiguous, reshape back to (B, T, C) as views only
+    /// at H = 1 or T = 1. k's transposed gradient (B, H, hs, T) always does.
+    fn head_grads_unfold_in_place(&self) -> bool {
+        self.h == 1 || self.t == 1
+    }
 }
 
 /// Names of the matmul weights that autocast casts, per layer.
@@ -1220,9 +1244,9 @@ impl<'c, 't> Run<'c, 't> {
         let (proj, m0) = self.dropout(&d, proj, d.btc(), d.cb, Category::Temporaries, graph);
         s.resid_mask[0] = m0;
         // attn.forward returns: its locals die (y unless saved; q, k, v; att). The manual path
-        // saved copies of q, k and v, so c_attn's output goes now even in training (at batch 1
-        // the saved views keep it).
-        if graph && d.manual && d.b > 1 {
+        // saved copies of q, k and v, so c_attn's output goes now even in training (where the
+        // heads fold without copies, the saved views keep it).
+        if graph && d.manual && !d.heads_fold_into_batch() {
             self.mem.free(s.qkv);
             s.qkv = Id::NONE;
         }
@@ -1320,8 +1344,9 @@ impl<'c, 't> Run<'c, 't> {
         let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
         let tmp = Category::Temporaries;
         // q @ k^T: matmul folds (B,H) into one batch dim and must copy the strided views;
-        // at batch 1 the views fold as they are, and the matmuls save views of c_attn's output.
-        if d.b > 1 {
+        // at B = 1 or H = 1 the views fold as they are, and the matmuls save views of c_attn's
+        // output.
+        if !d.heads_fold_into_batch() {
             s.q_copy = self.mem.alloc(d.btc() * d.cb, saved);
             s.kt_copy = self.mem.alloc(d.btc() * d.cb, saved);
         }
@@ -1383,16 +1408,22 @@ impl<'c, 't> Run<'c, 't> {
                 s.softmax_out = att;
             }
         }
-        if d.b > 1 {
+        if !d.heads_fold_into_batch() {
             s.v_copy = self.mem.alloc(d.btc() * d.cb, saved);
         }
         let y = self.mem.alloc(d.btc() * d.cb, tmp);
         if !graph {
             self.mem.free(s.v_copy);
         }
-        // y.transpose(1, 2).contiguous(): a real copy here, which c_proj keeps.
-        s.y_contig = self.mem.alloc(d.btc() * d.cb, saved);
-        self.mem.free(y);
+        // y.transpose(1, 2).contiguous(): a real copy (unless already contiguous), which
+        // c_proj keeps.
+        if d.y_transposes_in_place() {
+            self.mem.recategorize(y, saved);
+            s.y_contig = y;
+        } else {
+            s.y_contig = self.mem.alloc(d.btc() * d.cb, saved);
+            self.mem.free(y);
+        }
         s.y_contig
     }
 
@@ -1749,28 +1780,20 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "att @ v backward");
         let tmp = Category::Temporaries;
         // y.transpose(1,2).contiguous() backward passes the gradient through as a strided
-        // view; bmm's folding reshape needs it contiguous: a copy (at batch 1 it folds as is).
-        let views_fold = d.b == 1;
-        let g_y_c = if views_fold {
+        // view; bmm's folding reshape needs it contiguous: a copy (unless it folds as it is).
+        let g_y_c = if d.grad_y_folds() {
             g_y
         } else {
             let copy = self.mem.alloc(d.btc() * d.cb, tmp);
             self.mem.free(g_y);
             copy
         };
-        // bmm(att, v): gradients of att (B,H,T,T) and v.
-        let g_att = self.mem.alloc(d.bhtt() * d.cb, tmp);
+        // bmm(att, v): the gradient of v (bmm's second argument comes first), then of att.
         let g_v = self.mem.alloc(d.btc() * d.cb, tmp);
+        let g_att = self.mem.alloc(d.bhtt() * d.cb, tmp);
         self.mem.free(g_y_c);
         self.mem.free(s.att_for_matmul);
         self.mem.free(s.v_copy);
-        // v's gradient, un-transposed into (B,T,C): another copy (the view cannot fold). At
-        // batch 1 it is made only when the split's backward concatenates the three.
-        let mut g_v2 = Id::NONE;
-        if !views_fold {
-            g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
-            self.mem.free(g_v);
-        }
         // att cast back to fp32 (autocast), dropout, softmax backward.
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "softmax backward");
         let soft_bytes = if d.autocast { 4 } else { d.cb };
@@ -1803,42 +1826,32 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(s.mask);
         let gs = self.mem.alloc(d.bhtt() * d.cb, tmp);
         self.mem.free(gm);
-        // bmm(q, k^T): gradients of the q and k^T copies, then each back through its view.
+        // bmm(q, k^T): the gradients of k^T and q, then each back through its view. The
+        // engine reaches the views' backward (v's first, then q's) only after this node; q's
+        // and v's gradients are copied back into (B,T,C) there unless the reshape is a view,
+        // and k's transposed one is always read as it is.
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn", layer, "q @ k^T backward");
-        if views_fold {
-            // Batch 1: the node's saved q and k are views of c_attn's output, which goes with
-            // them; q's and v's gradients are copied back into (B,T,C) for the concatenation,
-            // k's transposed one is read as it is.
-            let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
-            let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
-            self.mem.free(s.qkv);
-            self.mem.free(gs);
-            let g_q2 = self.mem.alloc(d.btc() * d.cb, tmp);
-            self.mem.free(g_q);
-            let g_v2 = self.mem.alloc(d.btc() * d.cb, tmp);
-            self.mem.free(g_v);
-            self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
-            let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
-            self.mem.free(g_q2);
-            self.mem.free(g_kt);
-            self.mem.free(g_v2);
-            return g_qkv;
-        }
-        let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
         let g_kt = self.mem.alloc(d.btc() * d.cb, tmp);
+        let g_q = self.mem.alloc(d.btc() * d.cb, tmp);
         self.mem.free(gs);
-        self.mem.free(s.q_copy);
         self.mem.free(s.kt_copy);
-        let g_q2 = self.mem.alloc(d.btc() * d.cb, tmp);
-        self.mem.free(g_q);
-        let g_k2 = self.mem.alloc(d.btc() * d.cb, tmp);
-        self.mem.free(g_kt);
+        self.mem.free(s.q_copy);
+        // Where the heads folded, the saved q and k were views of c_attn's output.
+        if d.heads_fold_into_batch() {
+            self.mem.free(s.qkv);
+        }
+        let (mut g_v_bt, mut g_q_bt) = (g_v, g_q);
+        if !d.head_grads_unfold_in_place() {
+            g_v_bt = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(g_v);
+            g_q_bt = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(g_q);
+        }
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
         let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
-        self.mem.free(g_q2);
-        self.mem.free(g_k2);
-        self.mem.free(g_v2);
-        self.mem.free(s.qkv);
+        self.mem.free(g_q_bt);
+        self.mem.free(g_kt);
+        self.mem.free(g_v_bt);
         g_qkv
     }
 
@@ -2855,6 +2868,42 @@ mod term_tests {
             let one = simulate(&Config { gradient_accumulation_steps: 1, ..first }, &target);
             assert!(one.train.bytes < peak.bytes - vc + vc / 8, "{target:?}: {} vs {}", one.train.bytes, peak.bytes);
         }
+    }
+
+    /// Manual attention with one head: `matmul` folds (B, 1) into bmm's batch dimension as a
+    /// view, so q, k and v are not copied and the saved views keep all of c_attn's output
+    /// (v's third too) until the q @ k^T backward. At the softmax backward, where an
+    /// attention-bound step peaks, one head therefore holds a B*T*C more than two heads' saved
+    /// q and k^T copies, against three (B,T,T) matrices fewer (softmax's output, its gradient
+    /// and the gradient being made). A CPU trace measured the one-head rule (`wide-103` in
+    /// tests/reference/data/cpu-fake-random-wide-seed26.json, and L1 H1 C64 T512 B3 V65, where
+    /// the model once copied q, k and v as for two heads and was 2.6% low).
+    #[test]
+    fn one_head_keeps_c_attns_output_until_the_q_k_backward() {
+        let (b, t, c) = (3u64, 512u64, 64u64);
+        let one = Config {
+            n_layer: 1,
+            n_head: 1,
+            n_embd: c as u32,
+            block_size: t as u32,
+            vocab_size: 64,
+            bias: false,
+            batch_size: b as u32,
+            gradient_accumulation_steps: 1,
+            dtype: Dtype::Float32,
+            attention: Attention::Manual,
+            compile: false,
+            ..Config::default()
+        };
+        let two = Config { n_head: 2, ..one.clone() };
+        let (s1, s2) = (simulate(&one, &Target::cpu_trace()), simulate(&two, &Target::cpu_trace()));
+        for s in [&s1, &s2] {
+            assert_eq!((s.train.phase, s.train.op.as_str()), (Some(Phase::Backward), "transformer.h.0.attn softmax backward"));
+        }
+        let (btc, btt) = (4 * b * t * c, 4 * b * t * t);
+        assert_eq!(s2.train.bytes + btc, s1.train.bytes + 3 * btt);
+        let saved = |s: &Simulation| s.train.breakdown.saved_activations;
+        assert_eq!(saved(&s2) + btc, saved(&s1) + btt);
     }
 
     fn cfg() -> Config {

@@ -57,15 +57,16 @@ fn every_measured_row_is_compared() {
 
 /// The CPU trace counts tensors without an allocator or kernel workspaces, so the model has no
 /// excuse there: every unlabelled row (hand-picked and random) is predicted to the byte in every
-/// window. A difference of any size is a rule the model has wrong. Two such rules were found this
-/// way: the tied weight's gradient waiting in the engine's buffer (12% in one random config), and
+/// window. A difference of any size is a rule the model has wrong. Four such rules were found this
+/// way: the tied weight's gradient waiting in the engine's buffer (12% in one random config),
 /// a checkpointed block's bias gradients summed after its recomputed inputs are dropped (512 B
-/// to 4 KiB).
+/// to 4 KiB), and manual attention's head views folding without copies at batch 1 (768 KiB) and
+/// with one head (11 KiB).
 #[test]
 fn unlabelled_cpu_trace_rows_are_exact_to_the_byte() {
     let rows = comparisons();
     let cpu: Vec<_> = rows.iter().filter(|c| c.file.starts_with("cpu-fake") && !c.labelled()).collect();
-    assert!(cpu.len() >= 250, "only {} unlabelled CPU-trace comparisons", cpu.len());
+    assert!(cpu.len() >= 1200, "only {} unlabelled CPU-trace comparisons", cpu.len());
     let off: Vec<String> = cpu
         .iter()
         .filter(|c| c.measured != c.predicted)

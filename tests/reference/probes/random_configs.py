@@ -8,6 +8,12 @@ micro-steps; sometimes an eval batch of its own, activation checkpointing, dropo
 (not with float16, which the harness cannot measure on the CPU).
 The same seed gives the same configs.
 
+`--space wide` draws only configs whose CPU trace is held to the byte (float32, no dropout) and
+reaches where the default space does not: 1-24 layers, head dimensions that are not multiples of
+16 (8-160), n_embd up to 2048, an eval block shorter than the training block, blocks up to 2048,
+SGD and checkpointing more often. The default space is unchanged, so earlier seeds redraw the
+same configs.
+
 usage: python3 probes/random_configs.py [--seed S] [--n N] > random_configs.json
 then:  .venv/bin/python run_all.py --method cpu-fake --configs random_configs.json \
            --out data/cpu-fake-random.json -j 2
@@ -56,16 +62,55 @@ def draw(rng: random.Random, index: int) -> dict:
     return dict(id=cfg_id, **cfg)
 
 
+def draw_wide(rng: random.Random, index: int) -> dict:
+    while True:
+        n_head = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 25])
+        head_dim = rng.choice([8, 12, 20, 24, 40, 56, 64, 72, 100, 128, 160])
+        if n_head * head_dim <= 2048:
+            break
+    n_embd = n_head * head_dim
+    vocab = rng.choice([65, 50257, 50304, rng.randint(2, 50304)])
+    block = rng.choice([16, 33, 64, 127, 256, 300, 512, 777, 1024, 2048])
+    # Small models may be long and deep; keep the trace's tensors within a few GB of shapes.
+    n_layer = rng.randint(1, 24 if n_embd <= 768 else 8)
+    eval_block = rng.randint(1, block) if rng.random() < 0.3 else None
+    cfg = dict(
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        block_size=block,
+        batch_size=rng.randint(1, 16 if block <= 1024 else 4),
+        vocab_size=vocab,
+        dtype="float32",
+        attention=rng.choice(["flash", "manual"]),
+        bias=rng.random() < 0.5,
+        gradient_accumulation_steps=rng.randint(1, 5),
+        dropout=0.0,
+        activation_checkpointing=rng.random() < 0.3,
+        optimizer="sgd" if rng.random() < 0.25 else "adamw",
+        eval_batch_size=rng.randint(1, 32) if rng.random() < 0.3 else None,
+        eval_block_size=eval_block,
+        eval_iters=2,
+        compile=False,
+    )
+    cfg_id = (f"wide-{index:03d}-L{n_layer}H{n_head}C{n_embd}-T{block}-B{cfg['batch_size']}-V{vocab}"
+              f"-{cfg['attention']}")
+    return dict(id=cfg_id, **cfg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--space", choices=["default", "wide"], default="default")
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    pick = draw_wide if args.space == "wide" else draw
+    space = "" if args.space == "default" else f" --space {args.space}"
     out = dict(
         description=(f"random configs for an out-of-sample check (probes/random_configs.py --seed {args.seed} "
-                     f"--n {args.n}); memory does not depend on eval_iters >= 2"),
-        configs=[draw(rng, i) for i in range(args.n)],
+                     f"--n {args.n}{space}); memory does not depend on eval_iters >= 2"),
+        configs=[pick(rng, i) for i in range(args.n)],
     )
     json.dump(out, sys.stdout, indent=1)
     print()
