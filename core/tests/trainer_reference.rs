@@ -8,6 +8,8 @@
 //!   loss scaling) run on the CPU, where candle runs the f16 ops CUDA would.
 //! - tests/reference/data/trainer-cuda-h100-{f32,bf16,f16}.json: the trainer on an H100, measured
 //!   by the CUDA memory pool's high-water mark (`trainer/src/gpu_mem.rs`).
+//! - tests/reference/data/trainer-cpu-random.json: 30 small configs drawn at random (out of
+//!   sample), held to the looser bound their measurement published.
 
 use serde_json::Value;
 use vramfit_core::trainer_model::{gemm_slab_bytes, simulate, TrainerOptions};
@@ -18,6 +20,11 @@ use vramfit_core::Config;
 const TOLERANCE: f64 = 0.01;
 
 fn check(file: &str, json: &str) {
+    check_within(file, json, TOLERANCE, 0);
+}
+
+/// Every window within `tolerance` of its measurement, or within `slack_bytes`.
+fn check_within(file: &str, json: &str, tolerance: f64, slack_bytes: u64) {
     let data: Value = serde_json::from_str(json).expect("json");
     let rows = data["rows"].as_array().expect("rows");
     assert!(rows.len() >= 10, "{file}: at least 10 measured configs");
@@ -35,10 +42,13 @@ fn check(file: &str, json: &str) {
             // Before the first training step, gemm's pool threads have run a product only if eval's
             // matmuls were large enough to split (gemm decides by shape and kernel size), so their
             // slabs may not exist yet; the model counts them from the start. Measured with AVX-512
-            // kernels at 2 threads: over by exactly those slabs, never under.
-            let not_yet =
-                if window == "eval_at_start" && opts.cpu_threads >= 2 { u64::from(opts.cpu_threads) * gemm_slab_bytes(&opts) } else { 0 };
-            let within = |predicted: f64| ((predicted - measured) / measured).abs() <= TOLERANCE;
+            // kernels at 2 threads: over by exactly those slabs, never under. On one thread the
+            // calling thread's slab waits the same way for the first product gemm packs itself
+            // (small evals, trainer-cpu-random.json).
+            let not_yet = if window == "eval_at_start" { u64::from(opts.cpu_threads.max(1)) * gemm_slab_bytes(&opts) } else { 0 };
+            let within = |predicted: f64| {
+                ((predicted - measured) / measured).abs() <= tolerance || (predicted - measured).abs() <= slack_bytes as f64
+            };
             let err = (predicted as f64 - measured) / measured;
             assert!(
                 within(predicted as f64) || (predicted as f64 > measured && within(predicted.saturating_sub(not_yet) as f64)),
@@ -53,6 +63,43 @@ fn check(file: &str, json: &str) {
 #[test]
 fn predictions_match_measured_cpu_peaks() {
     check("trainer-cpu.json", include_str!("../../tests/reference/data/trainer-cpu.json"));
+}
+
+/// Out of sample: 30 configs drawn at random (`trainer_memory -- --random 2 30`), small enough to
+/// train in seconds. Measured: every window under its prediction by 27 KB to 476 KB, a median of
+/// 0.2-0.3% and at most 4.0% (models of 2-40 MiB). What the model leaves out shows there: gemm's
+/// per-call packing buffers for products other than the loss head's (a transient B*T x 3C copy at
+/// c_attn's weight gradient was the 476 KB) and candle's tensor metadata (shapes, strides, graph
+/// nodes). Held to 5% (or 256 KiB: an eval of 1.3 MiB is 8.5% under once gemm's slab is set
+/// aside), and each window's median to 0.5%.
+#[test]
+fn random_configs_match_their_cpu_measurements() {
+    let json = include_str!("../../tests/reference/data/trainer-cpu-random.json");
+    check_within("trainer-cpu-random.json", json, 0.05, 256 << 10);
+    let data: Value = serde_json::from_str(json).expect("json");
+    let rows = data["rows"].as_array().expect("rows");
+    assert!(rows.len() >= 30, "30 random configs");
+    for window in ["train", "first_iter", "eval", "eval_at_start"] {
+        let mut errors: Vec<f64> = rows
+            .iter()
+            .map(|row| {
+                let cfg: Config = serde_json::from_value(row["config"].clone()).expect("config");
+                let opts: TrainerOptions = serde_json::from_value(row["options"].clone()).expect("options");
+                let sim = simulate(&cfg, &opts);
+                let predicted = match window {
+                    "train" => sim.train.bytes,
+                    "first_iter" => sim.first_iter.bytes,
+                    "eval" => sim.eval.bytes,
+                    _ => sim.eval_at_start.bytes,
+                } as f64;
+                let measured = row["measured"][window].as_u64().expect("measured bytes") as f64;
+                ((predicted - measured) / measured).abs()
+            })
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        let median = errors[errors.len() / 2];
+        assert!(median <= 0.005, "{window}: median |error| {:.2}%", median * 100.0);
+    }
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //! rows committed in tests/reference/data/trainer-cpu.json; `RAYON_NUM_THREADS=2` for two threads).
 //! Each config runs in a fresh child process, so one-time heap (gemm's per-thread buffers) counts.
 //! `-- --mixed`: the f16 mixed-precision configs instead (trainer-cpu-f16.json).
+//! `-- --random SEED N`: N small configs drawn at random instead (with `--mixed`, in f16), an
+//! out-of-sample check of the model, which was built against the fixed configs.
 //! `-- --cuda f32|bf16|f16` (a build with `--features cuda`, on a GPU): the f32 configs on CUDA
 //! device 0, in f32 or mixed precision, measured by the CUDA memory pool's high-water mark
 //! ([`vramfit::gpu_mem`]) instead of the heap (trainer-cuda-*.json).
@@ -27,7 +29,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 #[derive(Clone)]
 struct Case {
-    name: &'static str,
+    name: String,
     cfg: Config,
     opts: TrainerOptions,
 }
@@ -38,11 +40,74 @@ fn cases() -> Vec<Case> {
     if let Some(dtype) = cuda_dtype() {
         return cuda_cases(dtype);
     }
-    if std::env::args().any(|a| a == "--mixed") {
+    let mixed = std::env::args().any(|a| a == "--mixed");
+    if let Some((seed, n)) = random_spec() {
+        return random_cases(seed, n, mixed);
+    }
+    if mixed {
         mixed_cases()
     } else {
         f32_cases()
     }
+}
+
+/// `--random SEED N`.
+fn random_spec() -> Option<(u64, usize)> {
+    let mut after = std::env::args().skip_while(|a| a != "--random").skip(1);
+    Some((after.next()?.parse().ok()?, after.next()?.parse().ok()?))
+}
+
+/// N configs drawn from a seed (a 64-bit LCG, Knuth's MMIX constants: the same seed draws the
+/// same configs on any machine), small enough to train in seconds on the CPU: 1-4 layers, 1-6
+/// heads of 8-48 dimensions, blocks of 4-256, batches of 1-8, vocabularies of 2-8192, bias,
+/// dropout, 1-3 micro-steps, checkpointing, an eval batch or block of its own, the chunked
+/// loss, eval chunks and clipping, each some of the time.
+fn random_cases(seed: u64, n: usize, mixed: bool) -> Vec<Case> {
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |below: u64| -> u64 {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % below
+    };
+    let defaults = f32_cases().remove(0).opts;
+    (0..n)
+        .map(|i| {
+            let n_head = [1u32, 2, 3, 4, 6][next(5) as usize];
+            let head_dim = [8u32, 16, 24, 32, 48][next(5) as usize];
+            let block_size = 4 + next(253) as u32;
+            let batch_size = 1 + next(8) as u32;
+            let vocab_size = [65, 2 + next(8191) as u32, 8192][next(3) as usize];
+            let eval_batch_size = (next(4) == 0).then(|| 1 + next(12) as u32);
+            let eval_block_size = (next(4) == 0).then(|| 1 + next(u64::from(block_size)) as u32);
+            let cfg = Config {
+                n_layer: 1 + next(4) as u32,
+                n_head,
+                n_embd: n_head * head_dim,
+                block_size,
+                vocab_size,
+                bias: next(2) == 0,
+                dropout: if next(4) == 0 { 0.1 } else { 0.0 },
+                batch_size,
+                gradient_accumulation_steps: 1 + next(3) as u32,
+                eval_batch_size,
+                eval_block_size,
+                activation_checkpointing: next(4) == 0,
+                ..Config::default()
+            };
+            let opts = TrainerOptions {
+                chunked_loss: next(4) == 0,
+                // Rows of whole sequences: 1 to all of the eval batch's.
+                eval_chunk_rows: (next(4) == 0).then(|| u64::from(cfg.eval_block()) * (1 + next(u64::from(cfg.eval_batch())))),
+                grad_clip: next(2) == 0,
+                mixed_precision: mixed.then_some(vramfit_core::Dtype::Float16),
+                ..defaults
+            };
+            let name = format!(
+                "r{seed}-{i:02} L{}H{}C{} T{} B{} V{}",
+                cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size, cfg.vocab_size
+            );
+            Case { name, cfg, opts }
+        })
+        .collect()
 }
 
 /// Mixed precision as `vramfit train --device cuda --dtype float16` runs it: candle's CPU backend
@@ -110,7 +175,7 @@ fn f32_cases() -> Vec<Case> {
         cpu_caches: vramfit::preflight::cpu_caches(),
         ..TrainerOptions::default()
     };
-    let c = |name, cfg: Config, opts: TrainerOptions| Case { name, cfg, opts };
+    let c = |name: &str, cfg: Config, opts: TrainerOptions| Case { name: name.to_string(), cfg, opts };
     vec![
         c("char 4L C128 T128 B8", base.clone(), o),
         c("+ bias", Config { bias: true, ..base.clone() }, o),
@@ -552,6 +617,9 @@ fn main() {
         // would in `vramfit train`, and no config inherits another's.
         let mut child_args = vec!["--case".to_string(), i.to_string()];
         child_args.push(if std::env::args().any(|a| a == "--mixed") { "--mixed" } else { "--f32" }.to_string());
+        if let Some((seed, n)) = random_spec() {
+            child_args.extend(["--random".to_string(), seed.to_string(), n.to_string()]);
+        }
         if let Some(arg) = std::env::args().skip_while(|a| a != "--cuda").nth(1) {
             child_args.extend(["--cuda".to_string(), arg]);
         }
