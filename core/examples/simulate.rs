@@ -1,6 +1,8 @@
 //! Prints the simulated peaks of a config given as `key=value` pairs in nanoGPT's names,
 //! e.g. `cargo run -p vramfit-core --example simulate -- n_layer=2 batch_size=4 dtype=float32`.
-//! Add `target=cpu` for the CPU-trace target and `timeline=1` to print every event.
+//! Add `target=cpu` for the CPU-trace target, `target=cudalike` for CUDA's kernels on the same
+//! tensor counter (what `run_all.py --method cpu-fake-cudalike` emulates: see
+//! `Target::cudalike_trace`), and `timeline=1` to print every event.
 use vramfit_core::sim::{simulate, timeline, Target};
 use vramfit_core::{Config, Gpu};
 
@@ -13,6 +15,7 @@ fn main() {
         let (k, v) = arg.split_once('=').expect("key=value");
         match k {
             "target" if v == "cpu" => target = Target::cpu_trace(),
+            "target" if v == "cudalike" => target = Target::cudalike_trace(),
             "timeline" => show_timeline = v == "1",
             "segments" => show_segments = v == "1",
             _ => {

@@ -84,7 +84,7 @@ impl Gpu {
 
     /// The kernels and allocator the simulation should assume on this card.
     pub fn target(&self) -> Target {
-        Target { granularity: 512, cublas_workspace_bytes: self.cublas_workspace_bytes(), cuda_kernels: true }
+        Target { granularity: 512, cublas_workspace_bytes: self.cublas_workspace_bytes(), cuda_kernels: true, fake_tensors: false }
     }
 
     /// A card of a given size with no known quirks (capacity and context estimated).

@@ -6,7 +6,9 @@
 
 mod reference_data;
 
-use reference_data::{comparisons, data_dir, data_files, file_name, median, read_doc, ALLOCATED_KEYS, NOT_PYTORCH_MEASUREMENTS};
+use reference_data::{
+    comparisons, cudalike_comparisons, data_dir, data_files, file_name, median, read_doc, ALLOCATED_KEYS, NOT_PYTORCH_MEASUREMENTS,
+};
 use serde_json::Value;
 
 /// Every measured peak in every PyTorch data file becomes a comparison (a dropped file or row
@@ -16,6 +18,7 @@ fn every_measured_row_is_compared() {
     let files = data_files();
     assert!(!files.is_empty(), "no reference data in {:?}", reference_data::data_dir());
     let rows = comparisons();
+    let emulated = cudalike_comparisons();
     let mut cuda_files = 0;
     for path in files {
         let file = file_name(&path);
@@ -33,14 +36,25 @@ fn every_measured_row_is_compared() {
         // Comparisons skip rows that were not measured, so the only ones allowed are those that
         // cannot be: compile rows on the CPU (a re-run where some rows failed must fail here,
         // not shrink the check).
+        // The emulation of CUDA's dispatch cannot run checkpointing with dropout: the
+        // checkpoint's recompute check rejects its emulated dropout masks.
+        let cudalike = reference_data::is_cudalike(&doc);
         for row in measured.iter().filter(|r| r["status"] != "ok") {
             let cpu_compile = row["status"] == "skipped" && row["config"]["compile"] == true && doc["provenance"]["method"] != "cuda";
+            let emulated_ckpt_dropout = cudalike
+                && row["status"] == "error"
+                && row["config"]["activation_checkpointing"] == true
+                && row["config"]["dropout"].as_f64().is_some_and(|p| p > 0.0)
+                && row["error"].as_str().is_some_and(|e| e.starts_with("CheckpointError"));
             assert!(
-                cpu_compile,
+                cpu_compile || emulated_ckpt_dropout,
                 "{file} {}: status {} ({}): only compile rows on the CPU may go unmeasured",
-                row["id"], row["status"], row["error"]
+                row["id"],
+                row["status"],
+                row["error"]
             );
         }
+        let rows = if cudalike { &emulated } else { &rows };
         for row in ok {
             let id = row["id"].as_str().unwrap_or("?");
             for (window, key) in ALLOCATED_KEYS {
@@ -73,6 +87,28 @@ fn unlabelled_cpu_trace_rows_are_exact_to_the_byte() {
         .map(|c| format!("{} {} {}: measured {}, predicted {}", c.file, c.id, c.window, c.measured, c.predicted))
         .collect();
     assert!(off.is_empty(), "{}", off.join("\n"));
+}
+
+/// core's CUDA rules (autocast's casts, CUDA's fp32 softmax and dropout masks, flash attention's
+/// outputs) against the harness's emulation of CUDA's dispatch on the CPU trace, both
+/// predictions: the hand-picked configs and 150 drawn at random in bf16 and fp16 (some with
+/// dropout). The random draw found a defect this way, since confirmed by an H100 row: in
+/// `estimate_loss` the model freed att @ v's autocast cast and v's copy before the bmm's output
+/// existed (up to 3.7% low). Measured agreement: the median exact, every window within 0.36%.
+#[test]
+fn cuda_rules_agree_with_the_harness_emulation_of_cuda() {
+    let rows = cudalike_comparisons();
+    assert!(rows.len() >= 700, "only {} comparisons with the emulation", rows.len());
+    let off: Vec<String> = rows
+        .iter()
+        .filter(|c| c.rel_error().abs() > 0.005)
+        .map(|c| {
+            format!("{} {} {}: emulated {}, predicted {} ({:+.3}%)", c.file, c.id, c.window, c.measured, c.predicted, c.rel_error() * 100.0)
+        })
+        .collect();
+    assert!(off.is_empty(), "{}", off.join("\n"));
+    let errs: Vec<f64> = rows.iter().map(|c| c.rel_error().abs()).collect();
+    assert_eq!(median(errs), 0.0, "the median comparison is no longer exact");
 }
 
 /// The reserve and nvidia-smi figures decide the fit verdict. They are reported in the README

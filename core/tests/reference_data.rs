@@ -47,7 +47,6 @@ pub fn data_files() -> Vec<PathBuf> {
 /// (no memory: `trainer/tests/torch_equivalence.rs` holds the trainer's arithmetic to them).
 /// Any other file must yield comparisons.
 pub const NOT_PYTORCH_MEASUREMENTS: &[&str] = &[
-    "cpu-fake-cudalike.json",
     "trainer-cpu.json",
     "trainer-cpu-f16.json",
     "trainer-cpu-random.json",
@@ -119,10 +118,6 @@ fn gpu_for(provenance: &Value) -> Option<Gpu> {
 /// The simulation target a data file was measured on.
 fn target_for(provenance: &Value) -> Option<Target> {
     let method = provenance.get("method").and_then(Value::as_str).unwrap_or("");
-    if method == "cpu-fake-cudalike" {
-        // The harness's prediction of CUDA's behaviour, not a measurement.
-        return None;
-    }
     if method.starts_with("cpu") {
         return Some(Target::cpu_trace());
     }
@@ -147,6 +142,9 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
         let doc = read_doc(path);
         if is_capped(&doc) {
             continue; // compared by `capped_runs`
+        }
+        if is_cudalike(&doc) {
+            continue; // a prediction, compared by `cudalike_comparisons`
         }
         let Some(target) = target_for(&doc["provenance"]) else {
             panic!("{file}: no simulation target for its provenance {}", doc["provenance"]);
@@ -204,6 +202,43 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
                     (row.get("nvidia_smi_after_train_mib").and_then(Value::as_u64), gpu_for(&doc["provenance"]))
                 {
                     push("nvidia_smi", smi_mib << 20, reserved + gpu.context_bytes);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a data file is the harness's emulation of CUDA's dispatch on the CPU trace
+/// (`run_all.py --method cpu-fake-cudalike`): a prediction of CUDA, not a measurement.
+pub fn is_cudalike(doc: &Value) -> bool {
+    doc["provenance"]["method"] == "cpu-fake-cudalike"
+}
+
+/// core's CUDA rules on the harness's tensor counter (`Target::cudalike_trace`) against every
+/// row of the emulation's data files, window by window: two predictions of CUDA, each built
+/// from PyTorch's sources, checked against each other.
+pub fn cudalike_comparisons() -> Vec<Comparison> {
+    let mut out = Vec::new();
+    for path in data_files() {
+        let doc = read_doc(&path);
+        if !is_cudalike(&doc) {
+            continue;
+        }
+        let file = file_name(&path);
+        for row in doc["rows"].as_array().cloned().unwrap_or_default() {
+            if row.get("status").and_then(Value::as_str) != Some("ok") {
+                continue;
+            }
+            let Some(cfg) = config_from_row(&row["config"]) else {
+                panic!("{file} {}: a row whose config core cannot read or rejects: {}", row["id"], row["config"]);
+            };
+            let sim = simulate(&cfg, &Target::cudalike_trace());
+            let id = row["id"].as_str().unwrap_or("?").to_string();
+            let predicted_by_window = [sim.train.bytes, sim.eval.bytes, sim.first_iter.bytes, sim.eval_at_start.bytes];
+            for ((window, key), predicted) in ALLOCATED_KEYS.into_iter().zip(predicted_by_window) {
+                if let Some(measured) = row.get(key).and_then(Value::as_u64) {
+                    out.push(Comparison { file: file.clone(), id: id.clone(), labels: Vec::new(), window, measured, predicted });
                 }
             }
         }

@@ -11,8 +11,11 @@ The same seed gives the same configs.
 `--space wide` draws only configs whose CPU trace is held to the byte (float32, no dropout) and
 reaches where the default space does not: 1-24 layers, head dimensions that are not multiples of
 16 (8-160), n_embd up to 2048, an eval block shorter than the training block, blocks up to 2048,
-SGD and checkpointing more often. The default space is unchanged, so earlier seeds redraw the
-same configs.
+SGD and checkpointing more often. `--space wide-mixed` draws the same shapes in bfloat16 and
+float16, with dropout 0.1 in a quarter of them: CPU rows the harness labels (CPU autocast and
+dropout differ from CUDA's), for `run_all.py --method cpu-fake-cudalike`, the harness's
+emulation of CUDA's dispatch, to compare core's CUDA rules with. The default space is unchanged,
+so earlier seeds redraw the same configs.
 
 usage: python3 probes/random_configs.py [--seed S] [--n N] > random_configs.json
 then:  .venv/bin/python run_all.py --method cpu-fake --configs random_configs.json \
@@ -62,7 +65,7 @@ def draw(rng: random.Random, index: int) -> dict:
     return dict(id=cfg_id, **cfg)
 
 
-def draw_wide(rng: random.Random, index: int) -> dict:
+def draw_wide(rng: random.Random, index: int, mixed: bool = False) -> dict:
     while True:
         n_head = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 25])
         head_dim = rng.choice([8, 12, 20, 24, 40, 56, 64, 72, 100, 128, 160])
@@ -81,11 +84,11 @@ def draw_wide(rng: random.Random, index: int) -> dict:
         block_size=block,
         batch_size=rng.randint(1, 16 if block <= 1024 else 4),
         vocab_size=vocab,
-        dtype="float32",
+        dtype=rng.choice(["bfloat16", "float16"]) if mixed else "float32",
         attention=rng.choice(["flash", "manual"]),
         bias=rng.random() < 0.5,
         gradient_accumulation_steps=rng.randint(1, 5),
-        dropout=0.0,
+        dropout=0.1 if mixed and rng.random() < 0.25 else 0.0,
         activation_checkpointing=rng.random() < 0.3,
         optimizer="sgd" if rng.random() < 0.25 else "adamw",
         eval_batch_size=rng.randint(1, 32) if rng.random() < 0.3 else None,
@@ -93,8 +96,11 @@ def draw_wide(rng: random.Random, index: int) -> dict:
         eval_iters=2,
         compile=False,
     )
+    if cfg["dtype"] == "float16" and cfg["optimizer"] == "sgd":
+        cfg["optimizer"] = "adamw"  # as in draw(): the harness cannot measure it on the CPU
+    short = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}[cfg["dtype"]]
     cfg_id = (f"wide-{index:03d}-L{n_layer}H{n_head}C{n_embd}-T{block}-B{cfg['batch_size']}-V{vocab}"
-              f"-{cfg['attention']}")
+              f"{short}-{cfg['attention']}")
     return dict(id=cfg_id, **cfg)
 
 
@@ -102,10 +108,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--space", choices=["default", "wide"], default="default")
+    ap.add_argument("--space", choices=["default", "wide", "wide-mixed"], default="default")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    pick = draw_wide if args.space == "wide" else draw
+    picks = {"default": draw, "wide": draw_wide, "wide-mixed": lambda r, i: draw_wide(r, i, mixed=True)}
+    pick = picks[args.space]
     space = "" if args.space == "default" else f" --space {args.space}"
     out = dict(
         description=(f"random configs for an out-of-sample check (probes/random_configs.py --seed {args.seed} "
