@@ -2892,24 +2892,29 @@ mod term_tests {
     /// and the gradient being made). A CPU trace measured the one-head rule (`wide-103` in
     /// tests/reference/data/cpu-fake-random-wide-seed26.json, and L1 H1 C64 T512 B3 V65, where
     /// the model once copied q, k and v as for two heads and was 2.6% low).
-    #[test]
-    fn one_head_keeps_c_attns_output_until_the_q_k_backward() {
-        let (b, t, c) = (3u64, 512u64, 64u64);
-        let one = Config {
+    /// One block of manual attention, B3 T512 C64 with a 64-token vocabulary: a step whose
+    /// peak is in the attention, where these tests look.
+    fn attention_bound(n_head: u32, dtype: Dtype) -> Config {
+        Config {
             n_layer: 1,
-            n_head: 1,
-            n_embd: c as u32,
-            block_size: t as u32,
+            n_head,
+            n_embd: 64,
+            block_size: 512,
             vocab_size: 64,
             bias: false,
-            batch_size: b as u32,
+            batch_size: 3,
             gradient_accumulation_steps: 1,
-            dtype: Dtype::Float32,
+            dtype,
             attention: Attention::Manual,
             compile: false,
             ..Config::default()
-        };
-        let two = Config { n_head: 2, ..one.clone() };
+        }
+    }
+
+    #[test]
+    fn one_head_keeps_c_attns_output_until_the_q_k_backward() {
+        let (b, t, c) = (3u64, 512u64, 64u64);
+        let (one, two) = (attention_bound(1, Dtype::Float32), attention_bound(2, Dtype::Float32));
         let (s1, s2) = (simulate(&one, &Target::cpu_trace()), simulate(&two, &Target::cpu_trace()));
         for s in [&s1, &s2] {
             assert_eq!((s.train.phase, s.train.op.as_str()), (Some(Phase::Backward), "transformer.h.0.attn softmax backward"));
@@ -2930,20 +2935,7 @@ mod term_tests {
     #[test]
     fn eval_att_v_keeps_its_cast_and_v_copy_until_its_output_exists() {
         let (b, h, t, c) = (3u64, 4u64, 512u64, 64u64);
-        let cfg = Config {
-            n_layer: 1,
-            n_head: h as u32,
-            n_embd: c as u32,
-            block_size: t as u32,
-            vocab_size: 64,
-            bias: false,
-            batch_size: b as u32,
-            gradient_accumulation_steps: 1,
-            dtype: Dtype::Float16,
-            attention: Attention::Manual,
-            compile: false,
-            ..Config::default()
-        };
+        let cfg = attention_bound(h as u32, Dtype::Float16);
         let target = Target::cudalike_trace();
         let points = timeline(&cfg, &target);
         let steps: Vec<i64> = points
