@@ -1760,9 +1760,8 @@ impl<'c, 't> Run<'c, 't> {
             self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
             self.mem.alloc(d.btc() * d.cb, Category::Temporaries),
         ];
-        if self.target.fake_tensors {
-            // Kernel-internal scratch: not a tensor.
-        } else if d.autocast {
+        // The kernel's own scratch (a tensor counter does not see it).
+        if !self.target.fake_tensors && d.autocast {
             // flash-attn 2: dq_accum (B, T rounded to 128, H, hs rounded to 32) and softmax_d
             // (B, H, T rounded to 128), both fp32, freed when the kernel returns.
             let t128 = d.t.div_ceil(128) * 128;
@@ -1772,7 +1771,7 @@ impl<'c, 't> Run<'c, 't> {
             let sd = self.mem.alloc(4 * d.b * d.h * t128, Category::Temporaries);
             self.mem.free(acc);
             self.mem.free(sd);
-        } else {
+        } else if !self.target.fake_tensors {
             // memory-efficient kernel: delta (B, H, T) fp32.
             let delta = self.mem.alloc(4 * d.b * d.h * d.t, Category::Temporaries);
             self.mem.free(delta);
