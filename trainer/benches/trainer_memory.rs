@@ -51,10 +51,21 @@ fn cases() -> Vec<Case> {
     }
 }
 
-/// `--random SEED N`.
+/// `--random SEED N`; a malformed one is an error, not a silent run of the fixed configs.
 fn random_spec() -> Option<(u64, usize)> {
+    if !std::env::args().any(|a| a == "--random") {
+        return None;
+    }
     let mut after = std::env::args().skip_while(|a| a != "--random").skip(1);
-    Some((after.next()?.parse().ok()?, after.next()?.parse().ok()?))
+    let seed = after.next().and_then(|v| v.parse().ok());
+    let n = after.next().and_then(|v| v.parse().ok());
+    match (seed, n) {
+        (Some(seed), Some(n)) => Some((seed, n)),
+        _ => {
+            eprintln!("error: --random takes a seed and a count of configs (whole numbers), e.g. --random 2 30");
+            std::process::exit(2)
+        }
+    }
 }
 
 /// N configs drawn from a seed (a 64-bit LCG, Knuth's MMIX constants: the same seed draws the
