@@ -1,8 +1,9 @@
 //! core against every reference measurement in tests/reference/data/.
 //!
 //! Rows the harness labels (their trace is known to differ from CUDA, e.g. CPU autocast's
-//! op lists) are printed but not held to the target; every other row must be within 2% and
-//! the median within 0.5%, per window.
+//! op lists) are not held to the target (`cargo bench -p vramfit-core` prints them); every other
+//! row's training and eval peaks must be within 2% and their medians within 0.5%, and the other
+//! windows within the limits their tests give.
 
 mod reference_data;
 
@@ -61,6 +62,23 @@ fn every_measured_row_is_compared() {
                 let compared = rows.iter().filter(|c| c.file == file && c.id == id && c.window == window).count();
                 let expected = usize::from(row.get(key).is_some());
                 assert_eq!(compared, expected, "{file} {id} {window}: {compared} comparisons for {expected} measurement");
+            }
+            // The reserve, nvidia-smi and the later reserve too, on a GPU (the CPU trace has
+            // no allocator to reserve).
+            let on_gpu = doc["provenance"]["method"] == "cuda";
+            let has = |key: &str| on_gpu && row.get(key).is_some();
+            for (window, measured) in [
+                ("reserved", has("max_reserved_bytes_overall") || has("later_points")),
+                ("nvidia_smi", has("nvidia_smi_after_train_mib")),
+                ("later_reserved", has("later_points")),
+            ] {
+                let compared = rows.iter().filter(|c| c.file == file && c.id == id && c.window == window).count();
+                assert_eq!(
+                    compared,
+                    usize::from(measured),
+                    "{file} {id} {window}: {compared} comparisons for {} measurement",
+                    usize::from(measured)
+                );
             }
         }
     }
@@ -129,18 +147,59 @@ fn reserved_and_nvidia_smi_stay_where_the_readme_puts_them() {
 
 /// torch.compile is a coarse model fitted to the three H100 compile rows (so it is labelled
 /// and shown as an estimate); it must keep matching them as the README says: within 2.1% of
-/// the allocated peaks and 5.0% of the reserve (held at 2.5% and 5.5%).
+/// every window's allocated peak and 5.0% of the reserve and nvidia-smi (held at 2.5% and 5.5%).
 #[test]
 fn compile_model_stays_close_to_its_three_rows() {
     let rows = comparisons();
     let compiled: Vec<_> = rows.iter().filter(|c| c.file == "cuda-h100-compile.json").collect();
-    for (window, allowed) in [("train", 0.025), ("eval", 0.025), ("reserved", 0.055)] {
+    for (window, allowed) in
+        [("train", 0.025), ("eval", 0.025), ("first_iter", 0.025), ("eval_at_start", 0.025), ("reserved", 0.055), ("nvidia_smi", 0.055)]
+    {
         let of_window: Vec<_> = compiled.iter().filter(|c| c.window == window).collect();
         assert_eq!(of_window.len(), 3, "{window}: compile rows");
         for c in of_window {
             assert!(c.rel_error().abs() <= allowed, "{} {window}: {:+.2}% (allowed {:.1}%)", c.id, c.rel_error() * 100.0, allowed * 100.0);
         }
     }
+}
+
+/// The target is for the training step and the eval; the other two allocated windows
+/// decide a verdict just as well (the GPT-2 batch-64 report runs out in the eval before the
+/// first step), so they are held too, at their own limits above the README's worst figures
+/// (first iteration 5.6%, two small configs: one fp32 with manual attention, one bf16 with
+/// dropout; eval before the first step 1.4%): every row within 6% and 2%, each median within 0.5%.
+#[test]
+fn first_iteration_and_first_eval_stay_where_the_readme_puts_them() {
+    let rows = comparisons();
+    let mut failures = Vec::new();
+    for (window, max_allowed) in [("first_iter", 0.06), ("eval_at_start", 0.02)] {
+        let of_window: Vec<_> = rows.iter().filter(|c| c.window == window && !c.labelled()).collect();
+        let gpu = of_window.iter().filter(|c| c.file.starts_with("cuda")).count();
+        assert!(gpu >= 100, "only {gpu} {window} comparisons with a GPU measurement");
+        let med = median(of_window.iter().map(|c| c.rel_error().abs()).collect());
+        if med > 0.005 {
+            failures.push(format!("{window}: median |error| {:.3}% > 0.5%", med * 100.0));
+        }
+        for c in of_window.iter().filter(|c| c.rel_error().abs() > max_allowed) {
+            failures.push(format!("{} {} {window}: {:+.2}% (allowed {:.0}%)", c.file, c.id, 100.0 * c.rel_error(), max_allowed * 100.0));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Rows run past iteration 2 (`cuda-h200-later.json`): the reserve the run reaches by
+/// iteration 50 against the one `simulate_exact_and_later` says it reaches. The README reports
+/// a median of 0.000% and a worst of 17.7% (one config whose real allocator reuses segments
+/// differently, as in the reserve's worst rows); held at a median of 1% and a worst of 20%.
+#[test]
+fn the_later_reserve_stays_where_the_readme_puts_it() {
+    let rows = comparisons();
+    let errs: Vec<f64> = rows.iter().filter(|c| c.window == "later_reserved" && !c.labelled()).map(|c| c.rel_error().abs()).collect();
+    assert!(errs.len() >= 16, "only {} later_reserved comparisons", errs.len());
+    let worst = errs.iter().cloned().fold(0.0, f64::max);
+    let med = median(errs);
+    assert!(med <= 0.01, "later_reserved: median |error| {:.3}% > 1%", med * 100.0);
+    assert!(worst <= 0.20, "later_reserved: worst |error| {:.1}% > 20%", worst * 100.0);
 }
 
 #[test]

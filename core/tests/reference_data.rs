@@ -182,7 +182,7 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
             // A row run on past iteration 2 (measure.py --later-cycles) has the reserve after each
             // later iteration and eval: the first point, after iteration 2, is what the windows
             // model (the reserve never shrinks), the last what `simulate_exact_and_later` says
-            // the run reaches (`later_reserved`, not yet held to a target).
+            // the run reaches (`later_reserved`).
             let later_points: Vec<u64> = row
                 .get("later_points")
                 .and_then(Value::as_array)
@@ -196,7 +196,9 @@ pub fn comparisons_in(files: &[PathBuf]) -> Vec<Comparison> {
                 let (_, later) = vramfit_core::sim::simulate_exact_and_later(&cfg, &target, None);
                 push("later_reserved", measured_final, later.map_or(reserved, |l| l.reserved_bytes));
             }
-            if let (Some(measured), true) = (measured_reserved, reserved > 0) {
+            // Keyed on the target, not on the prediction: a CUDA prediction that lost its
+            // reserve must fail its comparison, not drop it.
+            if let (Some(measured), true) = (measured_reserved, target.cuda_kernels) {
                 push("reserved", measured, reserved);
                 if let (Some(smi_mib), Some(gpu)) =
                     (row.get("nvidia_smi_after_train_mib").and_then(Value::as_u64), gpu_for(&doc["provenance"]))
