@@ -176,6 +176,8 @@ test('a fine-tuning link (init=gpt2-medium) agrees with vramfit plan --json, fix
 
 test('script payloads in every link field stay text; the page still works', async () => {
   const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
   const dialogs = [];
   page.on('dialog', async (d) => {
     dialogs.push(d.message());
@@ -198,11 +200,14 @@ test('script payloads in every link field stay text; the page still works', asyn
   const fig = await pageFigures(page);
   assertAgrees(fig, cliPlan(fig.search.slice(1)));
   await page.close();
+  assert.deepEqual(errors, []);
 });
 
 test('"Copy link" puts the page address with its state on the clipboard', async () => {
   const ctx = await browser.newContext({ permissions: ['clipboard-read', 'clipboard-write'] });
   const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
   await page.goto(server.url + '?v=1&L=6&H=6&C=384&B=7');
   await waitForCharts(page);
   await page.locator('#copy-link').click();
@@ -212,6 +217,7 @@ test('"Copy link" puts the page address with its state on the clipboard', async 
   assert.equal(copied, href);
   assert.ok(copied.includes('&L=6&H=6&C=384&') && copied.includes('&B=7&'), copied);
   await ctx.close();
+  assert.deepEqual(errors, []);
 });
 
 test('copying where the browser offers no clipboard (http on a LAN address) says it failed', async () => {

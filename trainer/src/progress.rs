@@ -206,6 +206,8 @@ pub struct Progress {
     /// what the memory check measures and each iteration's line and record report; `None`: the
     /// heap ([`crate::mem`]).
     gpu: Option<candle_core::Device>,
+    /// Whether a record could not be written to the log (said once on stderr; training goes on).
+    log_write_failed: bool,
 }
 
 impl Progress {
@@ -224,12 +226,28 @@ impl Progress {
         } else {
             ProgressBar::hidden()
         };
-        Ok(Progress { bar, interactive, log: Some(log), log_interval: log_interval.max(1), memory_check: None, gpu: None })
+        Ok(Progress {
+            bar,
+            interactive,
+            log: Some(log),
+            log_interval: log_interval.max(1),
+            memory_check: None,
+            gpu: None,
+            log_write_failed: false,
+        })
     }
 
     /// A progress that shows and records nothing (library callers and tests).
     pub fn silent() -> Progress {
-        Progress { bar: ProgressBar::hidden(), interactive: false, log: None, log_interval: u64::MAX, memory_check: None, gpu: None }
+        Progress {
+            bar: ProgressBar::hidden(),
+            interactive: false,
+            log: None,
+            log_interval: u64::MAX,
+            memory_check: None,
+            gpu: None,
+            log_write_failed: false,
+        }
     }
 
     /// Prints a line on stdout without tearing the bar.
@@ -271,8 +289,19 @@ impl Progress {
                 map.insert("gpu_reserved_peak_bytes".into(), pool.reserved_high.into());
             }
         }
-        // A full disk must not stop training; the checkpoint write reports its own errors.
-        let _ = writeln!(log, "{object}");
+        // A full disk must not stop training (the checkpoint write reports its own errors), but
+        // a log that misses records is said, once: `--resume` reads the log's records.
+        if let Err(e) = writeln!(log, "{object}") {
+            if !self.log_write_failed {
+                self.log_write_failed = true;
+                self.bar.suspend(|| {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "note: cannot write to {LOG_FILE}: {e}; training goes on, and the log misses records from here"
+                    );
+                });
+            }
+        }
     }
 
     /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or with
@@ -338,6 +367,20 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log that cannot be written (a full disk: Linux's /dev/full) does not stop training,
+    /// and the failure is noted, once.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_log_write_that_fails_is_noted_and_training_goes_on() {
+        let mut progress = Progress::silent();
+        progress.log = Some(OpenOptions::new().append(true).open("/dev/full").expect("/dev/full opens"));
+        assert!(!progress.log_write_failed);
+        progress.record("iter", &serde_json::json!({ "iter": 1 }));
+        assert!(progress.log_write_failed, "the failed write went unnoticed");
+        progress.record("iter", &serde_json::json!({ "iter": 2 }));
+        assert!(progress.log_write_failed);
+    }
 
     /// The log a resume continues: cut after the checkpoint's own save record, the last one of
     /// its iteration; left whole where it has none; ending in a newline either way, so that the

@@ -1120,6 +1120,7 @@ fn the_report_says_where_it_first_runs_out_what_is_close_and_which_fix_is_an_est
         assert_eq!(line.contains("needs ~"), line.contains("compile = True"), "{line}");
     }
     let fixes = plan_json_fixes(&taken)["fixes"].as_array().unwrap().clone();
+    assert_eq!(fixes.len(), fix_lines.len(), "the JSON and the text list the same fixes");
     for fix in &fixes {
         assert_eq!(fix["needed_is_estimate"], fix["config"]["compile"], "{fix}");
         assert!(fix["close_call"].is_boolean(), "{fix}");

@@ -195,13 +195,36 @@ fn trainer_on_cuda_plans_for_a_card() {
     args.extend_from_slice(&gpt2);
     let out = vramfit(&args);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Card: NVIDIA GeForce RTX 4070 12GB: 11,971 MiB usable, less ~595 MiB"), "{text}");
+    // Figures as the report writes them: MiB rounded, with thousands separators.
+    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+    let separated = |n: u64| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, d) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(d);
+        }
+        out
+    };
+    let context_mib = mib(trainer_model::CUDA_CONTEXT_BYTES).round() as u64;
+    let rtx_4070 = preset("rtx-4070");
+    let line =
+        format!("Card: {}: {} MiB usable, less ~{context_mib} MiB", rtx_4070.name, separated(mib(rtx_4070.usable_bytes).round() as u64));
+    assert!(text.contains(&line), "{line:?} not in {text}");
     assert!(text.contains("\nTight: needs") && text.contains(": may not fit"), "{text}");
     // The same on an H100 fits with room for the cache, and figures measured there carry no ~.
     args.extend_from_slice(&["--gpu", "h100-80gb"]);
     let text = String::from_utf8_lossy(&vramfit(&args).stdout).into_owned();
     assert!(text.contains("\nFits: needs") && text.contains(": fits with it"), "{text}");
-    assert!(text.contains("less 595 MiB for the trainer's CUDA context: 78.60 GiB (80,484 MiB) for tensors"), "{text}");
+    let h100_tensors = preset("h100-80gb").usable_bytes - trainer_model::CUDA_CONTEXT_BYTES;
+    let line = format!(
+        "less {context_mib} MiB for the trainer's CUDA context: {:.2} GiB ({} MiB) for tensors",
+        h100_tensors as f64 / (1u64 << 30) as f64,
+        separated(mib(h100_tensors).round() as u64)
+    );
+    assert!(text.contains(&line), "{line:?} not in {text}");
     // A card without bfloat16 says so.
     let mut args = vec!["plan", "--runtime", "trainer", "--device=cuda", "--dtype", "bfloat16", "--gpu", "t4"];
     args.extend_from_slice(&SMALL);

@@ -125,9 +125,7 @@ fn ctrl_c_stops_a_long_evaluation_and_resume_repeats_it() {
     let (meta_a, a) = checkpoint_tensors(&straight);
     let (meta_b, b) = checkpoint_tensors(&split);
     assert_eq!((meta_b.iter_num, meta_b.best_val_loss, meta_b.rng_state), (4, meta_a.best_val_loss, meta_a.rng_state));
-    for (x, y) in a.iter().zip(&b) {
-        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "a tensor differs after Ctrl-C mid-evaluation and resume");
-    }
+    assert_same_tensors(&a, &b, "straight run and run resumed after Ctrl-C mid-evaluation");
 }
 
 /// A fresh run in a directory holding a log and a loss curve but no checkpoint (the user's own

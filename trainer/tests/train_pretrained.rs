@@ -129,6 +129,9 @@ fn the_weights_are_loaded_as_from_pretrained_loads_them() {
         assert!(stdout.contains(&format!("starting from GPT-2's weights: {} tensors from", 2 + LAYERS * 12 + 2)), "{stdout}");
         let (meta, stored) = checkpoint_tensors(&out_dir);
         assert_eq!(meta.vocab, vramfit::data::Vocabulary::Gpt2);
+        // wte, wpe, 12 per block, ln_f's weight and bias; the stored tensors start with them.
+        assert_eq!(meta.param_names.len(), 2 + LAYERS * 12 + 2, "{:?}", meta.param_names);
+        assert!(stored.len() >= meta.param_names.len(), "{} tensors stored", stored.len());
         for (name, got) in meta.param_names.iter().zip(&stored) {
             assert_eq!(got, &rounded(expected(&tensors, name), dtype), "{name} (prefix {with_prefix}, {dtype:?})");
         }

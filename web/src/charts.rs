@@ -494,6 +494,7 @@ mod tests {
             let legend_bottom = (MARGIN_TOP + 8 + 16 + 6 + 10) as f64;
             for colour in [TRAIN, EVAL] {
                 let curve: Vec<(f64, f64)> = polylines_in(&svg, colour).into_iter().filter(|l| l.len() > 2).flatten().collect();
+                assert!(!curve.is_empty(), "no {colour:?} curve drawn");
                 assert!(curve.iter().all(|(_, y)| *y > legend_bottom), "{:?}", curve.iter().map(|p| p.1).fold(f64::MAX, f64::min));
             }
         }

@@ -58,6 +58,17 @@ pub fn log_records(out_dir: &Path, kind: &str) -> Vec<serde_json::Value> {
     text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")).filter(|v| v["kind"] == kind).collect()
 }
 
+/// Asserts two checkpoints' tensors (from [`checkpoint_tensors`]) are the same, bit for bit:
+/// as many tensors, each as long, each value the same (`what` says which runs differ).
+pub fn assert_same_tensors(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
+    assert!(!a.is_empty(), "{what}: a checkpoint without tensors");
+    assert_eq!(a.len(), b.len(), "{what}: the checkpoints hold different numbers of tensors");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.len(), y.len(), "{what}: tensor {i} has a different length");
+        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "{what}: tensor {i} differs");
+    }
+}
+
 /// Every tensor of a checkpoint as raw f32 values, by name (params and optimizer state).
 pub fn checkpoint_tensors(out_dir: &Path) -> (vramfit::checkpoint::CheckpointMeta, Vec<Vec<f32>>) {
     let ckpt = vramfit::checkpoint::load(&out_dir.join("ckpt.safetensors"), &candle_core::Device::Cpu).expect("checkpoint loads");
