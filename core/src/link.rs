@@ -315,10 +315,13 @@ fn settings_in(fragment: &str) -> bool {
     fragment.split('&').any(|segment| segment.split_once('=').is_some_and(|(key, _)| Field::from_key(&percent_decode(key)).is_some()))
 }
 
-/// Whether the query holds anything at all (settings or garbage): the command line refuses a
-/// link without, the page opens it with its defaults.
+/// Whether the query holds anything at all (settings or garbage) besides the format's version:
+/// the command line refuses a link without, the page opens it with its defaults.
 fn has_settings(input: &str) -> bool {
-    query_part(input).0.split('&').any(|segment| !segment.is_empty())
+    query_part(input).0.split('&').any(|segment| {
+        let key = segment.split_once('=').map_or(segment, |(key, _)| key);
+        !segment.is_empty() && Field::from_key(&percent_decode(key)) != Some(Field::Version)
+    })
 }
 
 /// One key as the link spelt it, for notices: `C=abc (n_embd)`.
@@ -850,9 +853,18 @@ pub(crate) mod tests {
 
     #[test]
     fn empty_and_bare_inputs_give_defaults_silently() {
-        for input in
-            ["", "?", "#x", "  ", "http://localhost:8080/", "https://x.org/vramfit/#top", "?&&", "https://x.org/#:~:text=batch%20size"]
-        {
+        for input in [
+            "",
+            "?",
+            "#x",
+            "  ",
+            "http://localhost:8080/",
+            "https://x.org/vramfit/#top",
+            "?&&",
+            "https://x.org/#:~:text=batch%20size",
+            "v=1",
+            "https://x.org/?v=1&",
+        ] {
             let d = decode(input);
             assert_eq!(d.state, LinkState::default(), "{input:?}");
             assert!(d.notices.is_empty(), "{input:?}: {:?}", d.notices);

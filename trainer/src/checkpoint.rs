@@ -186,7 +186,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
     let shown = path.display();
     let bytes = crate::data::read_input_file(path, None).map_err(|e| format!("cannot read checkpoint {shown}: {e}"))?;
     let bad = |why: String| format!("{shown} is not a usable vramfit checkpoint: {why}");
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("{e}")))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(invalid_tensor(&bytes).unwrap_or_else(|| e.to_string())))?;
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("{e}")))?;
     let meta_json = header.metadata().as_ref().and_then(|m| m.get(META_KEY)).ok_or_else(|| bad("no vramfit metadata".into()))?;
     let meta: CheckpointMeta = serde_json::from_str(meta_json).map_err(|e| bad(format!("metadata: {e}")))?;
@@ -223,6 +223,35 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
         (Vec::new(), Vec::new())
     };
     Ok(Checkpoint { meta, params, exp_avg, exp_avg_sq })
+}
+
+/// Which tensor of a safetensors file has a shape and dtype that do not fill its byte range,
+/// and how (the safetensors crate says only "invalid shape, data type, or offset for tensor").
+/// `None` if the header cannot be read or every tensor is consistent.
+fn invalid_tensor(bytes: &[u8]) -> Option<String> {
+    let len = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(bytes.get(8..8usize.checked_add(len.try_into().ok()?)?)?).ok()?;
+    for (name, info) in header.iter().filter(|(name, _)| *name != "__metadata__") {
+        let dtype = info["dtype"].as_str()?;
+        let width: u64 = match dtype {
+            "F64" | "I64" | "U64" => 8,
+            "F32" | "I32" | "U32" => 4,
+            "F16" | "BF16" | "I16" | "U16" => 2,
+            "I8" | "U8" | "BOOL" | "F8_E5M2" | "F8_E4M3" => 1,
+            _ => continue,
+        };
+        let shape: Vec<u64> = info["shape"].as_array()?.iter().map(|d| d.as_u64()).collect::<Option<_>>()?;
+        let offsets = info["data_offsets"].as_array()?;
+        let (start, end) = (offsets.first()?.as_u64()?, offsets.get(1)?.as_u64()?);
+        let needed = shape.iter().try_fold(width, |n, &d| n.checked_mul(d));
+        if needed != end.checked_sub(start) {
+            let needed = needed.map_or("more than 2^64".to_string(), |n| n.to_string());
+            let span = end.checked_sub(start).map_or(format!("ends before it starts ({start} to {end})"), |n| format!("spans {n}"));
+            return Some(format!("tensor {name}: shape {shape:?} in {dtype} is {needed} bytes, but its data {span}"));
+        }
+    }
+    None
 }
 
 /// What a run that wrote `meta` cannot have left: the loop's state is restored as it is, so an
@@ -360,6 +389,27 @@ mod tests {
         save(&path, &ckpt).unwrap();
         let err = load(&path, &Device::Cpu).err().unwrap();
         assert!(err.contains("tensor optimizer.exp_avg.w is missing"), "{err}");
+    }
+
+    /// A tensor whose header shape or dtype does not fill its bytes is named, with both sizes.
+    #[test]
+    fn a_tensor_that_does_not_fill_its_bytes_is_named() {
+        let path = dir("bad-tensor").join(FILE_NAME);
+        let bytes = serialize(&sample_checkpoint(FORMAT_VERSION, 0)).unwrap();
+        let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+        for (field, value, expected) in [
+            ("dtype", serde_json::json!("F16"), "tensor w: shape [2, 2] in F16 is 8 bytes, but its data spans 16"),
+            ("shape", serde_json::json!([2, 3]), "tensor w: shape [2, 3] in F32 is 24 bytes, but its data spans 16"),
+        ] {
+            let mut doctored = header.clone();
+            doctored["w"][field] = value;
+            let text = serde_json::to_vec(&doctored).unwrap();
+            let file = [&(text.len() as u64).to_le_bytes()[..], &text, &bytes[8 + len..]].concat();
+            std::fs::write(&path, file).unwrap();
+            let err = load(&path, &Device::Cpu).err().unwrap();
+            assert!(err.contains(expected) && !err.contains('\n'), "{err}");
+        }
     }
 
     /// Loop state no run can leave is refused by name, not restored: more optimizer steps than

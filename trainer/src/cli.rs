@@ -14,13 +14,25 @@ use vramfit_core::{Attention, Dtype, Gpu, Optimizer};
 pub const MAX_THREADS: u32 = 1024;
 
 /// The thread count the environment asks for without `--threads`: CANDLE_NUM_THREADS, else
-/// RAYON_NUM_THREADS (what sizes the matmuls' pool), each read as candle reads it (a value
-/// that is not a number above 0 is ignored). A count past [`MAX_THREADS`] is an error, not a
-/// machine: the memory model counts a set of gemm buffers per thread, and "use a smaller
-/// model" would be the answer to a typo.
+/// RAYON_NUM_THREADS (what sizes the matmuls' pool). Empty or 0 means all cores, as candle and
+/// rayon read it. Anything else that is not a count is an error: candle would ignore it and
+/// use every core, silently, which is not what whoever set it meant. A count past
+/// [`MAX_THREADS`] is an error too, not a machine: the memory model counts a set of gemm
+/// buffers per thread, and "use a smaller model" would be the answer to a typo.
 pub fn threads_from_env() -> Result<Option<u32>, String> {
     for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
-        let Some(n) = std::env::var(var).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&n| n > 0) else { continue };
+        let Some(value) = std::env::var_os(var) else { continue };
+        let text = value.to_string_lossy();
+        let Ok(n) = text.trim().parse::<u64>() else {
+            if text.trim().is_empty() {
+                continue;
+            }
+            let shown = vramfit_core::shown_input(&text, 40);
+            return Err(format!("{var}={shown} is not a thread count: set a number from 1 to {MAX_THREADS}, or unset it"));
+        };
+        if n == 0 {
+            continue;
+        }
         return match u32::try_from(n) {
             Ok(n) if n <= MAX_THREADS => Ok(Some(n)),
             _ => Err(format!("{var}={n} is too many threads (at most {MAX_THREADS}): set it lower, or pass --threads")),
@@ -156,6 +168,17 @@ pub struct TrainArgs {
     pub eval_chunk_rows: Option<u64>,
 }
 
+/// Whether a `--prompt` value is one of `sample`'s own flags (`--num-samples`, `--seed=3`):
+/// clap hands `--prompt` whatever follows it, so `--prompt --seed 3` means the text is missing.
+pub fn prompt_is_a_flag(prompt: &str) -> bool {
+    use clap::Args as _;
+    let Some(name) = prompt.strip_prefix("--").map(|rest| rest.split('=').next().unwrap_or(rest)) else { return false };
+    let sample = SampleArgs::augment_args(clap::Command::new("sample"));
+    let is_flag =
+        sample.get_arguments().any(|a| a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|aliases| aliases.contains(&name)));
+    is_flag || name == "help"
+}
+
 /// `vramfit sample`'s flags (nanoGPT's sample.py names).
 #[derive(Debug, Args)]
 pub struct SampleArgs {
@@ -163,7 +186,9 @@ pub struct SampleArgs {
     #[arg(long = "out-dir", alias = "out_dir", value_name = "DIR", default_value = "out")]
     pub out_dir: PathBuf,
     /// Text the samples continue [default: a newline].
-    #[arg(long, alias = "start", value_name = "TEXT")]
+    // Text may start with '-' (a list item, a negative number); a flag of this command in its
+    // place means the text was forgotten, which `sample` says (`prompt_is_a_flag`).
+    #[arg(long, alias = "start", value_name = "TEXT", allow_hyphen_values = true)]
     pub prompt: Option<String>,
     /// Samples to draw.
     #[arg(long = "num-samples", alias = "num_samples", value_name = "N", default_value_t = 3,
@@ -533,7 +558,7 @@ pub fn parse() -> Parsed {
             return Parsed::Exit(2);
         }
     };
-    match Cli::try_parse_from(args) {
+    match Cli::try_parse_from(&args) {
         Ok(mut cli) => {
             match &mut cli.command {
                 Command::Plan(plan) => {
@@ -564,11 +589,31 @@ pub fn parse() -> Parsed {
             crate::print_error("no command given: try 'vramfit plan', 'vramfit train' or 'vramfit --help'");
             Parsed::Exit(2)
         }
+        Err(err) if err.kind() == ErrorKind::InvalidUtf8 => {
+            crate::print_error(&not_utf8(&args).unwrap_or_else(|| one_line(&err.render().to_string())));
+            Parsed::Exit(2)
+        }
         Err(err) => {
             crate::print_error(&one_line(&err.render().to_string()));
             Parsed::Exit(2)
         }
     }
+}
+
+/// Which argument is not UTF-8, for clap's "invalid UTF-8 was detected in one or more
+/// arguments": the flag it is the value of (`--gpu`, `--n_layer=`), as it was given.
+fn not_utf8(args: &[OsString]) -> Option<String> {
+    let at = args.iter().position(|a| a.to_str().is_none())?;
+    let arg = args[at].to_string_lossy();
+    let shown = vramfit_core::shown_input(&arg, 40);
+    let flag = match arg.split_once('=') {
+        Some((flag, _)) if flag.starts_with('-') && !flag.contains('\u{FFFD}') => Some(flag.to_string()),
+        _ => args.get(at.wrapping_sub(1)).and_then(|a| a.to_str()).filter(|a| a.starts_with('-') && !a.contains('=')).map(String::from),
+    };
+    Some(match flag {
+        Some(flag) => format!("the value of {flag} is not valid UTF-8 ({shown}); vramfit reads text settings as UTF-8"),
+        None => format!("argument {at} ({shown}) is not valid UTF-8; vramfit reads text settings as UTF-8"),
+    })
 }
 
 /// clap's multi-line message as one line: its first line, with a `tip:` line folded in.
@@ -590,6 +635,42 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// An argument that is not UTF-8 is named by the flag it belongs to.
+    #[cfg(unix)]
+    #[test]
+    fn arguments_that_are_not_utf8_are_named() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || OsString::from_vec(b"rtx\xff".to_vec());
+        let argv = |rest: Vec<OsString>| [OsString::from("vramfit"), OsString::from("plan")].into_iter().chain(rest).collect::<Vec<_>>();
+        let err = Cli::try_parse_from(argv(vec!["--gpu".into(), bad()])).expect_err("clap refuses it");
+        assert_eq!(err.kind(), ErrorKind::InvalidUtf8);
+        let text = not_utf8(&argv(vec!["--gpu".into(), bad()])).unwrap();
+        assert!(text.starts_with("the value of --gpu is not valid UTF-8 (rtx\u{FFFD})"), "{text}");
+        let joined = OsString::from_vec(b"--n_layer=1\xff".to_vec());
+        assert!(not_utf8(&argv(vec![joined])).unwrap().starts_with("the value of --n_layer is not valid UTF-8"));
+        assert!(not_utf8(&argv(vec![bad()])).unwrap().starts_with("argument 2 (rtx\u{FFFD}) is not valid UTF-8"));
+        assert_eq!(not_utf8(&argv(vec!["--gpu".into(), "rtx-4070".into()])), None);
+    }
+
+    /// A prompt may start with '-'; one of sample's own flags in its place is caught by
+    /// `prompt_is_a_flag` (the text was forgotten), other text is not.
+    #[test]
+    fn prompts_may_start_with_a_hyphen() {
+        let prompt = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Sample(s)) => s.prompt,
+            other => panic!("{argv:?}: {other:?}"),
+        };
+        assert_eq!(prompt(&["vramfit", "sample", "--prompt", "-a"]).as_deref(), Some("-a"));
+        assert_eq!(prompt(&["vramfit", "sample", "--prompt", "- a list item", "--seed", "3"]).as_deref(), Some("- a list item"));
+        assert_eq!(prompt(&["vramfit", "sample", "--prompt", "--num-samples"]).as_deref(), Some("--num-samples"));
+        for flag in ["--num-samples", "--seed=3", "--start", "--max_new_tokens", "--help"] {
+            assert!(prompt_is_a_flag(flag), "{flag}");
+        }
+        for text in ["-a", "--", "---", "--hello", "-- seed", "seed"] {
+            assert!(!prompt_is_a_flag(text), "{text}");
+        }
     }
 
     #[test]

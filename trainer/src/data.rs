@@ -203,9 +203,9 @@ pub fn read_meta(path: &Path) -> Result<Option<Vocabulary>, String> {
     Ok(Some(Vocabulary::Chars { chars }))
 }
 
-/// A pickled value as an error line quotes it: at most 40 characters of its `Debug`.
+/// A pickled value as an error line quotes it: at most 40 characters of its Python `repr`.
 fn short(v: &crate::pickle::Value) -> String {
-    let full = format!("{v:?}");
+    let full = v.python_repr();
     match full.char_indices().nth(40) {
         Some((at, _)) => format!("{}…", &full[..at]),
         None => full,
@@ -608,11 +608,11 @@ mod tests {
             // {'vocab_size': 50257}
             (&b"\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x0avocab_size\x94MQ\xc4s."[..], "has no itos"),
             // {'vocab_size': 2, 'itos': {0: 'ab', 1: 'c'}}
-            (b"\x80\x04\x95,\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x02\x8c\x04itos\x94}\x94(K\x00\x8c\x02ab\x94K\x01\x8c\x01c\x94uu.", "itos[0] is Str(\"ab\"), not one character"),
+            (b"\x80\x04\x95,\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x02\x8c\x04itos\x94}\x94(K\x00\x8c\x02ab\x94K\x01\x8c\x01c\x94uu.", "itos[0] is 'ab', not one character"),
             // {'vocab_size': 2, 'itos': {0: 'b', 1: 'a'}}
             (b"\x80\x04\x95+\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x02\x8c\x04itos\x94}\x94(K\x00\x8c\x01b\x94K\x01\x8c\x01a\x94uu.", "not in sorted order"),
             // {'vocab_size': 5, 'itos': {0: 'a'}}
-            (b"\x80\x04\x95$\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x05\x8c\x04itos\x94}\x94K\x00\x8c\x01a\x94su.", "vocab_size is Int(5) but itos has 1 characters"),
+            (b"\x80\x04\x95$\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0avocab_size\x94K\x05\x8c\x04itos\x94}\x94K\x00\x8c\x01a\x94su.", "vocab_size is 5 but itos has 1 characters"),
             (b"not a pickle", "is not a pickle vramfit can read"),
         ] {
             let path = dir.join("meta.pkl");

@@ -26,6 +26,96 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value as Python's `repr` writes it (`'x'`, `-1`, `[1, 2]`), for error lines that
+    /// quote a file's value in the file's own terms.
+    pub fn python_repr(&self) -> String {
+        let mut out = String::new();
+        self.write_repr(&mut out);
+        out
+    }
+
+    fn write_repr(&self, out: &mut String) {
+        use std::fmt::Write;
+        match self {
+            Value::None => out.push_str("None"),
+            Value::Bool(b) => out.push_str(if *b { "True" } else { "False" }),
+            Value::Int(n) => {
+                let _ = write!(out, "{n}");
+            }
+            Value::Float(x) if x.is_nan() => out.push_str("nan"),
+            Value::Float(x) if x.is_infinite() => out.push_str(if *x > 0.0 { "inf" } else { "-inf" }),
+            // Python writes a whole float with ".0"; Rust's `{:?}` does too.
+            Value::Float(x) => {
+                let _ = write!(out, "{x:?}");
+            }
+            Value::Str(s) => {
+                // Python quotes with ' unless the text has a ' and no ".
+                let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+                out.push(quote);
+                for c in s.chars() {
+                    match c {
+                        c if c == quote => {
+                            out.push('\\');
+                            out.push(c);
+                        }
+                        '\\' => out.push_str("\\\\"),
+                        '\n' => out.push_str("\\n"),
+                        '\r' => out.push_str("\\r"),
+                        '\t' => out.push_str("\\t"),
+                        c if c.is_control() => {
+                            let _ = write!(out, "\\x{:02x}", c as u32);
+                        }
+                        c => out.push(c),
+                    }
+                }
+                out.push(quote);
+            }
+            Value::Bytes(b) => {
+                let quote = if b.contains(&b'\'') && !b.contains(&b'"') { b'"' } else { b'\'' };
+                out.push('b');
+                out.push(quote as char);
+                for &x in b {
+                    match x {
+                        x if x == quote || x == b'\\' => {
+                            out.push('\\');
+                            out.push(x as char);
+                        }
+                        b'\n' => out.push_str("\\n"),
+                        b'\r' => out.push_str("\\r"),
+                        b'\t' => out.push_str("\\t"),
+                        0x20..=0x7e => out.push(x as char),
+                        _ => {
+                            let _ = write!(out, "\\x{x:02x}");
+                        }
+                    }
+                }
+                out.push(quote as char);
+            }
+            Value::List(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    v.write_repr(out);
+                }
+                out.push(']');
+            }
+            Value::Dict(items) => {
+                out.push('{');
+                for (i, (k, v)) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    k.write_repr(out);
+                    out.push_str(": ");
+                    v.write_repr(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
     /// The value under a string key of a dict (the last set, as Python keeps it).
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
@@ -80,6 +170,7 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
         d => Ok(d),
     };
     let mut copied = 0usize;
+    let mut saw_proto = false;
     loop {
         let op = *take(&mut at, 1)?.first().unwrap_or(&0);
         let value = match op {
@@ -94,6 +185,7 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
                 if !(2..=5).contains(&v) {
                     return Err(format!("it is pickle protocol {v}; vramfit reads protocols 2 to 5"));
                 }
+                saw_proto = true;
                 continue;
             }
             0x95 => {
@@ -248,6 +340,12 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
             b'c' | 0x93 | b'R' | 0x81 | 0x92 | b'b' | b'i' | b'o' => {
                 return Err(format!("it asks to import or call Python code (opcode 0x{op:02x}); vramfit reads plain data only"))
             }
+            // Protocols 0 and 1 start without PROTO and use text opcodes vramfit does not read.
+            other if !saw_proto => {
+                return Err(format!(
+                    "it is a protocol 0 or 1 pickle (opcode 0x{other:02x}); vramfit reads protocols 2 to 5: save it with pickle.dump(..., protocol=2) or later (Python 3's default)"
+                ))
+            }
             other => return Err(format!("it uses pickle opcode 0x{other:02x}, which vramfit does not read")),
         };
         stack.push(Slot::Value(value, 0));
@@ -278,6 +376,24 @@ mod tests {
         );
     }
 
+    /// Error lines quote a file's values as Python writes them, not as Rust debugs them. The
+    /// expected texts are CPython 3.11's `repr` of the same values (tuples, which the reader
+    /// does not tell from lists, written as lists).
+    #[test]
+    fn values_are_quoted_as_python_writes_them() {
+        let v = load(MIXED).unwrap();
+        assert_eq!(v.python_repr(), "{'a': [1, -2, 3.5, None, True], 'b': [b'x', 'é', 300, 70000, 1099511627776]}");
+        let odd = Value::List(vec![
+            Value::Str("it's \\ a\n".into()),
+            Value::Bytes(vec![0, b'\'', 0xff]),
+            Value::Str("\"'\t".into()),
+            Value::Float(2.0),
+            Value::Float(f64::NEG_INFINITY),
+            Value::Bool(false),
+        ]);
+        assert_eq!(odd.python_repr(), r#"["it's \\ a\n", b"\x00'\xff", '"\'\t', 2.0, -inf, False]"#);
+    }
+
     #[test]
     fn code_truncation_and_garbage_are_one_line_errors() {
         // `pickle.dumps(os.system, protocol=2)` (a GLOBAL), and the same followed by a call.
@@ -290,6 +406,9 @@ mod tests {
         }
         assert!(load(b"").is_err());
         assert!(load(b"\x80\x01N.").unwrap_err().contains("protocol 1"));
+        // `pickle.dumps({'a': 1}, protocol=0)`: says how to save one vramfit reads.
+        let text = load(b"(dp0\nVa\np1\nI1\ns.").unwrap_err();
+        assert!(text.contains("protocol 0 or 1 pickle") && text.contains("protocol=2"), "{text}");
         assert!(load(b"hello world").is_err());
         assert!(load(b"\x80\x04h\x05.").unwrap_err().contains("memo entry 5"));
     }

@@ -193,6 +193,25 @@ fn mib(bytes: u64) -> String {
 }
 
 /// The bar, the log file and the plain-text fallback.
+/// Whether a line for stdout was lost (said once on stderr).
+static STDOUT_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes a line of the run's report on stdout. A closed pipe (`vramfit train | head`) is not
+/// worth a word; any other failure (a full disk under `> report.txt`) is said once on stderr,
+/// and training goes on: its records are in log.jsonl, its checkpoint where it says.
+pub fn stdout_line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let written = writeln!(out, "{text}").and_then(|()| out.flush());
+    if let Err(e) = written {
+        if e.kind() != std::io::ErrorKind::BrokenPipe && !STDOUT_LOST.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "note: cannot write the report to standard output: {e}; training goes on, with its records in {LOG_FILE}"
+            );
+        }
+    }
+}
+
 pub struct Progress {
     bar: ProgressBar,
     /// Whether the bar is drawn (stderr is a terminal); otherwise plain lines go to stdout.
@@ -255,11 +274,7 @@ impl Progress {
         if self.log.is_none() {
             return;
         }
-        self.bar.suspend(|| {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{text}");
-            let _ = out.flush();
-        });
+        self.bar.suspend(|| stdout_line(text));
     }
 
     /// The CUDA pool's counters of a run with [`Progress::watch_gpu`] (reading them waits for the

@@ -37,6 +37,18 @@ pub struct Failure {
     pub message: String,
 }
 
+/// A path as one word of a POSIX shell command the user can paste: as it is where it holds
+/// only characters the shell leaves alone, else in single quotes (a space, `$`, `;`, or a
+/// leading `~`, which a config's `out_dir` means literally and the shell would expand).
+fn shell_word(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./+=:,@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.into_owned();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
 fn input(message: impl Into<String>) -> Failure {
     Failure { code: 2, message: message.into() }
 }
@@ -364,7 +376,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         lines.push(format!(
             "interrupted at iteration {}: continue with --resume --out-dir {}",
             summary.iter_num,
-            settings.out_dir.display()
+            shell_word(&settings.out_dir)
         ));
     } else {
         lines.push(format!("done: {} iterations, {:.0} tokens/s", summary.iter_num, summary.tokens_per_s));
@@ -381,7 +393,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         ));
     }
     match &summary.checkpoint {
-        Some(path) => lines.push(format!("checkpoint: {}  (vramfit sample --out-dir {})", path.display(), settings.out_dir.display())),
+        Some(path) => lines.push(format!("checkpoint: {}  (vramfit sample --out-dir {})", path.display(), shell_word(&settings.out_dir))),
         None if summary.interrupted => {
             // Ctrl-C before this run's first save left the previous run's checkpoint as it was.
             let kept_log = settings.out_dir.join(vramfit::progress::PREVIOUS_LOG_FILE);
@@ -966,9 +978,10 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
     }
 }
 
-/// A line on stdout; a closed pipe (`vramfit train | head`) must not stop training.
+/// A line on stdout; a closed pipe (`vramfit train | head`) or a full disk must not stop
+/// training (see [`vramfit::progress::stdout_line`]).
 fn say(text: String) {
-    let _ = writeln!(std::io::stdout(), "{text}");
+    vramfit::progress::stdout_line(&text);
 }
 
 #[cfg(test)]
@@ -976,6 +989,19 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use clap::Parser;
+
+    /// The shell reads each suggested --out-dir back as the path itself (sh is the judge), and
+    /// plain paths stay unquoted.
+    #[cfg(unix)]
+    #[test]
+    fn suggested_out_dirs_are_one_shell_word() {
+        for dir in ["out", "runs/out-2.1", "my dir", "$HOME;x", "~/x", "it's", "a\"b`c`\\", "tab\there", ""] {
+            let word = shell_word(Path::new(dir));
+            let out = std::process::Command::new("sh").args(["-c", &format!("printf %s {word}")]).output().expect("sh runs");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), dir, "{word}");
+        }
+        assert_eq!(shell_word(Path::new("runs/out-2.1")), "runs/out-2.1");
+    }
 
     fn fresh(args: &[&str]) -> (Config, TrainSettings, bool) {
         let argv = ["vramfit", "train"].iter().chain(args).copied();

@@ -171,6 +171,24 @@ fn sample_output_that_cannot_be_written_is_an_error() {
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }
 
+/// `train`'s report that cannot be written (stdout on a full disk) does not stop training, but
+/// is said once on stderr: the run finishes, saves, and logs as usual.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_train_report_that_cannot_be_written_is_said_once() {
+    let dir = scratch("train-dev-full");
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let mut args = vec!["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "2", "--eval-interval", "1"];
+    args.extend_from_slice(&TINY);
+    let out = vramfit().args(&args).stdout(full).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("cannot write the report to standard output")).collect();
+    assert_eq!(said, ["note: cannot write the report to standard output: No space left on device (os error 28); training goes on, with its records in log.jsonl"], "{stderr}");
+    assert!(dir.join("ckpt.safetensors").is_file());
+    assert_eq!(log_records(&dir, "iter").len(), 2);
+}
+
 /// Without --prompt, samples start from a newline; a vocabulary without one (a text with no
 /// line break, or GPT-2 ids in a model too small for id 198) starts from its first token, with a
 /// note, instead of an error blaming a --prompt that was not given.

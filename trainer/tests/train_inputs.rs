@@ -622,11 +622,16 @@ fn too_many_threads_in_the_environment() {
         let out = vramfit().args(&args).env(var, "99999999").output().unwrap();
         assert_has(&one_error_line(&out), &[&format!("{var}=99999999 is too many threads (at most 1024)")]);
     }
+    // A value that is not a count is named: candle would ignore it and use every core.
+    for (var, value) in [("CANDLE_NUM_THREADS", "abc"), ("RAYON_NUM_THREADS", "-1"), ("RAYON_NUM_THREADS", "2.5")] {
+        let out = vramfit().args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1"]).env(var, value).output().unwrap();
+        assert_has(&one_error_line(&out), &[&format!("{var}={value} is not a thread count: set a number from 1 to 1024, or unset it")]);
+    }
     // Without --threads: CANDLE_NUM_THREADS counts as the help says (candle's matmuls read only
-    // RAYON_NUM_THREADS), a value that is not a count is ignored (the small default model keeps
+    // RAYON_NUM_THREADS), 0 means the default as it does to rayon (the small default model keeps
     // its one thread), and `plan --runtime trainer` plans with the same count as `train`.
     // (3: not this machine's core count, which candle would fall back to.)
-    for (var, value, expected) in [("CANDLE_NUM_THREADS", "3", "cpu (3 threads)"), ("RAYON_NUM_THREADS", "abc", "cpu (1 thread)")] {
+    for (var, value, expected) in [("CANDLE_NUM_THREADS", "3", "cpu (3 threads)"), ("RAYON_NUM_THREADS", "0", "cpu (1 thread)")] {
         let out = vramfit().args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1"]).env(var, value).output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(text(&out.stdout).contains(expected), "{var}={value}: {}", text(&out.stdout));
