@@ -612,9 +612,12 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
             other => Err(input(format!("{file}: {key} must be a whole number >= 0 (got {other})"))),
         }
     };
+    // As core reads the model's flags (`bias = 1`): True/False, and 0/1, which say it as clearly.
     let boolean = |key: &str, v: &Value| -> Result<bool, Failure> {
         match v {
             Value::Bool(b) => Ok(*b),
+            Value::Int(0) => Ok(false),
+            Value::Int(1) => Ok(true),
             other => Err(input(format!("{file}: {key} must be True or False (got {other})"))),
         }
     };
@@ -1051,6 +1054,24 @@ mod tests {
         let nanogpt = TrainSettings::default();
         assert_eq!((settings.max_iters, settings.lr.learning_rate), (nanogpt.max_iters, 1e-3));
         assert_eq!(cfg.gradient_accumulation_steps, Config::default().gradient_accumulation_steps);
+    }
+
+    /// Training flags in a config file read as the model's do (`bias = 1`): True/False or 0/1;
+    /// any other value is an error naming the file and the setting.
+    #[test]
+    fn config_file_training_flags_take_zero_and_one() {
+        let dir = std::env::temp_dir().join(format!("vramfit-train-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("train_x.py");
+        std::fs::write(&file, "always_save_checkpoint = 0\ndecay_lr = 1\n").unwrap();
+        let (_, settings, _) = fresh(&["--config", file.to_str().unwrap()]);
+        assert_eq!((settings.always_save_checkpoint, settings.lr.decay_lr), (false, true));
+        std::fs::write(&file, "decay_lr = 2\n").unwrap();
+        let argv = ["vramfit", "train", "--config", file.to_str().unwrap()];
+        let Command::Train(args) = Cli::try_parse_from(argv).expect("the flags parse").command else { panic!("not a train command") };
+        let Err(err) = resolve_fresh(&args) else { panic!("2 is not a flag value") };
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(err.message.contains("decay_lr must be True or False (got 2)"), "{}", err.message);
     }
 
     #[test]
