@@ -192,7 +192,6 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-/// The bar, the log file and the plain-text fallback.
 /// Whether a line for stdout was lost (said once on stderr).
 static STDOUT_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -212,6 +211,7 @@ pub fn stdout_line(text: &str) {
     }
 }
 
+/// The bar, the log file and the plain-text fallback.
 pub struct Progress {
     bar: ProgressBar,
     /// Whether the bar is drawn (stderr is a terminal); otherwise plain lines go to stdout.
