@@ -168,9 +168,25 @@ pub struct TrainArgs {
     pub eval_chunk_rows: Option<u64>,
 }
 
-/// Whether a `--prompt` value is one of `sample`'s own flags (`--num-samples`, `--seed=3`):
-/// clap hands `--prompt` whatever follows it, so `--prompt --seed 3` means the text is missing.
-pub fn prompt_is_a_flag(prompt: &str) -> bool {
+/// `sample --prompt` followed by one of `sample`'s own flags (`--prompt --seed 3`): clap hands
+/// `--prompt` whatever follows it (text may start with '-'), so the text was forgotten, and
+/// clap's own complaint would be about the `3`. The joined form (`--prompt=--seed`) is meant.
+fn forgotten_prompt(args: &[OsString]) -> Option<String> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("sample") {
+        return None;
+    }
+    let at = args.iter().position(|a| a == "--prompt" || a == "--start")?;
+    let next = args.get(at + 1)?.to_str()?;
+    prompt_is_a_flag(next).then(|| {
+        format!(
+            "{} is followed by the flag {next}, not by text: give the text after it (quoted if it has spaces; --prompt=TEXT for a text that starts with --)",
+            args[at].to_string_lossy()
+        )
+    })
+}
+
+/// Whether a `--prompt` value is one of `sample`'s own flags (`--num-samples`, `--seed=3`).
+fn prompt_is_a_flag(prompt: &str) -> bool {
     use clap::Args as _;
     let Some(name) = prompt.strip_prefix("--").map(|rest| rest.split('=').next().unwrap_or(rest)) else { return false };
     let sample = SampleArgs::augment_args(clap::Command::new("sample"));
@@ -187,7 +203,7 @@ pub struct SampleArgs {
     pub out_dir: PathBuf,
     /// Text the samples continue [default: a newline].
     // Text may start with '-' (a list item, a negative number); a flag of this command in its
-    // place means the text was forgotten, which `sample` says (`prompt_is_a_flag`).
+    // place means the text was forgotten, which `parse` says (`forgotten_prompt`).
     #[arg(long, alias = "start", value_name = "TEXT", allow_hyphen_values = true)]
     pub prompt: Option<String>,
     /// Samples to draw.
@@ -558,6 +574,10 @@ pub fn parse() -> Parsed {
             return Parsed::Exit(2);
         }
     };
+    if let Some(message) = forgotten_prompt(&args) {
+        crate::print_error(&message);
+        return Parsed::Exit(2);
+    }
     match Cli::try_parse_from(&args) {
         Ok(mut cli) => {
             match &mut cli.command {
@@ -670,6 +690,16 @@ mod tests {
         }
         for text in ["-a", "--", "---", "--hello", "-- seed", "seed"] {
             assert!(!prompt_is_a_flag(text), "{text}");
+        }
+        let args = |argv: &[&str]| argv.iter().map(OsString::from).collect::<Vec<_>>();
+        let forgotten = forgotten_prompt(&args(&["vramfit", "sample", "--prompt", "--seed", "3"])).expect("a forgotten text");
+        assert!(forgotten.starts_with("--prompt is followed by the flag --seed, not by text"), "{forgotten}");
+        for meant in [
+            &["vramfit", "sample", "--prompt=--seed", "--seed", "3"][..],
+            &["vramfit", "sample", "--prompt", "-a", "--seed", "3"],
+            &["vramfit", "plan", "--prompt", "--seed"],
+        ] {
+            assert_eq!(forgotten_prompt(&args(meant)), None, "{meant:?}");
         }
     }
 

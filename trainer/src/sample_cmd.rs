@@ -46,11 +46,6 @@ pub fn draw(logits: &[f32], temperature: f64, top_k: usize, rng: &mut HostRng) -
 
 /// Runs `vramfit sample`; the samples go to stdout, separated by a line of dashes.
 pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
-    if let Some(flag) = args.prompt.as_deref().filter(|p| crate::cli::prompt_is_a_flag(p)) {
-        return Err(input(format!(
-            "--prompt is followed by the flag {flag}, not by text: give the text after --prompt (quoted if it has spaces)"
-        )));
-    }
     let device = make_device(args.device)?;
     let path = args.out_dir.join(checkpoint::FILE_NAME);
     if !path.exists() {
