@@ -3,7 +3,9 @@
 JSON file per method:  {"provenance": {...}, "rows": [...]}.
 
   cpu-fake (default): parallel workers (-j), output data/cpu-fake.json
-  cuda              : strictly sequential (one GPU), output data/cuda-<gpu>.json unless --out;
+  cuda              : sequential on one GPU unless --cuda-jobs N (N fresh processes at once: the
+                      peak counters are per process, so only the rows' mem_get_info points see
+                      the others), output data/cuda-<gpu>.json unless --out;
                       --snapshot-ids A,B,... adds one extra run per listed id with
                       torch.cuda.memory history recorded, pickled to <outdir>/snap-<id>.pickle
 
@@ -131,6 +133,7 @@ def provenance(method, args, wall_s, rows):
         "hyperparameters": {"lr": 6e-4, "weight_decay": 0.1, "betas": [0.9, 0.95], "grad_clip": 1.0},
     }
     if method == "cuda":
+        prov["cuda_jobs"] = max(1, args.cuda_jobs)
         # device facts as seen by the measured processes (the parent never touches CUDA)
         env = next((r.get("environment") for r in rows if r and r.get("environment")), None) or {}
         for k in ("device_name", "capability", "total_memory", "cuda_runtime", "cudnn",
@@ -202,6 +205,9 @@ def main():
     ap.add_argument("--snapshot-ids", default="", help="cuda: ids to re-run with memory history recorded")
     ap.add_argument("--timeout", type=int, default=600, help="per-config timeout, seconds")
     ap.add_argument("--python", default=sys.executable, help="interpreter for the subprocesses")
+    ap.add_argument("--cuda-jobs", type=int, default=1,
+                    help="cuda: eager configs measured N processes at a time (default 1); each "
+                         "row records how many ran at once in concurrent_processes")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="cuda: start no new config after this many seconds (the rest become 'skipped')")
     ap.add_argument("--measure-arg", action="append",
@@ -249,15 +255,30 @@ def main():
 
         order = [i for i, c in enumerate(cfgs) if not c.get("compile")]
         later = [i for i, c in enumerate(cfgs) if c.get("compile")]
-        for i in order:
+        def eager(i):
             c = cfgs[i]
-            rows[i] = run_one(args.python, c, "cuda", tmo(), extra=extra) if budget_left(10) else skipped(c)
+            # the budget is checked when the run starts, not when it was queued
+            r = run_one(args.python, c, "cuda", tmo(), extra=extra) if budget_left(10) else skipped(c)
+            r["concurrent_processes"] = max(1, args.cuda_jobs)
+            return r
+
+        def report(r):
             if not args.quiet:
-                r = rows[i]
-                print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
+                print(f"[{time.time() - t0:6.1f}s] {r['id']}: {r['status']} "
                       f"train={fmt_mib(r.get('train_peak_allocated_bytes'))} "
                       f"eval={fmt_mib(r.get('eval_peak_allocated_bytes'))} MiB"
                       + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
+
+        if args.cuda_jobs > 1:
+            with cf.ThreadPoolExecutor(max_workers=args.cuda_jobs) as ex:
+                futs = {ex.submit(eager, i): i for i in order}
+                for f in cf.as_completed(futs):
+                    rows[futs[f]] = f.result()
+                    report(rows[futs[f]])
+        else:
+            for i in order:
+                rows[i] = eager(i)
+                report(rows[i])
         for sid in [s for s in args.snapshot_ids.split(",") if s]:
             c = next((c for c in cfgs if c["id"] == sid), None)
             if c is None:
