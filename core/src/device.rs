@@ -82,9 +82,43 @@ impl Gpu {
         }
     }
 
+    /// Streaming multiprocessors, from NVIDIA's specifications of each card (a custom card is
+    /// taken as an RTX 4070's 46). CUDA's reduction kernels size their scratch by it.
+    pub fn multiprocessors(&self) -> u32 {
+        match self.id.as_str() {
+            "rtx-3060" => 28,
+            "rtx-4070" => 46,
+            "rtx-4080" => 76,
+            "rtx-3090" => 82,
+            "rtx-4090" => 128,
+            "t4" => 40,
+            "v100-16gb" => 80,
+            "a100-40gb" | "a100-80gb" => 108,
+            "h100-80gb" | "h200-141gb" => 132,
+            _ => 46,
+        }
+    }
+
+    /// Most threads resident on one multiprocessor, by compute capability (the CUDA C++
+    /// Programming Guide's table): 1024 on 7.5, 1536 on 8.6 and 8.9, 2048 on 7.0, 8.0 and 9.0.
+    pub fn threads_per_multiprocessor(&self) -> u32 {
+        match self.compute_capability {
+            (7, 5) => 1024,
+            (8, 6) | (8, 7) | (8, 9) => 1536,
+            _ => 2048,
+        }
+    }
+
     /// The kernels and allocator the simulation should assume on this card.
     pub fn target(&self) -> Target {
-        Target { granularity: 512, cublas_workspace_bytes: self.cublas_workspace_bytes(), cuda_kernels: true, fake_tensors: false }
+        Target {
+            granularity: 512,
+            cublas_workspace_bytes: self.cublas_workspace_bytes(),
+            cuda_kernels: true,
+            fake_tensors: false,
+            multiprocessors: self.multiprocessors(),
+            threads_per_multiprocessor: self.threads_per_multiprocessor(),
+        }
     }
 
     /// A card of a given size with no known quirks (capacity and context estimated).

@@ -37,15 +37,20 @@ fn every_measured_row_is_compared() {
         // Comparisons skip rows that were not measured, so the only ones allowed are those that
         // cannot be: compile rows on the CPU (a re-run where some rows failed must fail here,
         // not shrink the check).
-        // The emulation of CUDA's dispatch cannot run checkpointing with dropout: the
-        // checkpoint's recompute check rejects its emulated dropout masks.
+        // The emulation of CUDA's dispatch cannot run checkpointing with dropout, nor with the
+        // padded heads of bf16/fp16 flash attention: its routing is not active in the
+        // checkpoint's recompute, whose check then rejects the masks or unpadded shapes.
         let cudalike = reference_data::is_cudalike(&doc);
         for row in measured.iter().filter(|r| r["status"] != "ok") {
             let cpu_compile = row["status"] == "skipped" && row["config"]["compile"] == true && doc["provenance"]["method"] != "cuda";
+            let c = &row["config"];
+            let padded_heads = c["attention"] == "flash"
+                && c["dtype"] != "float32"
+                && c["n_embd"].as_u64().zip(c["n_head"].as_u64()).is_some_and(|(e, h)| h > 0 && (e / h) % 8 != 0);
             let emulated_ckpt_dropout = cudalike
                 && row["status"] == "error"
-                && row["config"]["activation_checkpointing"] == true
-                && row["config"]["dropout"].as_f64().is_some_and(|p| p > 0.0)
+                && c["activation_checkpointing"] == true
+                && (c["dropout"].as_f64().is_some_and(|p| p > 0.0) || padded_heads)
                 && row["error"].as_str().is_some_and(|e| e.starts_with("CheckpointError"));
             assert!(
                 cpu_compile || emulated_ckpt_dropout,
@@ -129,19 +134,30 @@ fn cuda_rules_agree_with_the_harness_emulation_of_cuda() {
     assert_eq!(median(errs), 0.0, "the median comparison is no longer exact");
 }
 
-/// The reserve and nvidia-smi figures decide the fit verdict. They are reported in the README
-/// (medians under 1%, a few rows far off where the real allocator reuses segments differently,
-/// worst 14.7% and 12.5%); this holds them under 20% and 15% so a regression shows.
+/// The reserve and nvidia-smi figures decide the fit verdict. They are reported in the README:
+/// for the hand-picked rows medians under 1% and a worst of 14.7% and 12.5%, held under 20% and
+/// 15%; for the 733 random configs measured on the H200 medians of 0.000% and 0.52%, 95% of
+/// rows within 3.7% and 2.0%, and a worst of 29.3% and 27.4% (both over: configs with blocks of
+/// 2048 whose real allocator reuses segments the model does not), held at 1%, 5% and 30%. In
+/// both, a few rows are far off where the real allocator reuses segments differently.
 #[test]
 fn reserved_and_nvidia_smi_stay_where_the_readme_puts_them() {
     let rows = comparisons();
-    for (window, max_allowed) in [("reserved", 0.20), ("nvidia_smi", 0.15)] {
-        let errs: Vec<f64> = rows.iter().filter(|c| c.window == window && !c.labelled()).map(|c| c.rel_error().abs()).collect();
-        assert!(errs.len() >= 40, "only {} {window} comparisons", errs.len());
-        let worst = errs.iter().cloned().fold(0.0, f64::max);
-        let med = median(errs);
-        assert!(med <= 0.01, "{window}: median |error| {:.3}% > 1%", med * 100.0);
-        assert!(worst <= max_allowed, "{window}: worst |error| {:.1}% > {:.0}%", worst * 100.0, max_allowed * 100.0);
+    let random = |c: &&reference_data::Comparison| c.file.starts_with("cuda-") && c.file.contains("-random");
+    for (window, hand_max, random_max) in [("reserved", 0.20, 0.30), ("nvidia_smi", 0.15, 0.30)] {
+        let of_window: Vec<_> = rows.iter().filter(|c| c.window == window && !c.labelled()).collect();
+        let (drawn, picked): (Vec<_>, Vec<_>) = of_window.into_iter().partition(random);
+        for (what, group, max_allowed) in [("hand-picked", picked, hand_max), ("random", drawn, random_max)] {
+            let mut errs: Vec<f64> = group.iter().map(|c| c.rel_error().abs()).collect();
+            assert!(errs.len() >= 40, "only {} {what} {window} comparisons", errs.len());
+            errs.sort_by(f64::total_cmp);
+            let worst = errs[errs.len() - 1];
+            let p95 = errs[errs.len() * 95 / 100];
+            let med = median(errs);
+            assert!(med <= 0.01, "{what} {window}: median |error| {:.3}% > 1%", med * 100.0);
+            assert!(p95 <= 0.05, "{what} {window}: 95th percentile |error| {:.2}% > 5%", p95 * 100.0);
+            assert!(worst <= max_allowed, "{what} {window}: worst |error| {:.1}% > {:.0}%", worst * 100.0, max_allowed * 100.0);
+        }
     }
 }
 
@@ -165,14 +181,14 @@ fn compile_model_stays_close_to_its_three_rows() {
 
 /// The target is for the training step and the eval; the other two allocated windows
 /// decide a verdict just as well (the GPT-2 batch-64 report runs out in the eval before the
-/// first step), so they are held too, at their own limits above the README's worst figures
-/// (first iteration 5.6%, two small configs: one fp32 with manual attention, one bf16 with
-/// dropout; eval before the first step 1.4%): every row within 6% and 2%, each median within 0.5%.
+/// first step), so they are held too, at their own limits just above the README's worst
+/// figures (first iteration 1.65%; eval before the first step 2.40%, an over-prediction, in a
+/// bf16 config with manual attention): every row within 2% and 2.5%, each median within 0.5%.
 #[test]
 fn first_iteration_and_first_eval_stay_where_the_readme_puts_them() {
     let rows = comparisons();
     let mut failures = Vec::new();
-    for (window, max_allowed) in [("first_iter", 0.06), ("eval_at_start", 0.02)] {
+    for (window, max_allowed) in [("first_iter", 0.02), ("eval_at_start", 0.025)] {
         let of_window: Vec<_> = rows.iter().filter(|c| c.window == window && !c.labelled()).collect();
         let gpu = of_window.iter().filter(|c| c.file.starts_with("cuda")).count();
         assert!(gpu >= 100, "only {gpu} {window} comparisons with a GPU measurement");
@@ -181,7 +197,7 @@ fn first_iteration_and_first_eval_stay_where_the_readme_puts_them() {
             failures.push(format!("{window}: median |error| {:.3}% > 0.5%", med * 100.0));
         }
         for c in of_window.iter().filter(|c| c.rel_error().abs() > max_allowed) {
-            failures.push(format!("{} {} {window}: {:+.2}% (allowed {:.0}%)", c.file, c.id, 100.0 * c.rel_error(), max_allowed * 100.0));
+            failures.push(format!("{} {} {window}: {:+.2}% (allowed {:.1}%)", c.file, c.id, 100.0 * c.rel_error(), max_allowed * 100.0));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -21,6 +21,10 @@ What is emulated (all of it read from PyTorch's sources/dispatch tables, 2.11):
   3. SDPA with dropout_p > 0: CUDA's flash / mem-efficient kernels keep no mask; the CPU falls back to
      the math path. Emulated by calling the CPU flash kernel with dropout_p=0 (same output and
      logsumexp sizes as CUDA flash; the philox seed/offset scalars are not modelled).
+  4. SDPA in bf16/fp16 with a head size that is not a multiple of 8: cuDNN refuses it, and
+     the flash path pads q, k and v to a multiple of 8 (`pad_last_dim<8>` in
+     aten/src/ATen/native/transformers/attention.cpp) and slices the output back. Emulated by
+     padding with F.pad, running SDPA with the original scale, and slicing.
 Not emulated: kernel-internal workspaces (cuBLAS, flash backward's fp32 dq accumulator, ...), the
 mem-efficient kernel's logsumexp padding to 32 for fp32 inputs, _foreach_norm's single output
 buffer in clip_grad_norm_ (the CPU path makes one 512-byte scalar per parameter), and allocator
@@ -89,6 +93,15 @@ class _CudaKernelChoices(TorchFunctionMode):
         if func is F.scaled_dot_product_attention:
             dropout_p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
             attn_mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            q = args[0]
+            head = q.shape[-1]
+            if q.dtype in _LOW and head % 8 != 0 and head <= 256 and attn_mask is None:
+                pad = 8 - head % 8
+                q, k, v = (F.pad(t, (0, pad)) for t in args[:3])
+                is_causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0,
+                                                     is_causal=is_causal, scale=head ** -0.5)
+                return out[..., :head]
             if dropout_p > 0 and attn_mask is None:
                 q, k, v = args[:3]
                 is_causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
