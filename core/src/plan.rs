@@ -319,8 +319,9 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
 }
 
 /// The plan figures (`Note::figure`) a need (nvidia-smi bytes) is built from: the context on
-/// top of the reserve, the reserve from the allocated blocks, which hold the cuBLAS workspace.
-pub const NEED_FIGURES: &[&str] = &["nvidia_smi_bytes", "peak_reserved_bytes", "peak_allocated_bytes", "workspace"];
+/// top of the reserve, the reserve from the allocated blocks, which hold the cuBLAS workspace
+/// and the temporaries (among them the bias gradients' reduction scratch).
+pub const NEED_FIGURES: &[&str] = &["nvidia_smi_bytes", "peak_reserved_bytes", "peak_allocated_bytes", "workspace", "temporaries"];
 
 /// Why the notes call any of `figures` an estimate (their details joined), or `None` where
 /// every one of them was measured or validated.
@@ -1373,6 +1374,22 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             ),
         });
     }
+    if cfg.bias && !cfg.compile && gpu.compute_capability != (9, 0) {
+        // Measured on the H100 and H200 only (README: Accuracy, the random configs).
+        let sms = if gpu.id.starts_with("custom") {
+            format!("{} multiprocessors (an RTX 4070's: a custom card's are unknown)", gpu.multiprocessors())
+        } else {
+            format!("its {} multiprocessors", gpu.multiprocessors())
+        };
+        out.push(Note {
+            figure: "temporaries".into(),
+            source: Source::Estimate,
+            detail: format!(
+                "CUDA's scratch for summing each bias gradient is sized by the card; on {} it is computed from {sms}, measured only on an H100 and an H200",
+                gpu.id
+            ),
+        });
+    }
     out.push(Note {
         figure: "peak_reserved_bytes".into(),
         source: Source::Validated,
@@ -1579,6 +1596,11 @@ mod tests {
             estimated("t4", eager.clone()),
             ["nvidia_smi_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "usable_bytes", "workspace"]
         );
+        // The bias gradients' reduction scratch depends on the card: measured on sm_90 only.
+        let biased = Config { bias: true, ..eager.clone() };
+        assert!(estimated("h100-80gb", biased.clone()).is_empty());
+        assert_eq!(estimated("rtx-3060", biased.clone()), ["nvidia_smi_bytes", "temporaries", "usable_bytes", "workspace"]);
+        assert!(!estimated("rtx-3060", Config { compile: true, ..biased }).contains(&"temporaries".to_string()));
         // Checkpointing was measured on a GPU only with flash attention and no dropout.
         let ckpt = Config { activation_checkpointing: true, ..eager.clone() };
         assert!(estimated("h100-80gb", ckpt.clone()).is_empty());

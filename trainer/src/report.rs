@@ -44,6 +44,8 @@ struct Estimates {
     tensors: bool,
     /// The cuBLAS workspace's size (PyTorch's default, measured only on Hopper: the H100 and H200).
     workspace: bool,
+    /// The bias gradients' reduction scratch, sized by the card (measured only on Hopper too).
+    temporaries: bool,
     allocated: bool,
     reserved: bool,
     nvidia_smi: bool,
@@ -53,12 +55,13 @@ struct Estimates {
 impl Estimates {
     fn of(notes: &[Note]) -> Estimates {
         let noted = |figure: &str| notes.iter().any(|n| n.figure == figure && n.source == Source::Estimate);
-        let (tensors, workspace) = (noted("peak_allocated_bytes"), noted("workspace"));
-        let allocated = tensors || workspace;
+        let (tensors, workspace, temporaries) = (noted("peak_allocated_bytes"), noted("workspace"), noted("temporaries"));
+        let allocated = tensors || workspace || temporaries;
         let reserved = allocated || noted("peak_reserved_bytes");
         Estimates {
             tensors,
             workspace,
+            temporaries,
             allocated,
             reserved,
             nvidia_smi: reserved || noted("nvidia_smi_bytes"),
@@ -69,7 +72,10 @@ impl Estimates {
     /// Whether a breakdown row's bytes are an estimate.
     fn row(&self, category: Category) -> bool {
         // The fp32 weights, resident from start to end, are exact in every config.
-        category != Category::Parameters && (self.tensors || (category == Category::Workspace && self.workspace))
+        category != Category::Parameters
+            && (self.tensors
+                || (category == Category::Workspace && self.workspace)
+                || (category == Category::Temporaries && self.temporaries))
     }
 }
 

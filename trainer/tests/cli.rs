@@ -275,6 +275,24 @@ fn every_card_is_marked_by_its_own_estimates() {
     assert!(text.contains("  for t4:") && text.contains("sm_75"), "{text}");
 }
 
+/// The bias gradients' reduction scratch is sized by the card's multiprocessors, measured only
+/// on the H100 and H200: elsewhere the breakdown's temporaries and the notes say estimate.
+#[test]
+fn the_bias_gradient_scratch_is_an_estimate_off_hopper() {
+    let args = |gpu: &str| ["plan", "--gpu", gpu, "--compile", "false", "--bias", "true", "--batch-size", "4"].map(str::to_string);
+    let temporaries_row = |gpu: &str| {
+        let text = String::from_utf8(vramfit(&args(gpu).iter().map(String::as_str).collect::<Vec<_>>()).stdout).unwrap();
+        text.lines().find(|l| l.trim_start().starts_with("Temporaries")).unwrap_or_else(|| panic!("no Temporaries row:\n{text}")).to_string()
+    };
+    assert!(temporaries_row("rtx-4070").contains('~'), "{}", temporaries_row("rtx-4070"));
+    assert!(!temporaries_row("h100-80gb").contains('~'), "{}", temporaries_row("h100-80gb"));
+    let plan = plan_json(&["--gpu", "rtx-4070", "--compile", "false", "--bias", "true", "--batch-size", "4"]);
+    let notes = plan["cards"][0]["notes"].as_array().unwrap();
+    let scratch = notes.iter().find(|n| n["figure"] == "temporaries").expect("a note on the temporaries");
+    assert_eq!(scratch["source"], "estimate");
+    assert!(scratch["detail"].as_str().unwrap().contains("46 multiprocessors"), "{scratch}");
+}
+
 #[test]
 fn config_file_notices_go_to_stderr_and_do_not_fail() {
     let file = temp_file("notices.py", "import time\nn_layer = 4\nfoo = 1\n");

@@ -516,6 +516,7 @@ pub fn figure_label(figure: &str) -> &str {
         "nvidia_smi_bytes" => "the process in nvidia-smi",
         "usable_bytes" => "what the card offers",
         "workspace" => "cuBLAS workspace",
+        "temporaries" => "CUDA's scratch for bias gradients",
         other => other,
     }
 }
@@ -538,8 +539,9 @@ pub fn segment_figures(s: crate::charts::Segment) -> &'static [&'static str] {
     use crate::charts::Segment;
     match s {
         Segment::Context => &["nvidia_smi_bytes"],
-        Segment::Reserve => &["peak_reserved_bytes", "peak_allocated_bytes", "workspace"],
+        Segment::Reserve => &["peak_reserved_bytes", "peak_allocated_bytes", "workspace", "temporaries"],
         Segment::Category(vramfit_core::Category::Workspace) => &["workspace"],
+        Segment::Category(vramfit_core::Category::Temporaries) => &["peak_allocated_bytes", "temporaries"],
         // The fp32 weights, resident from start to end: exact in every config.
         Segment::Category(vramfit_core::Category::Parameters) => &[],
         Segment::Category(_) => &["peak_allocated_bytes"],
