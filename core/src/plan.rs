@@ -1363,6 +1363,31 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             ),
         });
     }
+    let head = cfg.n_embd / cfg.n_head.max(1);
+    if cfg.attention == crate::Attention::Flash && !cfg.compile {
+        // SDPA's kernels refuse some head sizes (sdp_utils.cpp): in fp32 on sm_80 and newer the
+        // memory-efficient kernel needs a multiple of 4, and flash takes at most 256. No
+        // measured config has either; the first falls back to the math path, whose (B,H,T,T)
+        // matrices the model does not count.
+        let fp32_misaligned = cfg.dtype == crate::Dtype::Float32 && head % 4 != 0 && gpu.compute_capability >= (8, 0);
+        let too_wide = cfg.dtype != crate::Dtype::Float32 && head > 256;
+        if fp32_misaligned || too_wide {
+            out.push(Note {
+                figure: "peak_allocated_bytes".into(),
+                source: Source::Estimate,
+                detail: if fp32_misaligned {
+                    format!(
+                        "a head size of {head} is not a multiple of 4, so in float32 PyTorch's scaled_dot_product_attention falls \
+                         back to its math path, which keeps (B,H,T,T) attention matrices this estimate leaves out: likely low"
+                    )
+                } else {
+                    format!(
+                        "a head size of {head} is over flash attention's 256; its kernel's tensors are taken to be flash's, not measured"
+                    )
+                },
+            });
+        }
+    }
     if gpu.compute_capability != (9, 0) {
         out.push(Note {
             figure: "workspace".into(),
@@ -1596,6 +1621,12 @@ mod tests {
             estimated("t4", eager.clone()),
             ["nvidia_smi_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "usable_bytes", "workspace"]
         );
+        // Head sizes SDPA's measured kernels refuse.
+        let odd = Config { n_embd: 390, n_head: 6, dtype: crate::Dtype::Float32, ..eager.clone() };
+        assert_eq!(estimated("h100-80gb", odd.clone()), on_allocated);
+        assert!(estimated("t4", odd).contains(&"peak_allocated_bytes".to_string()));
+        assert!(estimated("h100-80gb", Config { n_embd: 384, n_head: 6, dtype: crate::Dtype::Float32, ..eager.clone() }).is_empty());
+        assert_eq!(estimated("h100-80gb", Config { n_embd: 1200, n_head: 4, ..eager.clone() }), on_allocated);
         // The bias gradients' reduction scratch depends on the card: measured on sm_90 only.
         let biased = Config { bias: true, ..eager.clone() };
         assert!(estimated("h100-80gb", biased.clone()).is_empty());

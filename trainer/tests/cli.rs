@@ -282,7 +282,10 @@ fn the_bias_gradient_scratch_is_an_estimate_off_hopper() {
     let args = |gpu: &str| ["plan", "--gpu", gpu, "--compile", "false", "--bias", "true", "--batch-size", "4"].map(str::to_string);
     let temporaries_row = |gpu: &str| {
         let text = String::from_utf8(vramfit(&args(gpu).iter().map(String::as_str).collect::<Vec<_>>()).stdout).unwrap();
-        text.lines().find(|l| l.trim_start().starts_with("Temporaries")).unwrap_or_else(|| panic!("no Temporaries row:\n{text}")).to_string()
+        text.lines()
+            .find(|l| l.trim_start().starts_with("Temporaries"))
+            .unwrap_or_else(|| panic!("no Temporaries row:\n{text}"))
+            .to_string()
     };
     assert!(temporaries_row("rtx-4070").contains('~'), "{}", temporaries_row("rtx-4070"));
     assert!(!temporaries_row("h100-80gb").contains('~'), "{}", temporaries_row("h100-80gb"));
