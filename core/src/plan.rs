@@ -1369,7 +1369,7 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
         // memory-efficient kernel needs a multiple of 4, and flash takes at most 256. No
         // measured config has either; the first falls back to the math path, whose (B,H,T,T)
         // matrices the model does not count.
-        let fp32_misaligned = cfg.dtype == crate::Dtype::Float32 && head % 4 != 0 && gpu.compute_capability >= (8, 0);
+        let fp32_misaligned = cfg.dtype == crate::Dtype::Float32 && !head.is_multiple_of(4) && gpu.compute_capability >= (8, 0);
         let too_wide = cfg.dtype != crate::Dtype::Float32 && head > 256;
         if fp32_misaligned || too_wide {
             out.push(Note {
