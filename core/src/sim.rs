@@ -3104,6 +3104,41 @@ mod term_tests {
         }
     }
 
+    /// CUDA's softmax backward multiplies the gradient by the output into a (B,H,T,T)
+    /// temporary before it computes the gradient of its input, and frees it when it returns;
+    /// the harness's CPU trace (fake tensors) has no such buffer.
+    #[test]
+    fn cuda_softmax_backward_takes_a_grad_times_output_temporary() {
+        let cfg = Config {
+            n_layer: 1,
+            n_head: 2,
+            n_embd: 64,
+            block_size: 128,
+            batch_size: 2,
+            vocab_size: 65,
+            attention: Attention::Manual,
+            dtype: Dtype::Float32,
+            compile: false,
+            gradient_accumulation_steps: 1,
+            ..Config::default()
+        };
+        let bhtt4 = 2 * 2 * 128 * 128 * 4;
+        let steps = |target: &Target| -> Vec<i64> {
+            exact_events(&cfg, target)
+                .into_iter()
+                .filter(|e| {
+                    e.phase == Phase::Backward && e.op == "transformer.h.0.attn softmax backward" && e.block.unsigned_abs() == bhtt4
+                })
+                .map(|e| e.block.signum())
+                .take(3)
+                .collect()
+        };
+        let gpu = crate::device::Gpu::find("h100-80gb").unwrap().target();
+        // The gradient of the input, then the temporary, taken and given back.
+        assert_eq!(steps(&gpu), [1, 1, -1]);
+        assert_eq!(steps(&Target::cudalike_trace())[..2], [1, -1]);
+    }
+
     /// bf16/fp16 flash attention pads heads to a multiple of 8 (cuDNN takes none of these):
     /// head size 20 runs as 24, 64 and fp32 (the memory-efficient kernel) are not padded.
     #[test]
@@ -3114,11 +3149,25 @@ mod term_tests {
         assert_eq!(pad(&cfg(256, Dtype::Float16)), None);
         assert_eq!(pad(&cfg(80, Dtype::Float32)), None);
         assert_eq!(Dims::new(&cfg(80, Dtype::Float16), Mode::Train).flash_padded_head(false), None);
-        // The padded copies are saved for backward: the step needs more than without them.
+        // In the forward, attention allocates q, k, v and the output at the padded size (B, H,
+        // T, 24) bf16 and then the contiguous (B, T, C) copy c_proj reads; with 64-wide heads
+        // neither.
         let gpu = crate::device::Gpu::find("h100-80gb").unwrap().target();
-        let padded = simulate(&cfg(80, Dtype::Bfloat16), &gpu).train.bytes;
-        let unpadded = simulate(&cfg(80, Dtype::Bfloat16), &Target { cuda_kernels: false, ..gpu }).train.bytes;
-        assert!(padded > unpadded, "{padded} vs {unpadded}");
+        let attention_sizes = |c: &Config| -> Vec<u64> {
+            exact_events(c, &gpu)
+                .into_iter()
+                .filter(|e| e.phase == Phase::Forward && e.op == "transformer.h.0.attn" && e.block > 0)
+                .map(|e| e.requested)
+                .collect()
+        };
+        let c80 = cfg(80, Dtype::Bfloat16);
+        let (b, t) = (c80.batch_size as u64, c80.block_size as u64);
+        let padded = b * 4 * t * 24 * 2;
+        let lse = 4 * b * 4 * t;
+        // (The first forward's; each later forward repeats it.)
+        assert_eq!(attention_sizes(&c80)[..6], [padded, padded, padded, padded, lse, b * t * 80 * 2]);
+        // Unpadded: the output (B, T, C), which c_proj reads as it is, and the logsumexp.
+        assert_eq!(attention_sizes(&cfg(256, Dtype::Bfloat16))[..3], [b * t * 256 * 2, lse, b * t * 256 * 2]);
     }
 
     /// The tied weight's two gradients: lm_head's waits in the autograd engine's input buffer
