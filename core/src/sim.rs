@@ -3104,6 +3104,33 @@ mod term_tests {
         }
     }
 
+    /// Biased linears run through cuBLASLt, whose 1 MiB workspace each thread gets once: the
+    /// forward's, and with activation checkpointing the recompute's on the autograd thread
+    /// (measured on the H200: checkpointed configs with biases were 1.000 MiB above the model
+    /// that had only the first).
+    #[test]
+    fn a_checkpointed_recompute_gets_its_own_cublaslt_workspace() {
+        let lt_workspaces = |bias: bool, activation_checkpointing: bool| {
+            let cfg = Config {
+                n_layer: 2,
+                n_head: 2,
+                n_embd: 64,
+                block_size: 64,
+                batch_size: 2,
+                vocab_size: 65,
+                bias,
+                activation_checkpointing,
+                compile: false,
+                ..Config::default()
+            };
+            let gpu = crate::device::Gpu::find("h200-141gb").unwrap().target();
+            exact_events(&cfg, &gpu).iter().filter(|e| e.requested == CUBLASLT_WORKSPACE_BYTES).count()
+        };
+        assert_eq!(lt_workspaces(true, true), 2);
+        assert_eq!(lt_workspaces(true, false), 1);
+        assert_eq!(lt_workspaces(false, true), 0);
+    }
+
     /// CUDA's softmax backward multiplies the gradient by the output into a (B,H,T,T)
     /// temporary before it computes the gradient of its input, and frees it when it returns;
     /// the harness's CPU trace (fake tensors) has no such buffer.
