@@ -1944,15 +1944,7 @@ impl<'c, 't> Run<'c, 't> {
         ];
         // The kernel's own scratch (a tensor counter does not see it).
         if !self.target.fake_tensors && d.autocast {
-            // flash-attn 2: dq_accum (B, T rounded to 128, H, hs rounded to 32) and softmax_d
-            // (B, H, T rounded to 128), both fp32, freed when the kernel returns.
-            let t128 = d.t.div_ceil(128) * 128;
-            let hs = d.c / d.h;
-            let hs32 = hs.div_ceil(32) * 32;
-            let acc = self.mem.alloc(4 * d.b * t128 * d.h * hs32, Category::Temporaries);
-            let sd = self.mem.alloc(4 * d.b * d.h * t128, Category::Temporaries);
-            self.mem.free(acc);
-            self.mem.free(sd);
+            self.flash_backward_scratch(d, d.c / d.h);
         } else if !self.target.fake_tensors {
             // memory-efficient kernel: delta (B, H, T) fp32.
             let delta = self.mem.alloc(4 * d.b * d.h * d.t, Category::Temporaries);
@@ -1970,6 +1962,17 @@ impl<'c, 't> Run<'c, 't> {
         g_qkv
     }
 
+    /// flash-attn 2's backward scratch for heads of `hs`: dq_accum (B, T rounded to 128, H, hs
+    /// rounded to 32) and softmax_d (B, H, T rounded to 128), both fp32, freed when the kernel
+    /// returns.
+    fn flash_backward_scratch(&mut self, d: &Dims, hs: u64) {
+        let t128 = d.t.div_ceil(128) * 128;
+        let acc = self.mem.alloc(4 * d.b * t128 * d.h * hs.div_ceil(32) * 32, Category::Temporaries);
+        let sd = self.mem.alloc(4 * d.b * d.h * t128, Category::Temporaries);
+        self.mem.free(acc);
+        self.mem.free(sd);
+    }
+
     /// [`Self::padded_flash`]'s backward: the slice's backward zero-pads y's gradient, flash
     /// returns padded dq, dk, dv (and takes the same fp32 scratch at the padded size); each
     /// goes back through its pad (a slice), transpose and view, where the sliced heads do not
@@ -1983,11 +1986,7 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(g_y);
         let [dq, dk, dv] = [(); 3].map(|_| self.mem.alloc(padded, tmp));
         if !self.target.fake_tensors {
-            let t128 = d.t.div_ceil(128) * 128;
-            let acc = self.mem.alloc(4 * d.b * t128 * d.h * hs8.div_ceil(32) * 32, tmp);
-            let sd = self.mem.alloc(4 * d.b * d.h * t128, tmp);
-            self.mem.free(acc);
-            self.mem.free(sd);
+            self.flash_backward_scratch(d, hs8);
         }
         self.mem.free(g_out);
         for id in s.flash_padded {
