@@ -118,6 +118,8 @@ impl Gpu {
             fake_tensors: false,
             multiprocessors: self.multiprocessors(),
             threads_per_multiprocessor: self.threads_per_multiprocessor(),
+            flash_kernels: self.compute_capability >= (8, 0),
+            sdpa_prefers_cudnn: matches!(self.compute_capability.0, 9 | 10),
         }
     }
 

@@ -1415,6 +1415,20 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             ),
         });
     }
+    if gpu.compute_capability != (9, 0) && !cfg.compile && sim::flash_splits_kv(cfg, &gpu.target()) {
+        // Measured on the H200 only, where cuDNN runs most heads (README: Accuracy).
+        out.push(Note {
+            figure: "temporaries".into(),
+            source: Source::Estimate,
+            detail: format!(
+                "flash attention's split-KV buffers, taken while it runs, are sized by the card; on {} they are computed from \
+                 {} multiprocessors{}, measured only on an H200",
+                gpu.id,
+                gpu.multiprocessors(),
+                if gpu.id.starts_with("custom") { " (an RTX 4070's: a custom card's are unknown)" } else { "" }
+            ),
+        });
+    }
     out.push(Note {
         figure: "peak_reserved_bytes".into(),
         source: Source::Validated,

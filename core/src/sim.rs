@@ -264,6 +264,15 @@ pub struct Target {
     /// their global scratch by them (see [`sum_over_rows_scratch`]). Unused under fake tensors.
     pub multiprocessors: u32,
     pub threads_per_multiprocessor: u32,
+    /// FlashAttention-2 runs here (sm_80 and newer): PyTorch's SDPA takes it for bf16/fp16
+    /// unless cuDNN's attention comes first.
+    #[serde(default)]
+    pub flash_kernels: bool,
+    /// SDPA tries cuDNN's attention before flash (PyTorch 2.11 with cuDNN 9.15 or newer, on
+    /// sm_90 and sm_100: `check_prefer_cudnn_attention` in sdp_utils.cpp). cuDNN needs a head
+    /// size that is a multiple of 8, so other heads still run flash.
+    #[serde(default)]
+    pub sdpa_prefers_cudnn: bool,
 }
 
 impl Target {
@@ -276,6 +285,8 @@ impl Target {
             fake_tensors: true,
             multiprocessors: 0,
             threads_per_multiprocessor: 0,
+            flash_kernels: false,
+            sdpa_prefers_cudnn: false,
         }
     }
 
@@ -283,7 +294,8 @@ impl Target {
     /// (`run_all.py --method cpu-fake-cudalike`, a prediction of CUDA, not a measurement):
     /// CUDA's autocast, dropout and softmax rules on FakeTensorMode's tensor counter.
     pub fn cudalike_trace() -> Target {
-        Target { cuda_kernels: true, ..Target::cpu_trace() }
+        // As on the H200 the emulation follows: cuDNN first, flash for heads it refuses.
+        Target { cuda_kernels: true, flash_kernels: true, sdpa_prefers_cudnn: true, ..Target::cpu_trace() }
     }
 }
 
@@ -350,6 +362,66 @@ pub fn sum_over_rows_scratch(rows: u64, cols: u64, target: &Target) -> (u64, u64
         return (0, 0);
     }
     (4 * cols * ctas * width * vec, 4 * grid)
+}
+
+/// FlashAttention-2's split-KV accumulators for one forward of `batch` x `heads` queries of
+/// `seq` positions with heads of `head` (already a multiple of 8): `(lse_accum, out_accum)` in
+/// bytes, both fp32 and freed when the kernel returns, or `(0, 0)` where it runs in one split.
+///
+/// Follows `num_splits_heuristic` and `set_params_splitkv` in PyTorch's
+/// aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (2.11), which `mha_fwd`
+/// calls for every forward without dropout: when batch x heads x 64-row query blocks would
+/// fill less than 80% of two blocks per multiprocessor, the keys are split so that the waves
+/// fill the card, and each split keeps its own partial output (split, B, H, T, head rounded up
+/// to 32, or to 64 over 128) and logsumexp (split, B, H, T). Measured on the H200 (132
+/// multiprocessors): L5 H4 C48 with a 1536-token eval block (6 splits, 9.3 MB) and L4 H1 C100
+/// with eval batch 24 (2 splits), both evals low by exactly these before.
+pub fn flash_split_kv_scratch(batch: u64, heads: u64, seq: u64, head: u64, multiprocessors: u32) -> (u64, u64) {
+    let sms2 = 2 * multiprocessors as u64;
+    if sms2 == 0 || seq == 0 || head == 0 || head > 256 {
+        return (0, 0);
+    }
+    let block_n = if head <= 64 {
+        256
+    } else if head <= 128 {
+        128
+    } else {
+        64
+    };
+    let n_blocks = seq.div_ceil(block_n);
+    let work = batch.saturating_mul(heads).saturating_mul(seq.div_ceil(64));
+    // "Enough to almost fill the SMs": one split (in the kernel's float arithmetic).
+    if work as f32 >= 0.8f32 * sms2 as f32 {
+        return (0, 0);
+    }
+    let max_splits = 128.min(sms2).min(n_blocks);
+    // A split count is only worth trying if it changes the blocks per split.
+    let eligible = |s: u64| s == 1 || n_blocks.div_ceil(s) != n_blocks.div_ceil(s - 1);
+    // The kernel's float arithmetic, in f32 as there.
+    let efficiency = |s: u64| {
+        let waves = (work * s) as f32 / sms2 as f32;
+        waves / waves.ceil()
+    };
+    let best = (1..=max_splits).filter(|&s| eligible(s)).map(efficiency).fold(0.0f32, f32::max);
+    let splits = (1..=max_splits).find(|&s| eligible(s) && efficiency(s) as f64 >= 0.85 * best as f64).unwrap_or(1);
+    if splits <= 1 {
+        return (0, 0);
+    }
+    let rounded = if head <= 128 { head.div_ceil(32) * 32 } else { head.div_ceil(64) * 64 };
+    let rows = splits * batch * heads * seq;
+    (4 * rows, 4 * rows * rounded)
+}
+
+/// Whether a forward of the loop (training or eval) runs FlashAttention-2 with split-KV
+/// accumulators on `target` (see [`flash_split_kv_scratch`]): their size follows the card's
+/// multiprocessors.
+pub fn flash_splits_kv(cfg: &Config, target: &Target) -> bool {
+    [Mode::Train, Mode::Eval].into_iter().any(|mode| {
+        let d = Dims::new(cfg, mode);
+        !d.dropout
+            && !target.fake_tensors
+            && d.flash_forward_head(target).is_some_and(|hs| flash_split_kv_scratch(d.b, d.h, d.t, hs, target.multiprocessors).0 > 0)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -796,6 +868,20 @@ impl Dims {
         (cuda_kernels && self.autocast && !self.manual && !hs.is_multiple_of(8) && hs <= 256).then(|| hs.div_ceil(8) * 8)
     }
 
+    /// The head size FlashAttention-2 runs SDPA's forward with on `target`, if it does:
+    /// bf16/fp16 on sm_80 and newer, where cuDNN does not come first or refuses the head size
+    /// (padded heads, see [`Self::flash_padded_head`]).
+    fn flash_forward_head(&self, target: &Target) -> Option<u64> {
+        let hs = self.c / self.h.max(1);
+        if !(target.cuda_kernels && target.flash_kernels && self.autocast && !self.manual && hs <= 256) {
+            return None;
+        }
+        match self.flash_padded_head(true) {
+            Some(hs8) => Some(hs8),
+            None => (!target.sdpa_prefers_cudnn).then_some(hs),
+        }
+    }
+
     /// q, k and v (strides T*3C, hs, 3C, 1) merge (B, H) without a copy only at B = 1 or H = 1.
     fn heads_fold_into_batch(&self) -> bool {
         self.b == 1 || self.h == 1
@@ -869,6 +955,10 @@ struct BlockSaved {
     /// Flash attention with a head size not a multiple of 8: the zero-padded q, k, v and the
     /// padded output it saves (then `attn_out` is the contiguous copy c_proj reads).
     flash_padded: [Id; 4],
+    /// FlashAttention-2's rng_state and its unused offset (16 and 8 bytes, a block each), which
+    /// `mha_fwd` returns whether or not there is dropout and autograd saves as the philox seed
+    /// and offset.
+    flash_rng: [Id; 2],
     /// Manual attention: contiguous q and k^T copies, the mask, softmax output, its cast,
     /// contiguous v copy, dropout mask, and the re-laid-out output fed to c_proj.
     q_copy: Id,
@@ -902,6 +992,7 @@ impl BlockSaved {
             attn_out: Id::NONE,
             attn_lse: Id::NONE,
             flash_padded: [Id::NONE; 4],
+            flash_rng: [Id::NONE; 2],
             q_copy: Id::NONE,
             kt_copy: Id::NONE,
             mask: Id::NONE,
@@ -1469,10 +1560,15 @@ impl<'c, 't> Run<'c, 't> {
         } else {
             Id::NONE
         };
+        if let Some(hs) = d.flash_forward_head(&self.target) {
+            s.flash_rng = self.flash_forward_scratch(d, hs, saved);
+        }
         if graph {
             s.attn_lse = lse;
         } else {
-            self.mem.free(lse);
+            for id in [lse].into_iter().chain(s.flash_rng) {
+                self.mem.free(id);
+            }
         }
         s.attn_out
     }
@@ -1488,12 +1584,15 @@ impl<'c, 't> Run<'c, 't> {
         let [q, k, v] = [(); 3].map(|_| self.mem.alloc(padded, saved));
         let out = self.mem.alloc(padded, saved);
         let lse = self.mem.alloc(4 * d.b * d.h * d.t, saved);
+        if d.flash_forward_head(&self.target).is_some() {
+            s.flash_rng = self.flash_forward_scratch(d, hs8, saved);
+        }
         if graph {
             s.flash_padded = [q, k, v, out];
             s.attn_lse = lse;
         } else {
             // The ATen function's locals go when it returns.
-            for id in [lse, q, k, v] {
+            for id in [lse, q, k, v].into_iter().chain(s.flash_rng) {
                 self.mem.free(id);
             }
         }
@@ -1954,13 +2053,34 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(g_y);
         self.mem.free(s.qkv);
         self.mem.free(s.attn_out);
-        self.mem.free(s.attn_lse);
+        for id in [s.attn_lse].into_iter().chain(s.flash_rng) {
+            self.mem.free(id);
+        }
         self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
         let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, Category::Temporaries);
         for g in grads {
             self.mem.free(g);
         }
         g_qkv
+    }
+
+    /// flash-attn 2's forward after its output and logsumexp (`mha_fwd`): the split-KV
+    /// accumulators ([`flash_split_kv_scratch`]; none with dropout, which never splits), then
+    /// the rng_state and unused offset it returns, as `saved`; the accumulators go when it
+    /// returns. Nothing under fake tensors, whose counter does not see inside the kernel.
+    fn flash_forward_scratch(&mut self, d: &Dims, hs: u64, saved: Category) -> [Id; 2] {
+        if self.target.fake_tensors {
+            return [Id::NONE; 2];
+        }
+        let (lse_accum, out_accum) =
+            if d.dropout { (0, 0) } else { flash_split_kv_scratch(d.b, d.h, d.t, hs, self.target.multiprocessors) };
+        let accumulators =
+            [lse_accum, out_accum].map(|bytes| if bytes > 0 { self.mem.alloc(bytes, Category::Temporaries) } else { Id::NONE });
+        let rng = [16, 8].map(|bytes| self.mem.alloc(bytes, saved));
+        for id in accumulators {
+            self.mem.free(id);
+        }
+        rng
     }
 
     /// flash-attn 2's backward scratch for heads of `hs`: dq_accum (B, T rounded to 128, H, hs
@@ -1993,7 +2113,9 @@ impl<'c, 't> Run<'c, 't> {
         for id in s.flash_padded {
             self.mem.free(id);
         }
-        self.mem.free(s.attn_lse);
+        for id in [s.attn_lse].into_iter().chain(s.flash_rng) {
+            self.mem.free(id);
+        }
         let mut copies = [Id::NONE; 3];
         for (copy, grad) in copies.iter_mut().zip([dv, dq, dk]) {
             *copy = self.mem.alloc(d.btc() * d.cb, tmp);
@@ -3192,10 +3314,91 @@ mod term_tests {
         let (b, t) = (c80.batch_size as u64, c80.block_size as u64);
         let padded = b * 4 * t * 24 * 2;
         let lse = 4 * b * 4 * t;
-        // (The first forward's; each later forward repeats it.)
-        assert_eq!(attention_sizes(&c80)[..6], [padded, padded, padded, padded, lse, b * t * 80 * 2]);
+        // (The first forward's; each later forward repeats it.) After the logsumexp, flash's
+        // rng_state and unused offset (16 and 8 bytes); no split-KV buffers at B*H*T this large.
+        assert_eq!(attention_sizes(&c80)[..8], [padded, padded, padded, padded, lse, 16, 8, b * t * 80 * 2]);
         // Unpadded: the output (B, T, C), which c_proj reads as it is, and the logsumexp.
         assert_eq!(attention_sizes(&cfg(256, Dtype::Bfloat16))[..3], [b * t * 256 * 2, lse, b * t * 256 * 2]);
+    }
+
+    /// flash-attn 2's split-KV buffers, as the kernel sizes them: the two H200 evals that were
+    /// low by exactly these, configs that fill the card or have one key block (none), and the
+    /// limits.
+    #[test]
+    fn flash_split_kv_buffers_follow_the_kernels_heuristic() {
+        // L5 H4 C48, eval block 1536, batch 2 (heads padded to 16): 2 x 4 x 24 = 192 query
+        // blocks for 264 slots, 6 key blocks of 256. Splits 4 and 5 are not eligible (2 key
+        // blocks per split, as with 3); 1, 2 and 3 fill 73% of the last wave, 6 fills 87%, the
+        // best, and 73% is under 85% of it: 6 splits.
+        let (lse, out) = flash_split_kv_scratch(2, 4, 1536, 16, 132);
+        assert_eq!((lse, out), (6 * 2 * 4 * 1536 * 4, 6 * 2 * 4 * 1536 * 32 * 4));
+        // L4 H1 C100, eval batch 24, T 256 (heads padded to 104, rounded to 128): 2 splits.
+        assert_eq!(flash_split_kv_scratch(24, 1, 256, 104, 132), (2 * 24 * 256 * 4, 2 * 24 * 256 * 128 * 4));
+        // GPT-2 124M's B12 H12 T1024 fills the card.
+        assert_eq!(flash_split_kv_scratch(12, 12, 1024, 64, 132), (0, 0));
+        // One key block (T <= 256 at heads up to 64) cannot be split.
+        assert_eq!(flash_split_kv_scratch(1, 1, 256, 64, 132), (0, 0));
+        // Below 80% of the slots but already filling most of its last wave: one split (the
+        // early return and the efficiency rule agree there).
+        assert_eq!(flash_split_kv_scratch(26, 1, 512, 64, 132), (0, 0));
+        // No card, no heads, or heads flash does not take: nothing.
+        assert_eq!(flash_split_kv_scratch(1, 1, 64, 64, 0), (0, 0));
+        assert_eq!(flash_split_kv_scratch(1, 1, 64, 264, 132), (0, 0));
+    }
+
+    /// Where flash runs SDPA's forward, its split-KV buffers come after the logsumexp and go
+    /// before attention returns: on an RTX 4070 (flash for every bf16 head), not on the H100
+    /// (cuDNN for heads that are multiples of 8), not with dropout in training, and they raise
+    /// an eval whose peak is in attention.
+    #[test]
+    fn flash_split_kv_buffers_appear_where_flash_runs() {
+        let cfg = Config {
+            n_layer: 2,
+            n_head: 1,
+            n_embd: 64,
+            block_size: 1024,
+            batch_size: 1,
+            vocab_size: 65,
+            dtype: Dtype::Bfloat16,
+            compile: false,
+            gradient_accumulation_steps: 1,
+            ..Config::default()
+        };
+        let rtx = crate::device::Gpu::find("rtx-4070").unwrap().target();
+        let h100 = crate::device::Gpu::find("h100-80gb").unwrap().target();
+        // 1 x 1 x 16 query blocks = 16 of 92 slots on the 4070's 46 multiprocessors, 4 key
+        // blocks: 4 splits (3 is not eligible, 1 and 2 fill a wave far less).
+        let (lse_acc, out_acc) = flash_split_kv_scratch(1, 1, 1024, 64, 46);
+        assert_eq!((lse_acc, out_acc), (4 * 1024 * 4, 4 * 1024 * 64 * 4));
+        assert!(lse_acc > 0 && out_acc > lse_acc);
+        let eval_attention = |c: &Config, t: &Target| -> Vec<i64> {
+            exact_events(c, t)
+                .into_iter()
+                .filter(|e| e.phase == Phase::EvalForward && e.op == "transformer.h.0.attn")
+                .map(|e| e.block)
+                .take(8)
+                .collect()
+        };
+        let (out, lse) = (1024 * 64 * 2, 1024 * 4);
+        let r = |b: u64| crate::allocator::round_size(b) as i64;
+        assert_eq!(eval_attention(&cfg, &rtx), [out, lse, r(lse_acc), r(out_acc), 512, 512, -r(lse_acc), -r(out_acc)]);
+        assert_eq!(eval_attention(&cfg, &h100)[..3], [out, lse, -lse]);
+        assert!(flash_splits_kv(&cfg, &rtx));
+        assert!(!flash_splits_kv(&cfg, &h100));
+        // Training with dropout never splits; its eval (no dropout there) still does.
+        let dropout = Config { dropout: 0.1, ..cfg.clone() };
+        let train_splits = |c: &Config| {
+            exact_events(c, &rtx).into_iter().any(|e| e.phase == Phase::Forward && e.op == "transformer.h.0.attn" && e.block == r(out_acc))
+        };
+        assert!(train_splits(&cfg));
+        assert!(!train_splits(&dropout));
+        assert!(flash_splits_kv(&dropout, &rtx));
+        // They move the eval's peak into attention (a card too small to split as the control).
+        let without = Target { multiprocessors: 1, ..rtx };
+        assert_eq!(flash_split_kv_scratch(1, 1, 1024, 64, 1), (0, 0));
+        let (split, unsplit) = (simulate_exact(&cfg, &rtx).eval, simulate_exact(&cfg, &without).eval);
+        assert!(split.op.contains(".attn") && !unsplit.op.contains(".attn"), "{} / {}", split.op, unsplit.op);
+        assert!(split.bytes > unsplit.bytes);
     }
 
     /// The tied weight's two gradients: lm_head's waits in the autograd engine's input buffer

@@ -296,6 +296,41 @@ fn the_bias_gradient_scratch_is_an_estimate_off_hopper() {
     assert!(scratch["detail"].as_str().unwrap().contains("46 multiprocessors"), "{scratch}");
 }
 
+/// Flash attention's split-KV buffers are measured on the H200 only (with padded heads); on
+/// an RTX 4070, where flash runs every bf16 head, a config small enough to split says they
+/// are an estimate, and the H100 (cuDNN for these heads) has no such note.
+#[test]
+fn flash_split_kv_buffers_are_an_estimate_off_hopper() {
+    let split_note = |gpu: &str| -> Option<Value> {
+        let plan = plan_json(&[
+            "--gpu",
+            gpu,
+            "--compile",
+            "false",
+            "--bias",
+            "false",
+            "--dtype",
+            "bfloat16",
+            "--n-layer",
+            "2",
+            "--n-head",
+            "1",
+            "--n-embd",
+            "64",
+            "--block-size",
+            "1024",
+            "--batch-size",
+            "1",
+        ]);
+        plan["cards"][0]["notes"].as_array().unwrap().iter().find(|n| n["detail"].as_str().unwrap_or("").contains("split-KV")).cloned()
+    };
+    let note = split_note("rtx-4070").expect("a note on flash's split-KV buffers");
+    assert_eq!(note["figure"], "temporaries");
+    assert_eq!(note["source"], "estimate");
+    assert!(note["detail"].as_str().unwrap().contains("46 multiprocessors"), "{note}");
+    assert_eq!(split_note("h100-80gb"), None);
+}
+
 #[test]
 fn config_file_notices_go_to_stderr_and_do_not_fail() {
     let file = temp_file("notices.py", "import time\nn_layer = 4\nfoo = 1\n");
