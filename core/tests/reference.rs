@@ -8,7 +8,8 @@
 mod reference_data;
 
 use reference_data::{
-    comparisons, cudalike_comparisons, data_dir, data_files, file_name, median, read_doc, ALLOCATED_KEYS, NOT_PYTORCH_MEASUREMENTS,
+    comparisons, cudalike_comparisons, data_dir, data_files, file_name, median, read_doc, target_for, ALLOCATED_KEYS,
+    NOT_PYTORCH_MEASUREMENTS,
 };
 use serde_json::Value;
 
@@ -324,4 +325,35 @@ fn capped_phases_read_as_iterations() {
     assert_eq!(CappedOutcome::from_phase("eval"), Some(OutOfMemory { iteration: 1, in_eval: true }));
     assert_eq!(CappedOutcome::from_phase("eval0"), Some(OutOfMemory { iteration: 0, in_eval: false }));
     assert_eq!(CappedOutcome::from_phase("zero_grad"), None);
+}
+
+/// The rows measured with SDPA trying flash before cuDNN (`probes/gpu_flash_first.sh`, as every
+/// card but sm_90 and sm_100 runs it) or with cuDNN's attention off (the H100's flash-only rows)
+/// ran flash, every one of them, and are compared with the model's flash path, not its cuDNN
+/// one; the other GPU files keep cuDNN first.
+#[test]
+fn flash_first_rows_ran_flash_and_are_compared_as_flash() {
+    let mut flash_rows = 0;
+    for path in data_files() {
+        let file = file_name(&path);
+        if !file.starts_with("cuda-") || NOT_PYTORCH_MEASUREMENTS.contains(&file.as_str()) {
+            continue;
+        }
+        let doc = read_doc(&path);
+        let Some(target) = target_for(&doc["provenance"]) else { continue };
+        let flash_first =
+            doc["provenance"]["TORCH_CUDNN_SDPA_DEPRIORITIZED"] == "1" || doc["provenance"]["sdpa_defaults"]["cudnn"] == false;
+        assert_eq!(file.contains("flash-first") || file.contains("flash-only"), flash_first, "{file}");
+        assert_eq!(target.sdpa_prefers_cudnn, !flash_first, "{file}");
+        if !flash_first {
+            continue;
+        }
+        for row in doc["rows"].as_array().unwrap().iter().filter(|r| r["status"] == "ok") {
+            let ops: Vec<&str> = row["attention_ops"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            assert!(ops.contains(&"aten._scaled_dot_product_flash_attention.default"), "{file} {}: {ops:?}", row["id"]);
+            assert!(!ops.iter().any(|op| op.contains("cudnn")), "{file} {}: {ops:?}", row["id"]);
+            flash_rows += 1;
+        }
+    }
+    assert!(flash_rows >= 240, "only {flash_rows} rows measured with flash first");
 }

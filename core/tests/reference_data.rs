@@ -116,12 +116,16 @@ fn gpu_for(provenance: &Value) -> Option<Gpu> {
 }
 
 /// The simulation target a data file was measured on.
-fn target_for(provenance: &Value) -> Option<Target> {
+pub fn target_for(provenance: &Value) -> Option<Target> {
     let method = provenance.get("method").and_then(Value::as_str).unwrap_or("");
     if method.starts_with("cpu") {
         return Some(Target::cpu_trace());
     }
-    gpu_for(provenance).map(|g| g.target())
+    // SDPA tried flash before cuDNN, as off sm_90 and sm_100: `probes/gpu_flash_first.sh`, or
+    // cuDNN's attention switched off (`probes/python-flash-only`).
+    let flash_first = provenance.get("TORCH_CUDNN_SDPA_DEPRIORITIZED").and_then(Value::as_str) == Some("1")
+        || provenance["sdpa_defaults"]["cudnn"] == false;
+    gpu_for(provenance).map(|g| Target { sdpa_prefers_cudnn: g.target().sdpa_prefers_cudnn && !flash_first, ..g.target() })
 }
 
 /// All comparisons in all data files (rows that failed to measure are skipped). A file core

@@ -276,6 +276,8 @@ def cuda_environment() -> dict:
             "math": _try(b.math_sdp_enabled), "cudnn": _try(b.cudnn_sdp_enabled),
         },
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        # "1": SDPA tries flash before cuDNN on sm_90 too (probes/gpu_flash_first.sh)
+        "TORCH_CUDNN_SDPA_DEPRIORITIZED": os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED"),
     }
     return env
 

@@ -137,7 +137,8 @@ def provenance(method, args, wall_s, rows):
         # device facts as seen by the measured processes (the parent never touches CUDA)
         env = next((r.get("environment") for r in rows if r and r.get("environment")), None) or {}
         for k in ("device_name", "capability", "total_memory", "cuda_runtime", "cudnn",
-                  "nvidia_smi_gpu", "sdpa_defaults", "PYTORCH_CUDA_ALLOC_CONF"):
+                  "nvidia_smi_gpu", "sdpa_defaults", "PYTORCH_CUDA_ALLOC_CONF",
+                  "TORCH_CUDNN_SDPA_DEPRIORITIZED"):
             prov[k] = env.get(k)
         prov["driver"] = (env.get("nvidia_smi_gpu") or "").split(",")[1].strip() \
             if isinstance(env.get("nvidia_smi_gpu"), str) and env.get("nvidia_smi_gpu").count(",") >= 2 else None
