@@ -902,8 +902,10 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
         "256",
         "--vocab-size",
         "50304",
+        // Accumulating 4: with 5 the last micro-step leaves its logits elsewhere and this
+        // config's reserve does not run out (core's `Run::iteration`).
         "--gradient-accumulation-steps",
-        "5",
+        "4",
         "--dtype",
         "bfloat16",
         "--compile",

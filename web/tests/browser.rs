@@ -244,12 +244,12 @@ async fn a_fix_that_runs_out_later_says_so_in_its_row() {
 }
 
 /// Where the allocator model's reserve passes the card after the two simulated iterations
-/// (12 layers of 768 at block 256, eager, batch 33 accumulating 5), the verdict says so in its
+/// (12 layers of 768 at block 256, eager, batch 33 accumulating 4), the verdict says so in its
 /// own line, marked as an estimate; at batch 4, where it does not, the line goes.
 #[wasm_bindgen_test]
 async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
-    let page = mount_with("?v=1&H=6&T=256&B=33&GA=5&cmp=0").await;
-    let grows = Config { n_head: 6, block_size: 256, gradient_accumulation_steps: 5, compile: false, ..Config::default() };
+    let page = mount_with("?v=1&H=6&T=256&B=33&GA=4&cmp=0").await;
+    let grows = Config { n_head: 6, block_size: 256, gradient_accumulation_steps: 4, compile: false, ..Config::default() };
     let want = expected(Config { batch_size: 33, ..grows.clone() });
     let verdict = vramfit_web::model::verdict(&want.plan);
     let later = verdict.later.clone().expect("the model's reserve passes the card later");
