@@ -2492,10 +2492,11 @@ impl<'c, 't> Run<'c, 't> {
     /// logits alive), so a tensor-level run simulates two. The caching allocator need not place
     /// them the same way: the live logits can take turns between two blocks, so which one the
     /// last micro-step leaves them in depends on GA's parity (measured: L6 H6 C240 T2048 B3
-    /// GA5 ends with its training logits where an even GA leaves them, out of the way of an
-    /// eval segment). An exact run goes on until the allocator's state after a micro-step
-    /// repeats one after an earlier micro-step at a distance that divides the micro-steps left,
-    /// so its last state is the real one (at most [`MICRO_STEPS_EXACT`] micro-steps).
+    /// GA5 ends with its training logits in the other block from where an even GA leaves them,
+    /// out of the way of the next eval's logits). An exact run goes on until the allocator's
+    /// state after a micro-step repeats one after an earlier micro-step at a distance that
+    /// divides the micro-steps left, so its last state is the real one (at most
+    /// [`MICRO_STEPS_EXACT`] micro-steps).
     fn iteration(&mut self) {
         let ga = self.cfg.gradient_accumulation_steps;
         let exact = self.mem.allocator.is_some();
