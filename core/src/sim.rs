@@ -416,12 +416,7 @@ pub fn flash_split_kv_scratch(batch: u64, heads: u64, seq: u64, head: u64, multi
 /// accumulators on `target` (see [`flash_split_kv_scratch`]): their size follows the card's
 /// multiprocessors.
 pub fn flash_splits_kv(cfg: &Config, target: &Target) -> bool {
-    [Mode::Train, Mode::Eval].into_iter().any(|mode| {
-        let d = Dims::new(cfg, mode);
-        !d.dropout
-            && !target.fake_tensors
-            && d.flash_forward_head(target).is_some_and(|hs| flash_split_kv_scratch(d.b, d.h, d.t, hs, target.multiprocessors).0 > 0)
-    })
+    [Mode::Train, Mode::Eval].into_iter().any(|mode| Dims::new(cfg, mode).flash_split_kv(target).0 > 0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -879,6 +874,16 @@ impl Dims {
         match self.flash_padded_head(true) {
             Some(hs8) => Some(hs8),
             None => (!target.sdpa_prefers_cudnn).then_some(hs),
+        }
+    }
+
+    /// The split-KV accumulators of this mode's flash forward on `target` ([`flash_split_kv_scratch`]),
+    /// `(0, 0)` where flash does not run the forward, with dropout (never split) or under fake
+    /// tensors (inside the kernel, which a tensor counter does not see).
+    fn flash_split_kv(&self, target: &Target) -> (u64, u64) {
+        match self.flash_forward_head(target) {
+            Some(hs) if !self.dropout && !target.fake_tensors => flash_split_kv_scratch(self.b, self.h, self.t, hs, target.multiprocessors),
+            _ => (0, 0),
         }
     }
 
@@ -1560,8 +1565,8 @@ impl<'c, 't> Run<'c, 't> {
         } else {
             Id::NONE
         };
-        if let Some(hs) = d.flash_forward_head(&self.target) {
-            s.flash_rng = self.flash_forward_scratch(d, hs, saved);
+        if d.flash_forward_head(&self.target).is_some() {
+            s.flash_rng = self.flash_forward_scratch(d, saved);
         }
         if graph {
             s.attn_lse = lse;
@@ -1585,7 +1590,7 @@ impl<'c, 't> Run<'c, 't> {
         let out = self.mem.alloc(padded, saved);
         let lse = self.mem.alloc(4 * d.b * d.h * d.t, saved);
         if d.flash_forward_head(&self.target).is_some() {
-            s.flash_rng = self.flash_forward_scratch(d, hs8, saved);
+            s.flash_rng = self.flash_forward_scratch(d, saved);
         }
         if graph {
             s.flash_padded = [q, k, v, out];
@@ -2065,15 +2070,14 @@ impl<'c, 't> Run<'c, 't> {
     }
 
     /// flash-attn 2's forward after its output and logsumexp (`mha_fwd`): the split-KV
-    /// accumulators ([`flash_split_kv_scratch`]; none with dropout, which never splits), then
-    /// the rng_state and unused offset it returns, as `saved`; the accumulators go when it
-    /// returns. Nothing under fake tensors, whose counter does not see inside the kernel.
-    fn flash_forward_scratch(&mut self, d: &Dims, hs: u64, saved: Category) -> [Id; 2] {
+    /// accumulators ([`Dims::flash_split_kv`]), then the rng_state and unused offset it returns,
+    /// as `saved`; the accumulators go when it returns. Nothing under fake tensors, whose
+    /// counter does not see inside the kernel.
+    fn flash_forward_scratch(&mut self, d: &Dims, saved: Category) -> [Id; 2] {
         if self.target.fake_tensors {
             return [Id::NONE; 2];
         }
-        let (lse_accum, out_accum) =
-            if d.dropout { (0, 0) } else { flash_split_kv_scratch(d.b, d.h, d.t, hs, self.target.multiprocessors) };
+        let (lse_accum, out_accum) = d.flash_split_kv(&self.target);
         let accumulators =
             [lse_accum, out_accum].map(|bytes| if bytes > 0 { self.mem.alloc(bytes, Category::Temporaries) } else { Id::NONE });
         let rng = [16, 8].map(|bytes| self.mem.alloc(bytes, saved));

@@ -325,13 +325,14 @@ fn capped_phases_read_as_iterations() {
     assert_eq!(CappedOutcome::from_phase("zero_grad"), None);
 }
 
-/// The rows measured with SDPA trying flash before cuDNN (`probes/gpu_flash_first.sh`, as every
-/// card but sm_90 and sm_100 runs it) or with cuDNN's attention off (the H100's flash-only rows)
-/// ran flash, every one of them, and are compared with the model's flash path, not its cuDNN
-/// one; the other GPU files keep cuDNN first.
+/// Each GPU file is compared with the attention path its rows ran: where a bf16/fp16 flash
+/// config with heads a multiple of 8 (the heads cuDNN takes) ran FlashAttention-2, as with
+/// `probes/gpu_flash_first.sh` or the H100's flash-only rows, the file's target must not prefer
+/// cuDNN; where such a row ran cuDNN's attention (sm_90's default), it must. The evidence is
+/// the ops each row recorded (`attention_ops`), not the provenance the loader reads.
 #[test]
-fn flash_first_rows_ran_flash_and_are_compared_as_flash() {
-    let mut flash_rows = 0;
+fn every_gpu_file_is_compared_with_the_attention_its_rows_ran() {
+    let (mut flash_rows, mut cudnn_rows) = (0, 0);
     for path in data_files() {
         let file = file_name(&path);
         if !file.starts_with("cuda-") || NOT_PYTORCH_MEASUREMENTS.contains(&file.as_str()) {
@@ -339,19 +340,24 @@ fn flash_first_rows_ran_flash_and_are_compared_as_flash() {
         }
         let doc = read_doc(&path);
         let Some(target) = target_for(&doc["provenance"]) else { continue };
-        let flash_first =
-            doc["provenance"]["TORCH_CUDNN_SDPA_DEPRIORITIZED"] == "1" || doc["provenance"]["sdpa_defaults"]["cudnn"] == false;
-        assert_eq!(file.contains("flash-first") || file.contains("flash-only"), flash_first, "{file}");
-        assert_eq!(target.sdpa_prefers_cudnn, !flash_first, "{file}");
-        if !flash_first {
-            continue;
-        }
         for row in doc["rows"].as_array().unwrap().iter().filter(|r| r["status"] == "ok") {
-            let ops: Vec<&str> = row["attention_ops"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-            assert!(ops.contains(&"aten._scaled_dot_product_flash_attention.default"), "{file} {}: {ops:?}", row["id"]);
-            assert!(!ops.iter().any(|op| op.contains("cudnn")), "{file} {}: {ops:?}", row["id"]);
-            flash_rows += 1;
+            let c = &row["config"];
+            let half = c["dtype"] == "bfloat16" || c["dtype"] == "float16";
+            let heads_cudnn_takes = c["n_embd"].as_u64().unwrap_or(0) / c["n_head"].as_u64().unwrap_or(1) % 8 == 0;
+            if !(half && heads_cudnn_takes && c["attention"] == "flash" && c["compile"] != true) {
+                continue;
+            }
+            let Some(ops) = row["attention_ops"].as_array() else { continue };
+            let ran = |op: &str| ops.iter().any(|o| o.as_str() == Some(op));
+            if ran("aten._scaled_dot_product_flash_attention.default") {
+                assert!(!target.sdpa_prefers_cudnn, "{file} {}: ran flash, compared as cuDNN", row["id"]);
+                flash_rows += 1;
+            } else if ran("aten._scaled_dot_product_cudnn_attention.default") {
+                assert!(target.sdpa_prefers_cudnn, "{file} {}: ran cuDNN, compared as flash", row["id"]);
+                cudnn_rows += 1;
+            }
         }
     }
-    assert!(flash_rows >= 240, "only {flash_rows} rows measured with flash first");
+    assert!(flash_rows >= 240, "only {flash_rows} rows that ran flash on heads cuDNN takes");
+    assert!(cudnn_rows >= 100, "only {cudnn_rows} rows that ran cuDNN's attention");
 }

@@ -121,11 +121,17 @@ pub fn target_for(provenance: &Value) -> Option<Target> {
     if method.starts_with("cpu") {
         return Some(Target::cpu_trace());
     }
-    // SDPA tried flash before cuDNN, as off sm_90 and sm_100: `probes/gpu_flash_first.sh`, or
-    // cuDNN's attention switched off (`probes/python-flash-only`).
-    let flash_first = provenance.get("TORCH_CUDNN_SDPA_DEPRIORITIZED").and_then(Value::as_str) == Some("1")
-        || provenance["sdpa_defaults"]["cudnn"] == false;
-    gpu_for(provenance).map(|g| Target { sdpa_prefers_cudnn: g.target().sdpa_prefers_cudnn && !flash_first, ..g.target() })
+    gpu_for(provenance).map(|g| {
+        let target = g.target();
+        Target { sdpa_prefers_cudnn: target.sdpa_prefers_cudnn && !flash_first(provenance), ..target }
+    })
+}
+
+/// Whether SDPA tried flash before cuDNN in a GPU run, as it does off sm_90 and sm_100:
+/// `probes/gpu_flash_first.sh` (TORCH_CUDNN_SDPA_DEPRIORITIZED=1), or cuDNN's attention
+/// switched off (`probes/python-flash-only`).
+fn flash_first(provenance: &Value) -> bool {
+    provenance.get("TORCH_CUDNN_SDPA_DEPRIORITIZED").and_then(Value::as_str) == Some("1") || provenance["sdpa_defaults"]["cudnn"] == false
 }
 
 /// All comparisons in all data files (rows that failed to measure are skipped). A file core
