@@ -153,13 +153,19 @@ pub struct Plan {
     /// the shapes measured can be one where the config's own is not). Added within schema 2.
     #[serde(default)]
     pub largest_micro_batch_is_estimate: bool,
+    /// That batch's own needs by the exact simulation that found it (the page draws its curves
+    /// through them). Added within schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_micro_batch_needs: Option<BatchNeeds>,
     /// Ranked fixes for the first card (empty when it fits); `None` when not asked for
     /// (`with_fixes: false`), so that "none needed" and "not computed" read differently.
     pub fixes: Option<Vec<Fix>>,
     pub notes: Vec<Note>,
     /// Where the allocator model's reserve grows after the two iterations the measurements ran
     /// (an estimate, see [`sim::simulate_exact_and_later`]), for the first card; absent when it
-    /// does not grow. Added within schema 2.
+    /// does not grow, and when the simulated windows already reserve more than that card
+    /// leaves room for (the config does not fit, so what follows cannot change that). Added
+    /// within schema 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub later: Option<LaterGrowth>,
     /// Where the allocator model says the largest micro-batch itself runs out of memory after
@@ -367,24 +373,46 @@ fn need_exact(cfg: &Config, gpu: &Gpu) -> Option<u64> {
 /// What [`check_exact`] found.
 type ExactCheck = Option<Result<u64, u64>>;
 
+/// A config's needs (nvidia-smi bytes) in training (the steady step or the first, whichever
+/// is higher) and in eval (either `estimate_loss`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchNeeds {
+    pub training_bytes: u64,
+    pub eval_bytes: u64,
+}
+
+impl BatchNeeds {
+    pub fn of(sim: &Simulation, gpu: &Gpu) -> BatchNeeds {
+        let smi = |p: &Peak| window(p, gpu).nvidia_smi_bytes;
+        BatchNeeds { training_bytes: smi(&sim.train).max(smi(&sim.first_iter)), eval_bytes: smi(&sim.eval).max(smi(&sim.eval_at_start)) }
+    }
+}
+
 /// The exact simulation asked whether `cfg` fits in `available` bytes; it stops modelling the
 /// allocator as soon as the reserve says no (cheaper than [`need_exact`] for misses).
 /// `Ok(need)` if it fits; `Err(need so far)`, a lower bound of the need, if not; `None` if the
 /// config is invalid.
 fn check_exact(cfg: &Config, gpu: &Gpu, available: u64) -> ExactCheck {
-    cfg.validate().ok()?;
+    check_exact_needs(cfg, gpu, available).0
+}
+
+/// [`check_exact`], with the config's [`BatchNeeds`] when it fits.
+fn check_exact_needs(cfg: &Config, gpu: &Gpu, available: u64) -> (ExactCheck, Option<BatchNeeds>) {
+    if cfg.validate().is_err() {
+        return (None, None);
+    }
     let limit = available.saturating_sub(gpu.context_bytes);
-    Some(match sim::simulate_exact_within(cfg, &gpu.target(), limit) {
+    match sim::simulate_exact_within(cfg, &gpu.target(), limit) {
         Ok(sim) => {
             let need = needed(&sim, gpu).0;
             if need <= available {
-                Ok(need)
+                (Some(Ok(need)), Some(BatchNeeds::of(&sim, gpu)))
             } else {
-                Err(need)
+                (Some(Err(need)), None)
             }
         }
-        Err(reserved) => Err(reserved + gpu.context_bytes),
-    })
+        Err(reserved) => (Some(Err(reserved + gpu.context_bytes)), None),
+    }
 }
 
 /// Whether `cfg` fits in `available` bytes by the exact simulation (see [`check_exact`]).
@@ -436,6 +464,18 @@ impl<'g> Search<'g> {
     // `make` is a trait object: each caller's closure would otherwise instantiate this whole
     // search again (kilobytes of the page's wasm apiece).
     fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: &dyn Fn(u32) -> Config) -> Option<(u32, u64)> {
+        self.largest_with_needs(lo, hi, start, make).map(|(v, need, _)| (v, need))
+    }
+
+    /// [`Search::largest`], with the answer's [`BatchNeeds`] (`None` when the answer is
+    /// `start`, whose simulation the caller has).
+    fn largest_with_needs(
+        &self,
+        lo: u32,
+        hi: u32,
+        start: Option<u32>,
+        make: &dyn Fn(u32) -> Config,
+    ) -> Option<(u32, u64, Option<BatchNeeds>)> {
         use std::cell::RefCell;
         if lo > hi {
             return None;
@@ -460,13 +500,14 @@ impl<'g> Search<'g> {
             false if s == lo => Some((s, Some(Err(self.start_need)))),
             false => None,
         });
-        let exact_seen: RefCell<Vec<(u32, ExactCheck)>> = RefCell::new(known_start.into_iter().collect());
+        let exact_seen: RefCell<Vec<(u32, ExactCheck, Option<BatchNeeds>)>> =
+            RefCell::new(known_start.map(|(s, r)| (s, r, None)).into_iter().collect());
         let exact = |v: u32| {
-            if let Some(&(_, r)) = exact_seen.borrow().iter().find(|(x, _)| *x == v) {
+            if let Some(&(_, r, _)) = exact_seen.borrow().iter().find(|(x, _, _)| *x == v) {
                 return r;
             }
-            let r = check_exact(&make(v), self.gpu, self.available);
-            exact_seen.borrow_mut().push((v, r));
+            let (r, needs) = check_exact_needs(&make(v), self.gpu, self.available);
+            exact_seen.borrow_mut().push((v, r, needs));
             r
         };
         let exact_ok = |v: u32| matches!(exact(v), Some(Ok(_)));
@@ -519,8 +560,9 @@ impl<'g> Search<'g> {
             }
         }
         // Every answer was checked and fits, so its need is known (`exact` finds it seen).
+        let needs = exact_seen.borrow().iter().find(|(x, _, _)| *x == v).and_then(|(_, _, n)| *n);
         match exact(v) {
-            Some(Ok(need)) => Some((v, need)),
+            Some(Ok(need)) => Some((v, need, needs)),
             _ => None,
         }
     }
@@ -606,8 +648,13 @@ pub fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need
 
 /// [`largest_micro_batch_given`] with that batch's exact need (nvidia-smi bytes).
 fn largest_micro_batch_with_need(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<(u32, u64)> {
+    largest_micro_batch_with_needs(cfg, gpu, other_usage, need).map(|(b, need, _)| (b, need))
+}
+
+/// [`largest_micro_batch_with_need`] with that batch's [`BatchNeeds`] where it is not `cfg`'s own.
+fn largest_micro_batch_with_needs(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<(u32, u64, Option<BatchNeeds>)> {
     let search = Search::calibrated(cfg, gpu, other_usage, need);
-    search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() })
+    search.largest_with_needs(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() })
 }
 
 /// Computes the whole answer.
@@ -635,7 +682,14 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         .collect();
     // The request's own exact need and largest micro-batch, computed once for the fixes too.
     let need = needed(&sim, primary).0;
-    let largest = largest_micro_batch_with_need(cfg, primary, req.other_usage_bytes, need);
+    let largest_found = largest_micro_batch_with_needs(cfg, primary, req.other_usage_bytes, need);
+    let largest = largest_found.map(|(b, need, _)| (b, need));
+    // The config's own batch (whose simulation is `sim`), or the one the search simulated.
+    let largest_micro_batch_needs = largest_found.map(|(b, _, needs)| match needs {
+        Some(n) => n,
+        None if b == cfg.batch_size => BatchNeeds::of(&sim, primary),
+        None => BatchNeeds::of(&simulate_on(&Config { batch_size: b, ..cfg.clone() }, primary), primary),
+    });
     let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
     let largest_lasting_micro_batch = largest.and_then(|(b, _)| {
         // The config's own continuation is known when the largest batch is its own.
@@ -681,6 +735,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         cards,
         largest_micro_batch: largest.map(|(b, _)| b),
         largest_micro_batch_is_estimate: largest.is_some_and(|(b, _)| need_is_estimate(&notes_of_batch(cfg, primary, b, &notes))),
+        largest_micro_batch_needs,
         fixes,
         notes,
         later,
@@ -1791,6 +1846,25 @@ mod tests {
         let gpu = default_gpu();
         assert!(fits(&Config { batch_size: b, ..cfg.clone() }, &gpu, 0));
         assert!(!fits(&Config { batch_size: b + 1, ..cfg }, &gpu, 0));
+    }
+
+    /// The largest batch's needs the plan carries are that batch's own exact figures, whether
+    /// the search simulated it (a start above or below it) or it is the config's own batch.
+    #[test]
+    fn the_largest_batch_carries_its_own_needs() {
+        let gpu = default_gpu();
+        let base = Config { compile: false, gradient_accumulation_steps: 4, ..Config::default() };
+        let largest = plan(&req(base.clone())).unwrap().largest_micro_batch.expect("some batch fits");
+        for b in [1, largest - 1, largest, largest + 3] {
+            let p = plan(&req(Config { batch_size: b, ..base.clone() })).unwrap();
+            assert_eq!(p.largest_micro_batch, Some(largest), "from batch {b}");
+            let own = simulate_on(&Config { batch_size: largest, ..base.clone() }, &gpu);
+            let needs = p.largest_micro_batch_needs.expect("a largest batch has its needs");
+            assert_eq!(needs, BatchNeeds::of(&own, &gpu), "from batch {b}");
+            assert_eq!(needs.training_bytes.max(needs.eval_bytes), needed(&own, &gpu).0);
+        }
+        let none = plan(&req(Config { n_layer: 48, n_head: 25, n_embd: 1600, ..base })).unwrap();
+        assert_eq!((none.largest_micro_batch, none.largest_micro_batch_needs), (None, None));
     }
 
     #[test]

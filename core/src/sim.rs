@@ -233,10 +233,10 @@ pub struct AllocEvent {
 }
 
 /// One point of the live-memory curve: after each event.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TimelinePoint {
     pub phase: Phase,
-    pub op: String,
+    pub op: OpName,
     pub micro_step: u32,
     pub live_bytes: u64,
 }
@@ -444,26 +444,57 @@ struct At {
 const NO_LAYER: u32 = u32::MAX;
 
 impl At {
-    /// The op's name as users read it: the module path with `{i}` replaced by the layer,
-    /// then what the op does there (e.g. `transformer.h.11.attn backward`).
+    fn op(&self) -> OpName {
+        OpName { module: self.module, layer: self.layer, what: self.what }
+    }
+
+    /// The op's name as users read it (see [`OpName`]).
     fn describe(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::with_capacity(self.module.len() + self.what.len() + 8);
+        self.op().to_string()
+    }
+}
+
+/// Where an event happens, unformatted: a timeline holds one per event (tens of thousands for
+/// a 48-layer model) and formatting each into a `String` took a third of the time spent
+/// drawing one; the page names only the peak's. It prints (and serializes) as users read it:
+/// the module path with `{i}` replaced by the layer, then what the op does there (e.g.
+/// `transformer.h.11.attn backward`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpName {
+    module: &'static str,
+    layer: u32,
+    what: &'static str,
+}
+
+impl OpName {
+    /// An op outside the layers (the trainer's model names its ops this way).
+    pub fn new(name: &'static str) -> OpName {
+        OpName { module: name, layer: NO_LAYER, what: "" }
+    }
+}
+
+impl std::fmt::Display for OpName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.layer == NO_LAYER {
-            out.push_str(self.module);
+            f.write_str(self.module)?;
         } else {
             for (k, piece) in self.module.split("{i}").enumerate() {
                 if k > 0 {
-                    write!(out, "{}", self.layer).expect("writing to a String cannot fail");
+                    write!(f, "{}", self.layer)?;
                 }
-                out.push_str(piece);
+                f.write_str(piece)?;
             }
         }
         if !self.what.is_empty() {
-            out.push(' ');
-            out.push_str(self.what);
+            write!(f, " {}", self.what)?;
         }
-        out
+        Ok(())
+    }
+}
+
+impl Serialize for OpName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -499,6 +530,11 @@ struct Mem<'t> {
     allocator: Option<CachingAllocator>,
     /// Allocator block handle per slot (exact simulations).
     handles: Vec<u32>,
+    /// The slots of an exact run that were live at the last [`Mem::state_key`] or created
+    /// since, in creation order: the key walks these instead of every slot the run created
+    /// (which grows by thousands per micro-step, so walking them all made each key cost more
+    /// than the micro-step before it).
+    maybe_live: Vec<u32>,
     window_reserved: u64,
     /// Searches only ask whether a config fits: once the reserve passes this, the answer is
     /// no, the allocator is dropped and the rest of the run takes the fast path.
@@ -529,6 +565,7 @@ impl<'t> Mem<'t> {
             detailed: timeline.is_some(),
             allocator: None,
             handles: Vec::new(),
+            maybe_live: Vec::new(),
             window_reserved: 0,
             reserve_limit: u64::MAX,
             reserve_passed: None,
@@ -618,6 +655,7 @@ impl<'t> Mem<'t> {
         let (handle, block) = a.malloc(bytes);
         let reserved = a.reserved;
         self.handles.push(handle);
+        self.maybe_live.push(self.slots.len() as u32);
         self.window_reserved = self.window_reserved.max(reserved);
         if let Some(log) = self.log.as_mut() {
             let (segment, offset) = a.place(handle);
@@ -642,11 +680,12 @@ impl<'t> Mem<'t> {
     /// A hash of the allocator's layout and, for each live tensor in creation order, its
     /// block's address: equal keys at two iteration boundaries mean the iterations after them
     /// repeat (up to a 64-bit hash collision).
-    fn state_key(&self) -> u64 {
+    fn state_key(&mut self) -> u64 {
         let Some(a) = self.allocator.as_ref() else { return 0 };
         debug_assert_eq!(self.slots.len(), self.handles.len(), "every tensor of an exact run has a block");
-        let live = self.slots.iter().zip(&self.handles).filter(|((bytes, _), _)| *bytes > 0);
-        live.fold(a.layout_hash(), |h, (_, &handle)| crate::allocator::mix(h ^ a.addr(handle)))
+        let slots = &self.slots;
+        self.maybe_live.retain(|&id| slots[id as usize].0 > 0);
+        self.maybe_live.iter().fold(a.layout_hash(), |h, &id| crate::allocator::mix(h ^ a.addr(self.handles[id as usize])))
     }
 
     /// The reserve passed the limit: the allocator's work is done (see `reserve_limit`).
@@ -752,7 +791,7 @@ impl<'t> Mem<'t> {
     #[inline(never)]
     fn record_point(&mut self) {
         if let Some(tl) = self.timeline.as_deref_mut() {
-            tl.push(TimelinePoint { phase: self.at.phase, op: self.at.describe(), micro_step: self.at.micro_step, live_bytes: self.total });
+            tl.push(TimelinePoint { phase: self.at.phase, op: self.at.op(), micro_step: self.at.micro_step, live_bytes: self.total });
         }
     }
 
@@ -2848,15 +2887,18 @@ const LATER_CYCLES: u32 = 4;
 /// largest. `Some` only if it grew past the simulated windows' reserve: the placement after two
 /// iterations was never measured, so the figure is the model's, an estimate. With a `limit`
 /// (the reserve the card allows) the continuation stops where the reserve passes it, and says
-/// whether releasing the cached segments would make room.
+/// whether releasing the cached segments would make room; and a run whose simulated windows
+/// already reserve more than `limit` is not continued at all (`None`): it does not fit, so
+/// nothing later changes its verdict.
 pub fn simulate_exact_and_later(cfg: &Config, target: &Target, limit: Option<u64>) -> (Simulation, Option<LaterReserve>) {
     let mut run = exact_run(cfg, target);
     let sim = simulate_run(&mut run);
     let reserved = |run: &Run| run.mem.allocator.as_ref().map_or(0, |a| a.reserved);
     let simulated = reserved(&run);
-    // Only for a run whose windows fit: one that does not is refused before this matters.
-    if let Some(limit) = limit.filter(|&l| simulated <= l && !cfg.expandable_segments) {
-        run.mem.reserve_limit = limit;
+    match limit {
+        Some(limit) if simulated > limit => return (sim, None),
+        Some(limit) if !cfg.expandable_segments => run.mem.reserve_limit = limit,
+        _ => {}
     }
     let mut later: Option<LaterReserve> = None;
     let mut iteration = 2;
@@ -3235,8 +3277,10 @@ mod tests {
         assert_eq!(past.recovers, passed.reserved_bytes - past.releasable_bytes <= limit);
         let (_, at_limit) = simulate_exact_and_later(&cfg, &target, Some(later.reserved_bytes));
         assert_eq!(at_limit, Some(later));
-        // Below the simulated windows' own reserve the limit is not applied.
-        assert_eq!(simulate_exact_and_later(&cfg, &target, Some(simulated - 1)).1, Some(later));
+        // Below the simulated windows' own reserve the config does not fit: not continued
+        // (at the reserve itself it is).
+        assert_eq!(simulate_exact_and_later(&cfg, &target, Some(simulated - 1)).1, None);
+        assert!(simulate_exact_and_later(&cfg, &target, Some(simulated)).1.is_some());
     }
 }
 

@@ -335,7 +335,7 @@ impl Tracker {
         if self.record_timeline {
             self.timeline.push(TimelinePoint {
                 phase: self.phase,
-                op: self.op.to_string(),
+                op: crate::sim::OpName::new(self.op),
                 micro_step: self.micro_step,
                 live_bytes: self.total,
             });

@@ -406,7 +406,7 @@ fn trace_case(i: usize) {
     for w in timeline[start.saturating_sub(1)..end].windows(2) {
         let d = w[1].live_bytes as i64 - w[0].live_bytes as i64;
         if d.abs() >= min {
-            predicted.push((d, w[1].op.clone()));
+            predicted.push((d, w[1].op.to_string()));
         }
     }
     // Transient pairs (an allocation freed right away, like gemm's packing buffers) say nothing

@@ -226,13 +226,6 @@ fn fast_windows(cfg: &Config, gpu: &Gpu) -> (u64, u64) {
     (s.train.bytes.max(s.first_iter.bytes), s.eval.bytes.max(s.eval_at_start.bytes).max(s.first_iter.bytes))
 }
 
-/// The exact (training, eval) needs in nvidia-smi bytes of one exact simulation.
-fn exact_windows(cfg: &Config, gpu: &Gpu) -> (u64, u64) {
-    let s = plan::simulate_on(cfg, gpu);
-    let need = |p: &vramfit_core::Peak| p.reserved_bytes.max(p.bytes) + gpu.context_bytes;
-    (need(&s.train).max(need(&s.first_iter)), need(&s.eval).max(need(&s.eval_at_start)))
-}
-
 /// A scale factor from fast allocated bytes to exact need (less the context), known at one or
 /// two batch sizes and interpolated linearly in between (constant outside).
 struct Calibration {
@@ -267,9 +260,13 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     );
     let mut known: Vec<(u32, (u64, u64))> = vec![(current, exact_now)];
     if let Some(lf) = plan.largest_micro_batch.filter(|lf| *lf != current) {
-        let c = Config { batch_size: lf, ..cfg.clone() };
+        // The plan's search simulated it exactly (every plan with a largest batch has them).
+        let needs = plan
+            .largest_micro_batch_needs
+            .unwrap_or_else(|| plan::BatchNeeds::of(&plan::simulate_on(&Config { batch_size: lf, ..cfg.clone() }, gpu), gpu));
+        let needs = (needs.training_bytes, needs.eval_bytes);
         // In batch order.
-        known.insert(usize::from(lf > current), (lf, exact_windows(&c, gpu)));
+        known.insert(usize::from(lf > current), (lf, needs));
     }
     let calibration = Calibration {
         points: known
@@ -335,10 +332,11 @@ pub fn reduce_timeline(points: &[TimelinePoint], buckets: usize) -> Timeline {
     let mut train = Vec::new();
     let mut eval = Vec::new();
     let mut eval_start = n;
-    let mut peak = (0, 0, Phase::Init, String::new());
+    // The highest point's index (the first of equals); its op is named once, at the end.
+    let mut highest: Option<(usize, u64)> = None;
     for (i, p) in points.iter().enumerate() {
-        if p.live_bytes > peak.1 {
-            peak = (i, p.live_bytes, p.phase, p.op.clone());
+        if p.live_bytes > highest.map_or(0, |(_, b)| b) {
+            highest = Some((i, p.live_bytes));
         }
         if is_eval(p.phase) && eval_start == n {
             eval_start = i;
@@ -355,6 +353,7 @@ pub fn reduce_timeline(points: &[TimelinePoint], buckets: usize) -> Timeline {
             }
         }
     }
+    let peak = highest.map_or((0, 0, Phase::Init, String::new()), |(i, b)| (i, b, points[i].phase, points[i].op.to_string()));
     Timeline { events: n, train, eval, eval_start, peak }
 }
 
