@@ -535,6 +535,11 @@ struct Mem<'t> {
     /// (which grows by thousands per micro-step, so walking them all made each key cost more
     /// than the micro-step before it).
     maybe_live: Vec<u32>,
+    /// The key's hash over `maybe_live` up to each entry, as of the last key, and the lowest
+    /// slot freed since: entries before it are still live in the same blocks, so their hashes
+    /// stand (the parameters, the optimizer state and, within an iteration, the gradients).
+    live_hashes: Vec<u64>,
+    first_freed: u32,
     window_reserved: u64,
     /// Searches only ask whether a config fits: once the reserve passes this, the answer is
     /// no, the allocator is dropped and the rest of the run takes the fast path.
@@ -566,6 +571,8 @@ impl<'t> Mem<'t> {
             allocator: None,
             handles: Vec::new(),
             maybe_live: Vec::new(),
+            live_hashes: Vec::new(),
+            first_freed: u32::MAX,
             window_reserved: 0,
             reserve_limit: u64::MAX,
             reserve_passed: None,
@@ -681,11 +688,31 @@ impl<'t> Mem<'t> {
     /// block's address: equal keys at two iteration boundaries mean the iterations after them
     /// repeat (up to a 64-bit hash collision).
     fn state_key(&mut self) -> u64 {
+        use crate::allocator::mix;
         let Some(a) = self.allocator.as_ref() else { return 0 };
         debug_assert_eq!(self.slots.len(), self.handles.len(), "every tensor of an exact run has a block");
+        // `maybe_live` is in creation order: what precedes the first slot freed since the last
+        // key is unchanged.
+        let first_freed = self.first_freed;
+        let keep = self.maybe_live.partition_point(|&id| id < first_freed).min(self.live_hashes.len());
+        self.live_hashes.truncate(keep);
         let slots = &self.slots;
-        self.maybe_live.retain(|&id| slots[id as usize].0 > 0);
-        self.maybe_live.iter().fold(a.layout_hash(), |h, &id| crate::allocator::mix(h ^ a.addr(self.handles[id as usize])))
+        let mut kept = keep;
+        for at in keep..self.maybe_live.len() {
+            let id = self.maybe_live[at];
+            if slots[id as usize].0 > 0 {
+                self.maybe_live[kept] = id;
+                kept += 1;
+            }
+        }
+        self.maybe_live.truncate(kept);
+        let mut h = self.live_hashes.last().copied().unwrap_or(0);
+        for &id in &self.maybe_live[keep..] {
+            h = mix(h ^ a.addr(self.handles[id as usize]));
+            self.live_hashes.push(h);
+        }
+        self.first_freed = u32::MAX;
+        mix(a.layout_hash() ^ mix(h))
     }
 
     /// The reserve passed the limit: the allocator's work is done (see `reserve_limit`).
@@ -752,6 +779,7 @@ impl<'t> Mem<'t> {
     /// The allocator's side of [`Mem::free`] in an exact simulation.
     fn free_in_allocator(&mut self, id: Id, bytes: u64) {
         let Some(a) = self.allocator.as_mut() else { return };
+        self.first_freed = self.first_freed.min(id.0);
         let handle = self.handles[id.0 as usize];
         let place = self.log.is_some().then(|| a.place(handle));
         a.free(handle);
@@ -3130,6 +3158,46 @@ mod tests {
             }
         }
         assert_eq!(compared, 2 * 2 * 3 * 2 * 4 * 4);
+    }
+
+    /// The allocator state key, kept incrementally (the hashes of the tensors that stayed live
+    /// are reused), is the key walked afresh over every slot, at every micro-step, iteration
+    /// and eval batch boundary of an exact run with accumulation, an eval batch of its own and
+    /// the expandable pool.
+    #[test]
+    fn the_incremental_state_key_is_the_walked_one() {
+        let target = crate::device::default_gpu().target();
+        for (compile, expandable_segments) in [(false, false), (true, false), (false, true)] {
+            let cfg = Config {
+                n_layer: 3,
+                n_head: 4,
+                n_embd: 128,
+                block_size: 64,
+                vocab_size: 500,
+                batch_size: 3,
+                eval_batch_size: Some(5),
+                gradient_accumulation_steps: 5,
+                compile,
+                expandable_segments,
+                ..Config::default()
+            };
+            let mut run = exact_run(&cfg, &target);
+            run.init();
+            let walked = |run: &Run| {
+                let a = run.mem.allocator.as_ref().unwrap();
+                let live = run.mem.slots.iter().zip(&run.mem.handles).filter(|((bytes, _), _)| *bytes > 0);
+                let h = live.fold(0, |h, (_, &handle)| crate::allocator::mix(h ^ a.addr(handle)));
+                crate::allocator::mix(a.layout_hash() ^ crate::allocator::mix(h))
+            };
+            for step in 0..4 {
+                run.estimate_loss();
+                assert_eq!(run.mem.state_key(), walked(&run), "after eval {step}");
+                run.iteration();
+                // Twice in a row: nothing freed in between.
+                let key = run.mem.state_key();
+                assert_eq!((key, run.mem.state_key()), (walked(&run), key), "after iteration {step}");
+            }
+        }
     }
 
     /// Nothing outlives its iteration: from the second iteration on (optimizer state created,
