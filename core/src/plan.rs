@@ -393,25 +393,44 @@ impl BatchNeeds {
 /// `Ok(need)` if it fits; `Err(need so far)`, a lower bound of the need, if not; `None` if the
 /// config is invalid.
 fn check_exact(cfg: &Config, gpu: &Gpu, available: u64) -> ExactCheck {
-    check_exact_needs(cfg, gpu, available).0
+    check_exact_needs(cfg, gpu, available, false).check
 }
 
-/// [`check_exact`], with the config's [`BatchNeeds`] when it fits.
-fn check_exact_needs(cfg: &Config, gpu: &Gpu, available: u64) -> (ExactCheck, Option<BatchNeeds>) {
+/// What [`check_exact_needs`] found.
+#[derive(Clone, Copy)]
+struct ExactFound {
+    check: ExactCheck,
+    /// The config's needs, when it fits.
+    needs: Option<BatchNeeds>,
+    /// Whether it keeps fitting, when it fits and that was asked.
+    lasting: Option<Lasting>,
+}
+
+/// [`check_exact`], with the config's [`BatchNeeds`] when it fits, and its [`Lasting`] if
+/// `with_later` (the continuation goes on from the same simulation).
+fn check_exact_needs(cfg: &Config, gpu: &Gpu, available: u64, with_later: bool) -> ExactFound {
+    let not_found = |check| ExactFound { check, needs: None, lasting: None };
     if cfg.validate().is_err() {
-        return (None, None);
+        return not_found(None);
     }
     let limit = available.saturating_sub(gpu.context_bytes);
-    match sim::simulate_exact_within(cfg, &gpu.target(), limit) {
-        Ok(sim) => {
+    let target = gpu.target();
+    let run = if with_later {
+        sim::simulate_exact_within_and_later(cfg, &target, limit).map(|(sim, later)| (sim, Some(later)))
+    } else {
+        sim::simulate_exact_within(cfg, &target, limit).map(|sim| (sim, None))
+    };
+    match run {
+        Ok((sim, later)) => {
             let need = needed(&sim, gpu).0;
             if need <= available {
-                (Some(Ok(need)), Some(BatchNeeds::of(&sim, gpu)))
+                let lasting = later.map(|later| lasting(&sim, later, gpu, available));
+                ExactFound { check: Some(Ok(need)), needs: Some(BatchNeeds::of(&sim, gpu)), lasting }
             } else {
-                (Some(Err(need)), None)
+                not_found(Some(Err(need)))
             }
         }
-        Err(reserved) => (Some(Err(reserved + gpu.context_bytes)), None),
+        Err(reserved) => not_found(Some(Err(reserved + gpu.context_bytes))),
     }
 }
 
@@ -438,13 +457,17 @@ struct Search<'g> {
     /// The starting config's fast peak and exact need (reused when a search lands on it).
     start_fast: u64,
     start_need: u64,
+    /// Whether each config found to fit is also continued past the two simulated iterations
+    /// (its [`Lasting`]): the plan asks that of its largest batch anyway, and the search's own
+    /// simulation of it is then the start of that continuation.
+    with_later: bool,
 }
 
 impl<'g> Search<'g> {
     /// `need` is the exact need of `cfg` itself (the caller has it already).
     fn calibrated(cfg: &Config, gpu: &'g Gpu, other_usage: u64, need: u64) -> Search<'g> {
         let available = gpu.usable_bytes.saturating_sub(other_usage);
-        Search { gpu, available, start_fast: fast_peak(cfg, gpu), start_need: need }
+        Search { gpu, available, start_fast: fast_peak(cfg, gpu), start_need: need, with_later: false }
     }
 
     /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation and
@@ -464,18 +487,13 @@ impl<'g> Search<'g> {
     // `make` is a trait object: each caller's closure would otherwise instantiate this whole
     // search again (kilobytes of the page's wasm apiece).
     fn largest(&self, lo: u32, hi: u32, start: Option<u32>, make: &dyn Fn(u32) -> Config) -> Option<(u32, u64)> {
-        self.largest_with_needs(lo, hi, start, make).map(|(v, need, _)| (v, need))
+        self.largest_found(lo, hi, start, make).and_then(|(v, found)| found.check.and_then(Result::ok).map(|need| (v, need)))
     }
 
-    /// [`Search::largest`], with the answer's [`BatchNeeds`] (`None` when the answer is
-    /// `start`, whose simulation the caller has).
-    fn largest_with_needs(
-        &self,
-        lo: u32,
-        hi: u32,
-        start: Option<u32>,
-        make: &dyn Fn(u32) -> Config,
-    ) -> Option<(u32, u64, Option<BatchNeeds>)> {
+    /// [`Search::largest`], with what the exact simulation found for the answer: its need, and
+    /// its [`BatchNeeds`] and [`Lasting`] (`None` when the answer is `start`, whose simulation
+    /// the caller has).
+    fn largest_found(&self, lo: u32, hi: u32, start: Option<u32>, make: &dyn Fn(u32) -> Config) -> Option<(u32, ExactFound)> {
         use std::cell::RefCell;
         if lo > hi {
             return None;
@@ -500,15 +518,15 @@ impl<'g> Search<'g> {
             false if s == lo => Some((s, Some(Err(self.start_need)))),
             false => None,
         });
-        let exact_seen: RefCell<Vec<(u32, ExactCheck, Option<BatchNeeds>)>> =
-            RefCell::new(known_start.map(|(s, r)| (s, r, None)).into_iter().collect());
+        let exact_seen: RefCell<Vec<(u32, ExactFound)>> =
+            RefCell::new(known_start.map(|(s, check)| (s, ExactFound { check, needs: None, lasting: None })).into_iter().collect());
         let exact = |v: u32| {
-            if let Some(&(_, r, _)) = exact_seen.borrow().iter().find(|(x, _, _)| *x == v) {
-                return r;
+            if let Some(&(_, found)) = exact_seen.borrow().iter().find(|(x, _)| *x == v) {
+                return found.check;
             }
-            let (r, needs) = check_exact_needs(&make(v), self.gpu, self.available);
-            exact_seen.borrow_mut().push((v, r, needs));
-            r
+            let found = check_exact_needs(&make(v), self.gpu, self.available, self.with_later);
+            exact_seen.borrow_mut().push((v, found));
+            found.check
         };
         let exact_ok = |v: u32| matches!(exact(v), Some(Ok(_)));
         let room = self.available.saturating_sub(self.gpu.context_bytes);
@@ -560,11 +578,8 @@ impl<'g> Search<'g> {
             }
         }
         // Every answer was checked and fits, so its need is known (`exact` finds it seen).
-        let needs = exact_seen.borrow().iter().find(|(x, _, _)| *x == v).and_then(|(_, _, n)| *n);
-        match exact(v) {
-            Some(Ok(need)) => Some((v, need, needs)),
-            _ => None,
-        }
+        let found = exact_seen.borrow().iter().find(|(x, _)| *x == v).map(|(_, f)| *f);
+        found.filter(|f| matches!(f.check, Some(Ok(_)))).map(|f| (v, f))
     }
 }
 
@@ -648,13 +663,8 @@ pub fn largest_micro_batch_given(cfg: &Config, gpu: &Gpu, other_usage: u64, need
 
 /// [`largest_micro_batch_given`] with that batch's exact need (nvidia-smi bytes).
 fn largest_micro_batch_with_need(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<(u32, u64)> {
-    largest_micro_batch_with_needs(cfg, gpu, other_usage, need).map(|(b, need, _)| (b, need))
-}
-
-/// [`largest_micro_batch_with_need`] with that batch's [`BatchNeeds`] where it is not `cfg`'s own.
-fn largest_micro_batch_with_needs(cfg: &Config, gpu: &Gpu, other_usage: u64, need: u64) -> Option<(u32, u64, Option<BatchNeeds>)> {
     let search = Search::calibrated(cfg, gpu, other_usage, need);
-    search.largest_with_needs(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() })
+    search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() })
 }
 
 /// Computes the whole answer.
@@ -682,19 +692,23 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
         .collect();
     // The request's own exact need and largest micro-batch, computed once for the fixes too.
     let need = needed(&sim, primary).0;
-    let largest_found = largest_micro_batch_with_needs(cfg, primary, req.other_usage_bytes, need);
-    let largest = largest_found.map(|(b, need, _)| (b, need));
-    // The config's own batch (whose simulation is `sim`), or the one the search simulated.
-    let largest_micro_batch_needs = largest_found.map(|(b, _, needs)| match needs {
-        Some(n) => n,
-        None if b == cfg.batch_size => BatchNeeds::of(&sim, primary),
-        None => BatchNeeds::of(&simulate_on(&Config { batch_size: b, ..cfg.clone() }, primary), primary),
+    // The search continues the batches it finds to fit: the largest one's continuation is
+    // asked for below, and goes on from the search's simulation of it.
+    let search = Search { with_later: true, ..Search::calibrated(cfg, primary, req.other_usage_bytes, need) };
+    let largest_found =
+        search.largest_found(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() });
+    let largest = largest_found.and_then(|(b, found)| found.check.and_then(Result::ok).map(|need| (b, need)));
+    // What the search did not simulate is the config's own batch, whose simulation is `sim`.
+    let largest_micro_batch_needs = largest_found.map(|(b, found)| {
+        found.needs.unwrap_or_else(|| match b == cfg.batch_size {
+            true => BatchNeeds::of(&sim, primary),
+            false => BatchNeeds::of(&simulate_on(&Config { batch_size: b, ..cfg.clone() }, primary), primary),
+        })
     });
     let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
-    let largest_lasting_micro_batch = largest.and_then(|(b, _)| {
-        // The config's own continuation is known when the largest batch is its own.
-        let own = (b == cfg.batch_size).then(|| lasting(&sim, later_reserve, primary, available));
-        largest_lasting(cfg, primary, available, b, own)
+    let largest_lasting_micro_batch = largest_found.and_then(|(b, found)| {
+        let known = found.lasting.or_else(|| (b == cfg.batch_size).then(|| lasting(&sim, later_reserve, primary, available)));
+        largest_lasting(cfg, primary, available, b, known)
     });
     let later = later_reserve.map(|l| {
         let nvidia_smi_bytes = l.reserved_bytes + primary.context_bytes;
@@ -783,13 +797,13 @@ fn lasting_of(cfg: &Config, gpu: &Gpu, available: u64) -> Lasting {
 }
 
 /// Where the largest micro-batch `largest` runs out of memory after the simulated iterations
-/// (`own`: its [`Lasting`], if known), the largest micro-batch below it that keeps fitting:
+/// (`known`: its [`Lasting`], if known), the largest micro-batch below it that keeps fitting:
 /// galloping down, then bisecting (the need is not monotone near the card, so the answer keeps
 /// fitting but a larger one might too). `None` where `largest` keeps fitting.
-fn largest_lasting(cfg: &Config, gpu: &Gpu, available: u64, largest: u32, own: Option<Lasting>) -> Option<LastingMicroBatch> {
+fn largest_lasting(cfg: &Config, gpu: &Gpu, available: u64, largest: u32, known: Option<Lasting>) -> Option<LastingMicroBatch> {
     use std::cell::RefCell;
     let Lasting::RunsOut(iteration, in_eval) =
-        own.unwrap_or_else(|| lasting_of(&Config { batch_size: largest, ..cfg.clone() }, gpu, available))
+        known.unwrap_or_else(|| lasting_of(&Config { batch_size: largest, ..cfg.clone() }, gpu, available))
     else {
         return None;
     };
@@ -2199,6 +2213,61 @@ mod tests {
             }
         }
     }
+
+    /// The search's check that continues a batch it finds to fit says what continuing that
+    /// batch afresh says (it runs out later, keeps fitting, or does not fit: nothing then).
+    #[test]
+    fn a_search_check_continues_a_batch_as_a_fresh_continuation_does() {
+        let gpu = default_gpu();
+        let available = gpu.usable_bytes;
+        let (mut keeps, mut runs_out, mut does_not_fit) = (0, 0, 0);
+        for cfg in [
+            Config {
+                n_layer: 6,
+                n_head: 8,
+                n_embd: 768,
+                block_size: 512,
+                vocab_size: 65,
+                gradient_accumulation_steps: 2,
+                compile: false,
+                ..Config::default()
+            },
+            Config {
+                n_layer: 12,
+                n_head: 6,
+                n_embd: 768,
+                block_size: 256,
+                gradient_accumulation_steps: 4,
+                compile: false,
+                ..Config::default()
+            },
+            Config { expandable_segments: true, compile: false, gradient_accumulation_steps: 4, ..Config::default() },
+        ] {
+            let largest = largest_micro_batch(&cfg, &gpu, 0).expect("some batch fits");
+            for batch in [largest - 1, largest, largest + 1] {
+                let c = Config { batch_size: batch, ..cfg.clone() };
+                let found = check_exact_needs(&c, &gpu, available, true);
+                let fresh = lasting_of(&c, &gpu, available);
+                match found.check {
+                    Some(Ok(need)) => {
+                        assert_eq!(found.lasting, Some(fresh), "{c:?}");
+                        assert!(matches!(fresh, Lasting::Keeps(n) if n >= need) || matches!(fresh, Lasting::RunsOut(..)), "{c:?}");
+                    }
+                    _ => assert_eq!((found.lasting, fresh), (None, Lasting::DoesNotFit), "{c:?}"),
+                }
+                match fresh {
+                    Lasting::Keeps(_) => keeps += 1,
+                    Lasting::RunsOut(..) => runs_out += 1,
+                    Lasting::DoesNotFit => does_not_fit += 1,
+                }
+            }
+        }
+        assert!(
+            keeps > 0 && runs_out > 0 && does_not_fit > 0,
+            "the cases: {keeps} keep fitting, {runs_out} run out, {does_not_fit} do not fit"
+        );
+    }
+
     /// A fix that fits the two simulated iterations can still run out of memory later, by the
     /// allocator model (here a shorter block for a 6-layer char model at batch 91 on the 12 GB
     /// card): each fix that fits is marked exactly where its own continued simulation runs out,

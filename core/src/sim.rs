@@ -2921,13 +2921,39 @@ const LATER_CYCLES: u32 = 4;
 pub fn simulate_exact_and_later(cfg: &Config, target: &Target, limit: Option<u64>) -> (Simulation, Option<LaterReserve>) {
     let mut run = exact_run(cfg, target);
     let sim = simulate_run(&mut run);
-    let reserved = |run: &Run| run.mem.allocator.as_ref().map_or(0, |a| a.reserved);
-    let simulated = reserved(&run);
-    match limit {
-        Some(limit) if simulated > limit => return (sim, None),
-        Some(limit) if !cfg.expandable_segments => run.mem.reserve_limit = limit,
-        _ => {}
+    let reserved = run.mem.allocator.as_ref().map_or(0, |a| a.reserved);
+    if limit.is_some_and(|l| reserved > l) {
+        return (sim, None);
     }
+    let later = continue_run(&mut run, limit);
+    (sim, later)
+}
+
+/// [`simulate_exact_within`] and, for a config whose windows fit, its continuation as
+/// [`simulate_exact_and_later`] runs it with `reserve_limit` as the limit: one simulation for
+/// a search that asks whether a config fits and, if it does, whether it keeps fitting.
+pub fn simulate_exact_within_and_later(
+    cfg: &Config,
+    target: &Target,
+    reserve_limit: u64,
+) -> Result<(Simulation, Option<LaterReserve>), u64> {
+    let mut run = exact_run(cfg, target);
+    run.mem.reserve_limit = reserve_limit;
+    let sim = simulate_run(&mut run);
+    if let Some(reserved) = run.mem.reserve_passed {
+        return Err(reserved);
+    }
+    let later = continue_run(&mut run, Some(reserve_limit));
+    Ok((sim, later))
+}
+
+/// The continuation of [`simulate_exact_and_later`] for a run whose windows were simulated
+/// (and, with a `limit`, fit it).
+fn continue_run(run: &mut Run, limit: Option<u64>) -> Option<LaterReserve> {
+    let reserved = |run: &Run| run.mem.allocator.as_ref().map_or(0, |a| a.reserved);
+    let simulated = reserved(run);
+    // The expandable pool is not limited: the model releases nothing from it.
+    run.mem.reserve_limit = limit.filter(|_| !run.cfg.expandable_segments).unwrap_or(u64::MAX);
     let mut later: Option<LaterReserve> = None;
     let mut iteration = 2;
     // Checked after each iteration and eval: a new high, or the limit passed (which ends it).
@@ -2960,7 +2986,7 @@ pub fn simulate_exact_and_later(cfg: &Config, target: &Target, limit: Option<u64
         for _ in 0..LATER_ITERATIONS {
             run.iteration();
             iteration += 1;
-            if check(&run, iteration, false) {
+            if check(run, iteration, false) {
                 break 'cycles;
             }
             let key = run.mem.state_key();
@@ -2979,11 +3005,11 @@ pub fn simulate_exact_and_later(cfg: &Config, target: &Target, limit: Option<u64
         cycle_ends.push(key);
         earlier.extend(seen);
         run.estimate_loss();
-        if check(&run, iteration, true) {
+        if check(run, iteration, true) {
             break;
         }
     }
-    (sim, later)
+    later
 }
 
 /// The unfolded run with the block-level allocator.

@@ -55,6 +55,9 @@ try {
     // Eager (compile off): the exact simulation replays every block, and the plan continues it
     // past the two simulated iterations until the allocator repeats itself (README: Accuracy).
     ['GPT-2 124M eager, B8, GA5', '?v=1&B=8&GA=5&cmp=0'],
+    // The same at a batch that fits: its plan also runs the continuation (the one above does not
+    // fit, so its plan stops after the two measured iterations).
+    ['GPT-2 124M eager, B5, GA5 (fits)', '?v=1&B=5&GA=5&cmp=0'],
     ['GPT-2 1.5B eager', '?v=1&L=48&H=25&C=1600&cmp=0'],
   ];
   for (const [name, query] of configs) {

@@ -248,8 +248,9 @@ impl Calibration {
 }
 
 /// Peak vs batch size by the fast model (about 10 µs a point), scaled so that the curves pass
-/// through the exact figures at the current batch and at the largest batch that fits (one more
-/// exact simulation): the exact simulation for ~40 points would take tens of milliseconds.
+/// through the exact figures at the current batch and at the largest batch that fits (both in
+/// the plan, which simulated them): the exact simulation for ~40 points would take tens of
+/// milliseconds.
 pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     let ctx = gpu.context_bytes;
     let ratio = |exact: u64, fast: u64| exact.saturating_sub(ctx) as f64 / fast.max(1) as f64;
