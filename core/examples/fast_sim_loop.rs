@@ -11,7 +11,8 @@
 //! A third argument, `exact`, `search` or `given`, calls the exact simulation
 //! (`plan::simulate_on`), the largest-batch search (`plan::largest_micro_batch`) or the search
 //! as a plan runs it, with the config's need known (`plan::largest_micro_batch_given`) instead;
-//! `fixes` computes the config's fixes (`plan::fixes`; none for a config that fits).
+//! `fixes` computes the config's fixes (`plan::fixes`; none for a config that fits); `plan`
+//! computes a whole plan without fixes (`plan::plan`, what the page runs on each input).
 #[path = "../benches/common/bench_configs.rs"]
 mod bench_configs;
 
@@ -24,7 +25,7 @@ fn config(name: &str) -> Option<Config> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: fast_sim_loop eager|compile|shakespeare|xl CALLS [fast|exact|search|given|fixes]";
+    let usage = "usage: fast_sim_loop eager|compile|shakespeare|xl CALLS [fast|exact|search|given|fixes|plan]";
     let (Some(cfg), Some(calls)) = (args.first().and_then(|n| config(n)), args.get(1).and_then(|n| n.parse::<u64>().ok())) else {
         eprintln!("error: {usage}");
         std::process::exit(2);
@@ -32,13 +33,8 @@ fn main() {
     let gpu = device::default_gpu();
     let mut peak = 0;
     // The config's own exact need, as a plan has it before its search ("given").
-    let need = vramfit_core::plan::plan(&vramfit_core::plan::PlanRequest {
-        config: cfg.clone(),
-        gpus: vec![gpu.clone()],
-        other_usage_bytes: 0,
-        with_fixes: false,
-    })
-    .map_or(0, |p| p.cards[0].needed_bytes);
+    let request = vramfit_core::plan::PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
+    let need = vramfit_core::plan::plan(&request).map_or(0, |p| p.cards[0].needed_bytes);
     let start = std::time::Instant::now();
     for _ in 0..calls {
         peak = match args.get(2).map(String::as_str) {
@@ -46,6 +42,7 @@ fn main() {
             Some("exact") => black_box(vramfit_core::plan::simulate_on(black_box(&cfg), &gpu)).train.bytes,
             Some("search") => black_box(vramfit_core::plan::largest_micro_batch(black_box(&cfg), &gpu, 0)).unwrap_or(0) as u64,
             Some("fixes") => black_box(vramfit_core::plan::fixes(black_box(&cfg), &gpu, 0)).len() as u64,
+            Some("plan") => black_box(vramfit_core::plan::plan(black_box(&request))).map_or(0, |p| p.cards[0].needed_bytes),
             Some("given") => black_box(vramfit_core::plan::largest_micro_batch_given(black_box(&cfg), &gpu, 0, need)).unwrap_or(0) as u64,
             Some(other) => {
                 eprintln!("error: unknown mode {other:?}; {usage}");

@@ -948,6 +948,10 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
     let lasting = core_plan.largest_lasting_micro_batch.clone().expect("the largest runs out later");
     assert_eq!(plan["largest_lasting_micro_batch"], serde_json::to_value(&lasting).unwrap());
     assert_eq!(plan["largest_micro_batch"], 33);
+    // Its own needs, as core has them (the search's simulation of batch 33).
+    let needs = core_plan.largest_micro_batch_needs.expect("the largest batch's needs");
+    assert_eq!(plan["largest_micro_batch_needs"], serde_json::to_value(needs).unwrap());
+    assert!(needs.training_bytes.max(needs.eval_bytes) <= plan["cards"][0]["available_bytes"].as_u64().unwrap());
     let keeps = lasting.batch_size.expect("a smaller batch keeps fitting");
     assert!(
         text.contains(&format!(
