@@ -700,10 +700,8 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let largest = largest_found.and_then(|(b, found)| found.check.and_then(Result::ok).map(|need| (b, need)));
     // What the search did not simulate is the config's own batch, whose simulation is `sim`.
     let largest_micro_batch_needs = largest_found.map(|(b, found)| {
-        found.needs.unwrap_or_else(|| match b == cfg.batch_size {
-            true => BatchNeeds::of(&sim, primary),
-            false => BatchNeeds::of(&simulate_on(&Config { batch_size: b, ..cfg.clone() }, primary), primary),
-        })
+        debug_assert!(found.needs.is_some() || b == cfg.batch_size, "the search simulated its answer");
+        found.needs.unwrap_or_else(|| BatchNeeds::of(&sim, primary))
     });
     let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
     let largest_lasting_micro_batch = largest_found.and_then(|(b, found)| {

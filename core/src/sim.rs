@@ -3187,9 +3187,9 @@ mod tests {
     }
 
     /// The allocator state key, kept incrementally (the hashes of the tensors that stayed live
-    /// are reused), is the key walked afresh over every slot, at every micro-step, iteration
-    /// and eval batch boundary of an exact run with accumulation, an eval batch of its own and
-    /// the expandable pool.
+    /// are reused), is the key walked afresh over every slot after each iteration and each
+    /// `estimate_loss` of exact runs (whose micro-steps and eval batches take keys in between),
+    /// with accumulation, an eval batch of their own, compiled and with the expandable pool.
     #[test]
     fn the_incremental_state_key_is_the_walked_one() {
         let target = crate::device::default_gpu().target();
