@@ -3186,6 +3186,12 @@ mod tests {
         assert_eq!(compared, 2 * 2 * 3 * 2 * 4 * 4);
     }
 
+    /// Three layers of 128 wide, 64 tokens, a 500-token vocabulary: a model small enough to run
+    /// every event of many loop variants in a test.
+    fn three_small_layers() -> Config {
+        Config { n_layer: 3, n_head: 4, n_embd: 128, block_size: 64, vocab_size: 500, ..Config::default() }
+    }
+
     /// The allocator state key, kept incrementally (the hashes of the tensors that stayed live
     /// are reused), is the key walked afresh over every slot after each iteration and each
     /// `estimate_loss` of exact runs (whose micro-steps and eval batches take keys in between),
@@ -3195,17 +3201,12 @@ mod tests {
         let target = crate::device::default_gpu().target();
         for (compile, expandable_segments) in [(false, false), (true, false), (false, true)] {
             let cfg = Config {
-                n_layer: 3,
-                n_head: 4,
-                n_embd: 128,
-                block_size: 64,
-                vocab_size: 500,
                 batch_size: 3,
                 eval_batch_size: Some(5),
                 gradient_accumulation_steps: 5,
                 compile,
                 expandable_segments,
-                ..Config::default()
+                ..three_small_layers()
             };
             let mut run = exact_run(&cfg, &target);
             run.init();
@@ -3240,11 +3241,6 @@ mod tests {
                     for ckpt in [false, true] {
                         for (dropout, ga) in [(0.0, 1), (0.2, 1), (0.2, 3)] {
                             let cfg = Config {
-                                n_layer: 3,
-                                n_head: 4,
-                                n_embd: 128,
-                                block_size: 64,
-                                vocab_size: 500,
                                 batch_size: 2,
                                 gradient_accumulation_steps: ga,
                                 activation_checkpointing: ckpt,
@@ -3252,7 +3248,7 @@ mod tests {
                                 dtype,
                                 attention,
                                 compile,
-                                ..Config::default()
+                                ..three_small_layers()
                             };
                             for fold in [true, false] {
                                 let mut run = Run::new(&cfg, target, None);
