@@ -455,8 +455,9 @@ impl At {
 }
 
 /// Where an event happens, unformatted: a timeline holds one per event (tens of thousands for
-/// a 48-layer model) and formatting each into a `String` took a third of the time spent
-/// drawing one; the page names only the peak's. It prints (and serializes) as users read it:
+/// a 48-layer model) and formatting each into a `String` was most of the cost of computing
+/// one (callgrind: 19 M instructions for the 1.5B's, 3 M without); the page names only the
+/// peak's. It prints (and serializes) as users read it:
 /// the module path with `{i}` replaced by the layer, then what the op does there (e.g.
 /// `transformer.h.11.attn backward`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
