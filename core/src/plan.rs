@@ -382,7 +382,7 @@ pub struct BatchNeeds {
 }
 
 impl BatchNeeds {
-    pub fn of(sim: &Simulation, gpu: &Gpu) -> BatchNeeds {
+    fn of(sim: &Simulation, gpu: &Gpu) -> BatchNeeds {
         let smi = |p: &Peak| window(p, gpu).nvidia_smi_bytes;
         BatchNeeds { training_bytes: smi(&sim.train).max(smi(&sim.first_iter)), eval_bytes: smi(&sim.eval).max(smi(&sim.eval_at_start)) }
     }

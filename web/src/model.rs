@@ -260,14 +260,10 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
         plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes),
     );
     let mut known: Vec<(u32, (u64, u64))> = vec![(current, exact_now)];
-    if let Some(lf) = plan.largest_micro_batch.filter(|lf| *lf != current) {
-        // The plan's search simulated it exactly (every plan with a largest batch has them).
-        let needs = plan
-            .largest_micro_batch_needs
-            .unwrap_or_else(|| plan::BatchNeeds::of(&plan::simulate_on(&Config { batch_size: lf, ..cfg.clone() }, gpu), gpu));
-        let needs = (needs.training_bytes, needs.eval_bytes);
+    // The plan's search simulated the largest batch exactly: its needs come with it.
+    if let (Some(lf), Some(needs)) = (plan.largest_micro_batch.filter(|lf| *lf != current), plan.largest_micro_batch_needs) {
         // In batch order.
-        known.insert(usize::from(lf > current), (lf, needs));
+        known.insert(usize::from(lf > current), (lf, (needs.training_bytes, needs.eval_bytes)));
     }
     let calibration = Calibration {
         points: known
