@@ -246,7 +246,7 @@ pub struct CachingAllocator {
     tail: u32,
 }
 
-/// SplitMix64's finalizer: a 64-bit value to a well-mixed one, for [`CachingAllocator::layout_hash`].
+/// SplitMix64's finalizer: a 64-bit value to a well-mixed one, for [`CachingAllocator::layout_hashes`].
 pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -395,11 +395,34 @@ impl CachingAllocator {
         (idx, counted)
     }
 
-    /// A hash of every block, live or free (address, size, whether free), in any order: two
-    /// allocators with the same layout serve the same requests the same way.
-    pub fn layout_hash(&self) -> u64 {
-        // Dead records (merged away, waiting in `spare`) have size 0.
-        self.blocks.iter().filter(|b| b.size > 0).map(|b| mix(mix(b.addr) ^ b.size ^ (b.free as u64) << 63)).fold(0, u64::wrapping_add)
+    /// A hash of every block of each pool, live or free (address, size, whether free), in any
+    /// order: (small pool, large pool). Two pools with the same layout serve the same requests
+    /// the same way, and the pools are independent while neither takes a new segment (only
+    /// segments share the address space), so each pool's layout can be compared on its own.
+    pub fn layout_hashes(&self) -> (u64, u64) {
+        let (mut small, mut large) = (0u64, 0u64);
+        for b in &self.blocks {
+            // Dead records (merged away, waiting in `spare`) have size 0.
+            if b.size > 0 {
+                let h = mix(mix(b.addr) ^ b.size ^ (b.free as u64) << 63);
+                if b.small {
+                    small = small.wrapping_add(h);
+                } else {
+                    large = large.wrapping_add(h);
+                }
+            }
+        }
+        (small, large)
+    }
+
+    /// Whether block `idx` is in the small pool.
+    pub fn is_small(&self, idx: u32) -> bool {
+        self.blocks[idx as usize].small
+    }
+
+    /// Whether a request of `bytes` is served from the small pool.
+    pub fn is_small_request(bytes: u64) -> bool {
+        round_size(bytes) <= SMALL_SIZE
     }
 
     /// What PyTorch's `release_cached_blocks` could hand back to CUDA now: every segment that
