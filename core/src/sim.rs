@@ -3036,6 +3036,11 @@ fn continue_run_replaying(run: &mut Run, limit: Option<u64>, replay: bool) -> (O
         false
     };
     let mut iterations = Iterations { replay, recorded: Vec::new(), steady: None, replayed: 0 };
+    // Room for the slots of a few more iterations at once: the tables then grow before the
+    // recording's buffers are allocated, not around them.
+    let per_iteration = run.mem.slots.len() - run.iteration_bases[1] as usize;
+    run.mem.slots.reserve(8 * per_iteration);
+    run.mem.handles.reserve(8 * per_iteration);
     // States at iteration ends: one seen before means the run from there repeats what followed
     // it then (the previous logits, alive into the next iteration, can alternate between two
     // blocks: a period of two). Within a cycle a repeat ends the iterations for an eval; a
