@@ -246,7 +246,7 @@ pub struct CachingAllocator {
     tail: u32,
 }
 
-/// SplitMix64's finalizer: a 64-bit value to a well-mixed one, for [`CachingAllocator::layout_hashes`].
+/// SplitMix64's finalizer: a 64-bit value to a well-mixed one, for [`CachingAllocator::layout_hash`].
 pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -393,6 +393,14 @@ impl CachingAllocator {
         let counted = b.size;
         self.allocated += counted;
         (idx, counted)
+    }
+
+    /// A hash of every block, live or free (address, size, whether free), in any order: two
+    /// allocators with the same layout serve the same requests the same way. The sum of
+    /// [`CachingAllocator::layout_hashes`].
+    pub fn layout_hash(&self) -> u64 {
+        // Dead records (merged away, waiting in `spare`) have size 0.
+        self.blocks.iter().filter(|b| b.size > 0).map(|b| mix(mix(b.addr) ^ b.size ^ (b.free as u64) << 63)).fold(0, u64::wrapping_add)
     }
 
     /// A hash of every block of each pool, live or free (address, size, whether free), in any

@@ -541,10 +541,6 @@ struct Mem<'t> {
     /// stand (the parameters, the optimizer state and, within an iteration, the gradients).
     live_hashes: Vec<u64>,
     first_freed: u32,
-    /// The allocator requests since recording began (see [`SteadyIteration`]).
-    requests: Option<Vec<Request>>,
-    /// The pools' layout hashes (small, large) at the last [`Mem::state_key`].
-    layouts: (u64, u64),
     window_reserved: u64,
     /// Searches only ask whether a config fits: once the reserve passes this, the answer is
     /// no, the allocator is dropped and the rest of the run takes the fast path.
@@ -554,8 +550,9 @@ struct Mem<'t> {
     reserve_passed: Option<u64>,
     /// What the allocator could release (segments with no live block) when the reserve passed.
     releasable_when_passed: u64,
-    /// Every allocation and free with the allocator's reserve after it (debugging aid).
-    log: Option<Vec<AllocEvent>>,
+    /// What is being written down of the allocator's work, if anything (one field, so that
+    /// the exact run's hot path tests one thing).
+    trace: Option<Trace>,
     slots: Vec<(u64, Category)>,
     live: [u64; CATEGORY_COUNT],
     total: u64,
@@ -587,13 +584,11 @@ impl<'t> Mem<'t> {
             maybe_live: Vec::new(),
             live_hashes: Vec::new(),
             first_freed: u32::MAX,
-            requests: None,
-            layouts: (0, 0),
             window_reserved: 0,
             reserve_limit: u64::MAX,
             reserve_passed: None,
             releasable_when_passed: 0,
-            log: None,
+            trace: None,
             slots: Vec::with_capacity(expected_tensors),
             live: [0; CATEGORY_COUNT],
             total: 0,
@@ -677,23 +672,24 @@ impl<'t> Mem<'t> {
         };
         let (handle, block) = a.malloc(bytes);
         let reserved = a.reserved;
-        if let Some(requests) = self.requests.as_mut() {
-            requests.push(Request::alloc(bytes));
-        }
         self.handles.push(handle);
         self.maybe_live.push(self.slots.len() as u32);
         self.window_reserved = self.window_reserved.max(reserved);
-        if let Some(log) = self.log.as_mut() {
-            let (segment, offset) = a.place(handle);
-            log.push(AllocEvent {
-                op: self.at.describe(),
-                phase: self.at.phase,
-                requested: bytes,
-                block: block as i64,
-                reserved,
-                segment,
-                offset,
-            });
+        match self.trace.as_mut() {
+            None => {}
+            Some(Trace::Requests(requests)) => requests.push(Request::alloc(bytes)),
+            Some(Trace::Events(log)) => {
+                let (segment, offset) = a.place(handle);
+                log.push(AllocEvent {
+                    op: self.at.describe(),
+                    phase: self.at.phase,
+                    requested: bytes,
+                    block: block as i64,
+                    reserved,
+                    segment,
+                    offset,
+                });
+            }
         }
         let id = self.push(block, cat);
         self.record();
@@ -731,22 +727,23 @@ impl<'t> Mem<'t> {
             self.live_hashes.push(h);
         }
         self.first_freed = u32::MAX;
-        self.layouts = a.layout_hashes();
-        joint_key(self.layouts.0.wrapping_add(self.layouts.1), h)
+        joint_key(a.layout_hash(), h)
     }
 
     /// The large pool's part of the state as of the last [`Mem::state_key`]: its blocks, and
     /// the addresses of the live tensors it holds, with where the small pool's live tensors
     /// fall among them. Equal at two iteration ends, the large pool repeats what it did after
-    /// the first (while the iterations request the same: see [`SteadyIteration`]).
-    fn large_pool_key(&self) -> u64 {
+    /// the first (while the iterations request the same: see [`SteadyIteration`]). With it,
+    /// the large pool's layout hash.
+    fn large_pool_key(&self) -> (u64, u64) {
         use crate::allocator::mix;
-        let Some(a) = self.allocator.as_ref() else { return 0 };
+        let Some(a) = self.allocator.as_ref() else { return (0, 0) };
         let chain = self.maybe_live.iter().fold(0, |h, &id| {
             let handle = self.handles[id as usize];
             mix(h ^ if a.is_small(handle) { SMALL_POOL_TENSOR } else { a.addr(handle) })
         });
-        joint_key(self.layouts.1, chain)
+        let layout = a.layout_hashes().1;
+        (joint_key(layout, chain), layout)
     }
 
     /// The block addresses of the live tensors from slot `first` on, in creation order, as of
@@ -823,21 +820,25 @@ impl<'t> Mem<'t> {
         let Some(a) = self.allocator.as_mut() else { return };
         self.first_freed = self.first_freed.min(id.0);
         let handle = self.handles[id.0 as usize];
-        let place = self.log.is_some().then(|| a.place(handle));
-        a.free(handle);
-        if let Some(requests) = self.requests.as_mut() {
-            requests.push(Request::free(id.0));
-        }
-        if let (Some(log), Some((segment, offset))) = (self.log.as_mut(), place) {
-            log.push(AllocEvent {
-                op: self.at.describe(),
-                phase: self.at.phase,
-                requested: 0,
-                block: -(bytes as i64),
-                reserved: a.reserved,
-                segment,
-                offset,
-            });
+        match self.trace.as_mut() {
+            None => a.free(handle),
+            Some(Trace::Requests(requests)) => {
+                a.free(handle);
+                requests.push(Request::free(id.0));
+            }
+            Some(Trace::Events(log)) => {
+                let (segment, offset) = a.place(handle);
+                a.free(handle);
+                log.push(AllocEvent {
+                    op: self.at.describe(),
+                    phase: self.at.phase,
+                    requested: 0,
+                    block: -(bytes as i64),
+                    reserved: a.reserved,
+                    segment,
+                    offset,
+                });
+            }
         }
     }
 
@@ -3084,6 +3085,13 @@ fn continue_run_replaying(run: &mut Run, limit: Option<u64>, replay: bool) -> (O
     (later, keys, replayed)
 }
 
+/// What [`Mem`] writes down of the allocator's work: every event with where its block lies
+/// ([`exact_events`]), or the requests alone ([`SteadyIteration`]).
+enum Trace {
+    Events(Vec<AllocEvent>),
+    Requests(Vec<Request>),
+}
+
 /// An allocator request of an exact run, as [`Mem`] records it for [`SteadyIteration`]: a
 /// malloc of the requested bytes (for the next slot), or the free of a slot (the top bit set).
 /// A [`Recorded`] iteration names the slots it frees relative to itself ([`Freed`]).
@@ -3222,11 +3230,11 @@ impl Iterations {
                 self.recorded.last().map_or(2 * (run.mem.slots.len() - run.iteration_bases[1] as usize) + 64, |r| r.requests.len());
             let mut requests = if self.recorded.len() == 3 { self.recorded.remove(0).requests } else { Vec::with_capacity(capacity) };
             requests.clear();
-            run.mem.requests = Some(requests);
+            run.mem.trace = Some(Trace::Requests(requests));
         }
         run.iteration();
         let key = run.mem.state_key();
-        if let Some(requests) = run.mem.requests.take() {
+        if let Some(Trace::Requests(requests)) = run.mem.trace.take() {
             self.record(run, requests);
         }
         key
@@ -3239,7 +3247,7 @@ impl Iterations {
         self.replay
             && run.mem.allocator.is_some()
             && run.mem.timeline.is_none()
-            && run.mem.log.is_none()
+            && run.mem.trace.is_none()
             && !run.cfg.expandable_segments
             && run.cfg.gradient_accumulation_steps <= MICRO_STEPS_EXACT
     }
@@ -3254,6 +3262,7 @@ impl Iterations {
         let created = run.mem.slots.len() as u32 - base;
         let mut requests = requests;
         let frees_older = Recorded::name_frees(&mut requests, base, previous_base, created);
+        let (large_key, large_layout) = run.mem.large_pool_key();
         let mut recorded = Recorded {
             base,
             previous_base,
@@ -3262,8 +3271,8 @@ impl Iterations {
             frees_older,
             all_micro_steps: run.micro_steps_run == run.cfg.gradient_accumulation_steps,
             repeats_previous: false,
-            large_key: run.mem.large_pool_key(),
-            large_layout: run.mem.layouts.1,
+            large_key,
+            large_layout,
             survivor_addrs: run.mem.live_addresses_from(base),
         };
         recorded.repeats_previous = self.recorded.last().is_some_and(|previous| recorded.repeats(previous));
@@ -3560,9 +3569,12 @@ pub fn simulate_exact_within(cfg: &Config, target: &Target, reserve_limit: u64) 
 /// for and when it reserves more (for comparing with `torch.cuda.memory._snapshot()` traces).
 pub fn exact_events(cfg: &Config, target: &Target) -> Vec<AllocEvent> {
     let mut run = exact_run(cfg, target);
-    run.mem.log = Some(Vec::new());
+    run.mem.trace = Some(Trace::Events(Vec::new()));
     simulate_run(&mut run);
-    run.mem.log.take().unwrap_or_default()
+    match run.mem.trace.take() {
+        Some(Trace::Events(log)) => log,
+        _ => Vec::new(),
+    }
 }
 
 /// The live-memory curve of one steady-state training iteration followed by one
@@ -3700,7 +3712,8 @@ mod tests {
                 let live = run.mem.slots.iter().zip(&run.mem.handles).filter(|((bytes, _), _)| *bytes > 0);
                 let h = live.fold(0, |h, (_, &handle)| crate::allocator::mix(h ^ a.addr(handle)));
                 let (small, large) = a.layout_hashes();
-                crate::allocator::mix(small.wrapping_add(large) ^ crate::allocator::mix(h))
+                assert_eq!(small.wrapping_add(large), a.layout_hash());
+                crate::allocator::mix(a.layout_hash() ^ crate::allocator::mix(h))
             };
             for step in 0..4 {
                 run.estimate_loss();
