@@ -820,25 +820,20 @@ impl<'t> Mem<'t> {
         let Some(a) = self.allocator.as_mut() else { return };
         self.first_freed = self.first_freed.min(id.0);
         let handle = self.handles[id.0 as usize];
-        match self.trace.as_mut() {
-            None => a.free(handle),
-            Some(Trace::Requests(requests)) => {
-                a.free(handle);
-                requests.push(Request::free(id.0));
-            }
-            Some(Trace::Events(log)) => {
-                let (segment, offset) = a.place(handle);
-                a.free(handle);
-                log.push(AllocEvent {
-                    op: self.at.describe(),
-                    phase: self.at.phase,
-                    requested: 0,
-                    block: -(bytes as i64),
-                    reserved: a.reserved,
-                    segment,
-                    offset,
-                });
-            }
+        let place = matches!(self.trace, Some(Trace::Events(_))).then(|| a.place(handle));
+        a.free(handle);
+        match (self.trace.as_mut(), place) {
+            (Some(Trace::Requests(requests)), _) => requests.push(Request::free(id.0)),
+            (Some(Trace::Events(log)), Some((segment, offset))) => log.push(AllocEvent {
+                op: self.at.describe(),
+                phase: self.at.phase,
+                requested: 0,
+                block: -(bytes as i64),
+                reserved: a.reserved,
+                segment,
+                offset,
+            }),
+            _ => {}
         }
     }
 
@@ -3327,7 +3322,7 @@ enum StepOp {
 /// seventeenth: the continuation ran fifteen iterations for the small pool's sake. Most
 /// requests are large (77% of the mallocs of that config's plan), and a replayed iteration
 /// skips the model's events too: callgrind counts 55.4 M instructions per page input for that
-/// config before and 42.7 M after (`core/examples/page_input.rs`).
+/// config before and 39.7 M after (`core/examples/page_input.rs`).
 struct SteadyIteration {
     /// The first slot of the recorded iteration (the last that ran).
     base: u32,
@@ -3437,7 +3432,7 @@ impl SteadyIteration {
             let step = self.small_steps[i];
             match step.op {
                 StepOp::Alloc { local, bytes } => {
-                    self.small_own[local as usize] = a.malloc(bytes).0;
+                    self.small_own[local as usize] = a.malloc_block(bytes);
                     if a.reserved > mem.reserve_limit {
                         let reserved = a.reserved;
                         // The large pool where it is at this point, for what could be released.
@@ -3447,8 +3442,8 @@ impl SteadyIteration {
                         return None;
                     }
                 }
-                StepOp::FreeOwn(local) => a.free(self.small_own[local as usize]),
-                StepOp::FreePrevious(local) => a.free(self.small_previous[local as usize]),
+                StepOp::FreeOwn(local) => a.free_block(self.small_own[local as usize]),
+                StepOp::FreePrevious(local) => a.free_block(self.small_previous[local as usize]),
             }
         }
         std::mem::swap(&mut self.small_previous, &mut self.small_own);
@@ -3478,9 +3473,9 @@ impl SteadyIteration {
         for end in whole.chain(until) {
             for step in self.large_steps.iter().take_while(|s| s.at < end) {
                 match step.op {
-                    StepOp::Alloc { local, bytes } => own[local as usize] = a.malloc(bytes).0,
-                    StepOp::FreeOwn(local) => a.free(own[local as usize]),
-                    StepOp::FreePrevious(local) => a.free(previous[local as usize]),
+                    StepOp::Alloc { local, bytes } => own[local as usize] = a.malloc_block(bytes),
+                    StepOp::FreeOwn(local) => a.free_block(own[local as usize]),
+                    StepOp::FreePrevious(local) => a.free_block(previous[local as usize]),
                 }
             }
             if end == u32::MAX {
