@@ -3032,11 +3032,6 @@ fn continue_run_replaying(run: &mut Run, limit: Option<u64>, replay: bool) -> (O
         false
     };
     let mut iterations = Iterations { replay, recorded: Vec::new(), steady: None, replayed: 0 };
-    // Room for the slots of a few more iterations at once: the tables then grow before the
-    // recording's buffers are allocated, not around them.
-    let per_iteration = run.mem.slots.len() - run.iteration_bases[1] as usize;
-    run.mem.slots.reserve(8 * per_iteration);
-    run.mem.handles.reserve(8 * per_iteration);
     // States at iteration ends: one seen before means the run from there repeats what followed
     // it then (the previous logits, alive into the next iteration, can alternate between two
     // blocks: a period of two). Within a cycle a repeat ends the iterations for an eval; a
@@ -3249,13 +3244,12 @@ impl Iterations {
 
     /// Keeps the requests of the iteration that just ran, whose end's key was just taken,
     /// and starts replaying if it is steady.
-    fn record(&mut self, run: &mut Run, requests: Vec<Request>) {
+    fn record(&mut self, run: &mut Run, mut requests: Vec<Request>) {
         if !self.may_replay(run) {
             return;
         }
         let [previous_base, base] = run.iteration_bases;
         let created = run.mem.slots.len() as u32 - base;
-        let mut requests = requests;
         let frees_older = Recorded::name_frees(&mut requests, base, previous_base, created);
         let (large_key, large_layout) = run.mem.large_pool_key();
         let mut recorded = Recorded {
@@ -3275,7 +3269,7 @@ impl Iterations {
         if self.recorded.len() > 3 {
             self.recorded.remove(0);
         }
-        self.steady = SteadyIteration::of(&self.recorded, &mut run.mem);
+        self.steady = SteadyIteration::of(&self.recorded, &run.mem);
     }
 
     /// Back to the run as it is (before an eval): the replayed state becomes the run's.
@@ -3320,9 +3314,10 @@ enum StepOp {
 /// cycling large pool does not. In GPT-2 124M eager at batch 5 accumulating 5, the large pool
 /// repeats every two iterations from the third on, while the whole state first repeats at the
 /// seventeenth: the continuation ran fifteen iterations for the small pool's sake. Most
-/// requests are large (77% of the mallocs of that config's plan), and a replayed iteration
-/// skips the model's events too: callgrind counts 55.4 M instructions per page input for that
-/// config before and 39.7 M after (`core/examples/page_input.rs`).
+/// requests are large (77% of the mallocs of that config's plan, counted once with a temporary
+/// counter in `malloc`), and a replayed iteration skips the model's events too: callgrind
+/// counts 55.4 M instructions per page input for that config before and 40.1 M after
+/// (`core/examples/page_input.rs`).
 struct SteadyIteration {
     /// The first slot of the recorded iteration (the last that ran).
     base: u32,
@@ -3350,7 +3345,7 @@ struct SteadyIteration {
 impl SteadyIteration {
     /// The replay of the last recorded iteration, if it repeats the one before and the large
     /// pool has come back to a state it had one or two iteration ends earlier.
-    fn of(recorded: &[Recorded], mem: &mut Mem) -> Option<SteadyIteration> {
+    fn of(recorded: &[Recorded], mem: &Mem) -> Option<SteadyIteration> {
         let [.., previous, last] = recorded else { return None };
         if !last.repeats_previous {
             return None;
