@@ -35,6 +35,11 @@ fn focus_by_id(id: &str) {
     }
 }
 
+/// How long the state must rest before the address bar's link follows it (the live link in
+/// [`App`]): longer than the steps of a dragged slider, short enough that the address bar is
+/// current by the time a user reaches for it.
+pub const LINK_DELAY: Duration = Duration::from_millis(200);
+
 /// Replaces the current history entry's query (no new entry per slider move).
 fn replace_query(query: &str) {
     if let Some(history) = web_sys::window().and_then(|w| w.history().ok()) {
@@ -691,8 +696,32 @@ pub fn App() -> impl IntoView {
         })
     };
 
-    // The live link.
-    Effect::new(move |_| replace_query(&state.with(share::query_of)));
+    // The live link. On load it is written at once (the address then shows the whole,
+    // normalised link); after that, once the state has rested for `LINK_DELAY`. Each
+    // `history.replaceState` cost the browser about 2 ms of a slider step (as much as drawing
+    // the three charts), and browsers limit how often a page may call it: Chromium ignores
+    // calls past 200 in 10 seconds (https://crbug.com/1038223), Safari refuses those past 100 in
+    // 30. A dragged slider reached that and left an old link in the address bar
+    // (tests/e2e/page.test.mjs checks that it no longer does).
+    let pending_link = StoredValue::new(None::<leptos::prelude::TimeoutHandle>);
+    Effect::new(move |ran: Option<()>| {
+        let query = state.with(share::query_of);
+        if let Some(h) = pending_link.get_value() {
+            h.clear();
+        }
+        if ran.is_none() {
+            replace_query(&query);
+        } else {
+            pending_link.set_value(set_timeout_with_handle(move || replace_query(&query), LINK_DELAY).ok());
+        }
+    });
+    // A link still waiting when the page's app goes (a test mounts the next one) is not written
+    // over the next one's address.
+    on_cleanup(move || {
+        if let Some(h) = pending_link.try_get_value().flatten() {
+            h.clear();
+        }
+    });
     // Settings typed after `#` into the open page's address (no reload happens): read as on
     // load, so they get the same notice instead of being ignored unseen.
     // Back and Forward between such entries (or any the browser keeps) change the address

@@ -34,8 +34,19 @@ fn set_query(q: &str) {
     w.history().unwrap().replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url)).unwrap();
 }
 
-fn query() -> String {
-    web_sys::window().unwrap().location().search().unwrap()
+/// The address bar's query once it has caught up with the page's state (the live link follows
+/// the state `LINK_DELAY` after it rests; the share box holds the link of the state now). Gives
+/// up after 2 s and returns what the address bar holds then.
+async fn query() -> String {
+    let w = web_sys::window().unwrap();
+    for _ in 0..80 {
+        let shown = w.document().unwrap().query_selector("#share-url").unwrap().and_then(|e| e.dyn_into::<HtmlInputElement>().ok());
+        if shown.is_none_or(|e| e.value() == w.location().href().unwrap()) {
+            break;
+        }
+        sleep_ms(25).await;
+    }
+    w.location().search().unwrap()
 }
 
 /// The app mounted in a fresh element after the address bar is set to `q`.
@@ -163,7 +174,7 @@ async fn slider_moves_the_verdict_the_charts_and_the_link() {
     for (b, a) in before.iter().zip(&after) {
         assert_ne!(b, a, "a chart was not redrawn");
     }
-    assert!(query().contains("&L=24&"), "{}", query());
+    assert!(query().await.contains("&L=24&"), "{}", query().await);
     // The box shows the slider's value.
     let boxed: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
     assert_eq!(boxed.value(), "24");
@@ -173,7 +184,7 @@ async fn slider_moves_the_verdict_the_charts_and_the_link() {
     page.choose("dtype", "float32").await;
     let want = expected(Config { n_layer: 24, batch_size: 4, dtype: vramfit_core::Dtype::Float32, ..Config::default() });
     assert_eq!(page.exact("needed"), want.plan.cards[0].needed_bytes.to_string());
-    let q = query();
+    let q = query().await;
     assert!(q.contains("&B=4&") && q.contains("&d=f32&"), "{q}");
     // The link decodes to the page's state, without notices.
     let d = vramfit_core::link::decode(&q);
@@ -207,7 +218,7 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
     settle().await;
     assert_eq!(page.exact("needed"), fixes[0].needed_bytes.to_string());
     assert_eq!(page.exact("fits"), fixes[0].fits.to_string());
-    assert_eq!(vramfit_core::link::decode(&query()).state.config, fixes[0].config);
+    assert_eq!(vramfit_core::link::decode(&query().await).state.config, fixes[0].config);
 }
 
 /// A fix that fits the two simulated iterations but runs out of memory later in the allocator
@@ -277,8 +288,8 @@ async fn a_tiny_dropout_is_written_with_an_exponent() {
     let page = mount_with("?v=1&drop=1e-320").await;
     let input: HtmlInputElement = page.el("input[name=dropout]").dyn_into().unwrap();
     assert_eq!(input.value(), "1e-320");
-    assert!(query().contains("drop=1e-320"), "{}", query());
-    assert_eq!(vramfit_core::link::decode(&query()).state.config.dropout, 1e-320);
+    assert!(query().await.contains("drop=1e-320"), "{}", query().await);
+    assert_eq!(vramfit_core::link::decode(&query().await).state.config.dropout, 1e-320);
 }
 
 /// A fine-tuning link: the checkpoint's shape is locked, its fixes keep it, a block past its
@@ -286,7 +297,7 @@ async fn a_tiny_dropout_is_written_with_an_exponent() {
 #[wasm_bindgen_test]
 async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     let page = mount_with("?v=1&init=gpt2-xl&B=1&GA=32&T=512&gpu=rtx-4070").await;
-    let state = vramfit_core::link::decode(&query()).state;
+    let state = vramfit_core::link::decode(&query().await).state;
     assert_eq!((state.init_from.as_deref(), state.config.n_layer, state.config.block_size), (Some("gpt2-xl"), 48, 512));
     let select: HtmlSelectElement = page.el("select[name=init_from]").dyn_into().unwrap();
     assert_eq!(select.value(), "gpt2-xl");
@@ -317,30 +328,30 @@ async fn a_run_from_gpt2_weights_keeps_the_checkpoints_shape() {
     assert_eq!(page.el("input[name=block_size-slider]").get_attribute("max").as_deref(), Some("10"));
     page.type_into("block_size", "2048").await;
     assert!(page.text(".input-error").contains("block_size is at most 1024"), "{}", page.text(".input-error"));
-    assert_eq!(vramfit_core::link::decode(&query()).state.config.block_size, 512);
+    assert_eq!(vramfit_core::link::decode(&query().await).state.config.block_size, 512);
     assert!(page.text("#train-command-link").contains("init=gpt2-xl"));
     // Back to scratch: the same model, no longer locked, and the link says so.
     page.choose("init_from", "scratch").await;
-    let back = vramfit_core::link::decode(&query()).state;
+    let back = vramfit_core::link::decode(&query().await).state;
     assert_eq!((back.init_from, &back.config), (None, &state.config));
     assert!(!disabled("input[name=n_layer]"));
-    assert!(!query().contains("init="), "{}", query());
+    assert!(!query().await.contains("init="), "{}", query().await);
     assert_eq!(page.el("input[name=block_size-slider]").get_attribute("max").as_deref(), Some("14"));
     // Choosing a checkpoint under a longer block cuts it to the 1024 positions, with a notice
     // that stays while that config does.
     page.type_into("block_size", "2048").await;
     page.choose("init_from", "gpt2").await;
     assert!(page.text(".crop-notice").contains("block_size 2048 is now 1024"), "{}", page.text(".crop-notice"));
-    let cut = vramfit_core::link::decode(&query()).state;
+    let cut = vramfit_core::link::decode(&query().await).state;
     assert_eq!((cut.config.block_size, cut.config.eval_block_size), (1024, None));
     page.type_into("batch_size", "2").await;
     assert!(!page.has(".crop-notice"));
     page.choose("init_from", "scratch").await;
     // A model preset is a run from scratch: it leaves a checkpoint too.
     page.choose("init_from", "gpt2").await;
-    assert!(query().ends_with("&init=gpt2"), "{}", query());
+    assert!(query().await.ends_with("&init=gpt2"), "{}", query().await);
     page.choose("preset", "shakespeare-char").await;
-    let preset = vramfit_core::link::decode(&query()).state;
+    let preset = vramfit_core::link::decode(&query().await).state;
     assert_eq!((preset.init_from, preset.config.n_layer, preset.config.vocab_size), (None, 6, 65));
     assert_eq!(page.el("select[name=init_from]").dyn_into::<HtmlSelectElement>().unwrap().value(), "scratch");
 }
@@ -354,7 +365,7 @@ async fn settings_added_after_a_hash_while_open_get_a_notice() {
     web_sys::window().unwrap().location().set_hash("L=8&B=3").unwrap();
     page.wait_for(".notice", "no notice since the hash changed").await;
     assert!(page.text(".notice").contains("settings go in the query"), "{}", page.text(".notice"));
-    assert_eq!(vramfit_core::link::decode(&query()).state.config.n_layer, 4);
+    assert_eq!(vramfit_core::link::decode(&query().await).state.config.n_layer, 4);
 }
 
 #[wasm_bindgen_test]
@@ -374,41 +385,41 @@ async fn garbage_and_script_payloads_in_a_link_become_visible_text_notices() {
     // Everything fell back to the defaults.
     assert_eq!(page.exact("needed"), expected(Config::default()).plan.cards[0].needed_bytes.to_string());
     // The address bar now holds the clean link.
-    assert_eq!(vramfit_core::link::decode(&query()).notices, Vec::<String>::new());
+    assert_eq!(vramfit_core::link::decode(&query().await).notices, Vec::<String>::new());
 }
 
 #[wasm_bindgen_test]
 async fn number_boxes_keep_the_config_valid() {
     let page = mount_with("").await;
-    let config = || vramfit_core::link::decode(&query()).state.config;
+    let config = || async { vramfit_core::link::decode(&query().await).state.config };
     // A width the head count does not divide takes the nearest head count that does (12 -> 11
     // for 770), and typing 768 goes back to the 12 heads the box started from.
     page.type_into("n_embd", "770").await;
     assert!(!page.has(".config-error") && !page.has(".input-error"));
-    assert_eq!((config().n_embd, config().n_head), (770, 11));
-    assert_eq!(config(), Config { n_embd: 770, n_head: 11, ..Config::default() });
-    assert_eq!(page.exact("needed"), expected(config()).plan.cards[0].needed_bytes.to_string());
+    assert_eq!((config().await.n_embd, config().await.n_head), (770, 11));
+    assert_eq!(config().await, Config { n_embd: 770, n_head: 11, ..Config::default() });
+    assert_eq!(page.exact("needed"), expected(config().await).plan.cards[0].needed_bytes.to_string());
     page.type_into("n_embd", "768").await;
-    assert_eq!((config().n_embd, config().n_head), (768, 12));
+    assert_eq!((config().await.n_embd, config().await.n_head), (768, 12));
     // Typed key by key, the in-between widths (1, 10, 102) do not decide the head count.
     page.type_keys("n_embd", "1024").await;
-    assert_eq!((config().n_embd, config().n_head), (1024, vramfit_web::model::nearest_divisor(1024, 12)));
+    assert_eq!((config().await.n_embd, config().await.n_head), (1024, vramfit_web::model::nearest_divisor(1024, 12)));
     // From there, 768 keeps the 8 heads it began with (8 divides 768), not 4 (of 76).
     page.type_keys("n_embd", "768").await;
-    assert_eq!((config().n_embd, config().n_head), (768, 8));
+    assert_eq!((config().await.n_embd, config().await.n_head), (768, 8));
     // Values the config cannot take are refused with core's reason; the last valid one stays,
     // in the page and in the link.
     for bad in ["0", "100000", "12x"] {
         page.type_into("batch_size", bad).await;
         assert!(page.text(".input-error").contains("batch_size"), "{bad}");
-        assert_eq!(config().batch_size, 12, "{bad}");
+        assert_eq!(config().await.batch_size, 12, "{bad}");
     }
     // Too large is measured against what vramfit models for that setting, not u32's range.
     page.type_into("n_layer", "1e30").await;
     assert!(page.text(".input-error").contains("n_layer: \"1e30\" is too large (at most 1024)"), "{}", page.text(".input-error"));
     page.type_into("dropout", "1.5").await;
     assert!(page.text(".input-error").contains("dropout"));
-    assert_eq!(config().dropout, 0.0);
+    assert_eq!(config().await.dropout, 0.0);
     // Any other change of state takes the stale complaint away.
     let bias: HtmlInputElement = page.el("input[name=bias]").dyn_into().unwrap();
     bias.click();
@@ -416,16 +427,16 @@ async fn number_boxes_keep_the_config_valid() {
     assert!(!page.has(".input-error"));
     // The eval context a fix may shorten has its own control, and follows a shorter block.
     page.type_into("eval_block_size", "512").await;
-    assert_eq!(config().eval_block_size, Some(512));
+    assert_eq!(config().await.eval_block_size, Some(512));
     // Typing block 2048 passes through 2 and 20: the eval context comes back at the end.
     page.type_keys("block_size", "2048").await;
-    assert_eq!((config().block_size, config().eval_block_size), (2048, Some(512)));
+    assert_eq!((config().await.block_size, config().await.eval_block_size), (2048, Some(512)));
     page.type_keys("block_size", "256").await;
-    assert_eq!((config().block_size, config().eval_block_size), (256, None));
+    assert_eq!((config().await.block_size, config().await.eval_block_size), (256, None));
     // An eval context longer than the block is refused with core's reason.
     page.type_into("eval_block_size", "4096").await;
     assert!(page.text(".input-error").contains("eval"));
-    assert_eq!(config().eval_block_size, None);
+    assert_eq!(config().await.eval_block_size, None);
     assert!(!page.has(".config-error"));
     // Dragged below an eval context and back, the block slider gives the eval context back
     // (the drag follows from where it began, as typing does).
@@ -437,7 +448,11 @@ async fn number_boxes_keep_the_config_valid() {
         dispatch(&block, "input");
         settle().await;
         let want = if exponent == "8" { Some(128) } else { None };
-        assert_eq!((config().block_size, config().eval_block_size), (1 << exponent.parse::<u32>().unwrap(), want), "{exponent}");
+        assert_eq!(
+            (config().await.block_size, config().await.eval_block_size),
+            (1 << exponent.parse::<u32>().unwrap(), want),
+            "{exponent}"
+        );
     }
     // Its slider ends at the block (2^8 = 256 here), so no stretch of the track is refused.
     let slider: HtmlInputElement = page.el("input[name=eval_block_size-slider]").dyn_into().unwrap();
@@ -449,12 +464,12 @@ async fn number_boxes_keep_the_config_valid() {
 #[wasm_bindgen_test]
 async fn a_custom_card_follows_its_box_as_it_is_typed() {
     let page = mount_with("").await;
-    let gpu = || vramfit_core::link::decode(&query()).state.gpu;
+    let gpu = || async { vramfit_core::link::decode(&query().await).state.gpu };
     page.choose("gpu", "custom").await;
-    assert!(gpu().starts_with("custom-"), "{}", gpu());
+    assert!(gpu().await.starts_with("custom-"), "{}", gpu().await);
     // Every keystroke plans for the size typed so far, as the other number boxes do.
     page.type_keys("custom_gib", "10.5").await;
-    assert_eq!(gpu(), "custom-10.5");
+    assert_eq!(gpu().await, "custom-10.5");
     let card = Gpu::find("custom-10.5").unwrap();
     assert!(page.text(".verdict").contains(&card.name), "{}", page.text(".verdict"));
     let want = vramfit_web::model::compute(&LinkState { gpu: card.id.clone(), ..LinkState::default() }).unwrap();
@@ -462,12 +477,12 @@ async fn a_custom_card_follows_its_box_as_it_is_typed() {
     // A size it cannot take is refused with a notice; the card stays as it was.
     page.type_into("custom_gib", "0.1").await;
     assert!(page.text(".input-error").contains("custom capacity"));
-    assert_eq!(gpu(), "custom-10.5");
+    assert_eq!(gpu().await, "custom-10.5");
     // More decimals than the card keeps: what was typed stays in the box (it was rewritten to
     // the rounded size mid-typing), and the card is the rounded size.
     page.type_keys("custom_gib", "12.345").await;
     let input: HtmlInputElement = page.el("input[name=custom_gib]").dyn_into().unwrap();
-    assert_eq!((input.value(), gpu()), ("12.345".to_string(), "custom-12.35".to_string()));
+    assert_eq!((input.value(), gpu().await), ("12.345".to_string(), "custom-12.35".to_string()));
 }
 
 #[wasm_bindgen_test]
@@ -483,14 +498,14 @@ async fn import_and_export_round_trip_and_import_errors_are_visible() {
     assert!(page.text(".import-error").contains("n_layer"));
     assert!(!page.has("script"));
     // Text without a single setting is refused; the config stays as it was.
-    let before = query();
+    let before = query().await;
     import.set_value("hello, this is not a config\n");
     dispatch(&import, "input");
     settle().await;
     button.click();
     settle().await;
     assert!(page.text(".import-error").contains("no nanoGPT setting found"));
-    assert_eq!(query(), before);
+    assert_eq!(query().await, before);
     import.set_value("n_layer = 6\nn_head = 6\nn_embd = 384\nbatch_size = 64\nblock_size = 256\n");
     dispatch(&import, "input");
     settle().await;
@@ -499,7 +514,7 @@ async fn import_and_export_round_trip_and_import_errors_are_visible() {
     assert!(!page.has(".import-error"));
     let exported: web_sys::HtmlTextAreaElement = page.el("#export-config").dyn_into().unwrap();
     assert!(exported.value().contains("n_layer = 6\n") && exported.value().contains("batch_size = 64\n"));
-    assert!(query().contains("&L=6&H=6&C=384&T=256&"), "{}", query());
+    assert!(query().await.contains("&L=6&H=6&C=384&T=256&"), "{}", query().await);
     assert!(page.text("#train-command-link").starts_with("vramfit train --link 'v=1&L=6&"));
 }
 
@@ -513,8 +528,8 @@ fn fatal_message_is_visible() {
 }
 
 /// The config the address bar holds now.
-fn link_config() -> Config {
-    vramfit_core::link::decode(&query()).state.config
+async fn link_config() -> Config {
+    vramfit_core::link::decode(&query().await).state.config
 }
 
 /// Typed key by key, a value the setting cannot take passes through values it can (n_layer
@@ -524,11 +539,11 @@ fn link_config() -> Config {
 async fn a_refused_value_is_undone_when_its_box_is_left() {
     let page = mount_with("?v=1").await;
     page.type_keys("n_layer", "2000").await;
-    assert_eq!(link_config().n_layer, 200, "the valid prefix, while the box is still being typed in");
+    assert_eq!(link_config().await.n_layer, 200, "the valid prefix, while the box is still being typed in");
     let input: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
     dispatch(&input, "change");
     settle().await;
-    assert_eq!((link_config().n_layer, input.value()), (12, "12".to_string()));
+    assert_eq!((link_config().await.n_layer, input.value()), (12, "12".to_string()));
     assert!(page.text(".input-error").contains("n_layer: \"2000\" was not taken; back to 12"), "{}", page.text(".input-error"));
     // The notice outlives the change of state that undid the edit; the next one clears it.
     let bias: HtmlInputElement = page.el("input[name=bias]").dyn_into().unwrap();
@@ -548,13 +563,13 @@ async fn a_refused_value_is_undone_when_its_box_is_left() {
     }
     dispatch(&input, "change");
     settle().await;
-    assert_eq!((link_config().n_layer, input.value()), (24, "24".to_string()));
+    assert_eq!((link_config().await.n_layer, input.value()), (24, "24".to_string()));
     // What lies outside the config is undone too: the other programs' share.
     page.type_keys("other_usage_mib", "5000000").await;
     let other: HtmlInputElement = page.el("input[name=other_usage_mib]").dyn_into().unwrap();
     dispatch(&other, "change");
     settle().await;
-    let state = vramfit_core::link::decode(&query()).state;
+    let state = vramfit_core::link::decode(&query().await).state;
     assert_eq!((state.other_usage_mib, other.value()), (0, "0".to_string()));
     assert!(page.text(".input-error").contains("back to 0, the value before this edit"), "{}", page.text(".input-error"));
     // The card's "other programs" box steps down to 0, where its slider starts.
@@ -572,7 +587,7 @@ async fn a_box_being_typed_in_is_not_rewritten() {
         input.set_value(typed);
         dispatch(&input, "input");
         settle().await;
-        assert_eq!((link_config().dropout, input.value()), (dropout, typed.to_string()));
+        assert_eq!((link_config().await.dropout, input.value()), (dropout, typed.to_string()));
     }
     dispatch(&input, "change");
     settle().await;
@@ -583,7 +598,7 @@ async fn a_box_being_typed_in_is_not_rewritten() {
     dispatch(&input, "input");
     dispatch(&input, "change");
     settle().await;
-    assert_eq!((link_config().dropout, input.value()), (0.3, "0.3".to_string()));
+    assert_eq!((link_config().await.dropout, input.value()), (0.3, "0.3".to_string()));
     assert!(page.text(".input-error").contains("dropout: \"1.5\" was not taken; back to 0.3"), "{}", page.text(".input-error"));
 }
 
@@ -597,7 +612,7 @@ async fn back_and_forward_follow_the_address() {
     dispatch(&window, "popstate");
     settle().await;
     let layers: HtmlInputElement = page.el("input[name=n_layer]").dyn_into().unwrap();
-    assert_eq!((link_config().n_layer, layers.value()), (6, "6".to_string()));
+    assert_eq!((link_config().await.n_layer, layers.value()), (6, "6".to_string()));
     // An edit under way when the address moves is not undone to before the move: the box,
     // left with a refused value, shows the address's state.
     page.type_keys("n_layer", "20").await;
@@ -608,5 +623,5 @@ async fn back_and_forward_follow_the_address() {
     dispatch(&layers, "input");
     dispatch(&layers, "change");
     settle().await;
-    assert_eq!((link_config().n_layer, layers.value()), (3, "3".to_string()));
+    assert_eq!((link_config().await.n_layer, layers.value()), (3, "3".to_string()));
 }
