@@ -528,7 +528,11 @@ impl<'g> Search<'g> {
             exact_seen.borrow_mut().push((v, found));
             found.check
         };
-        let exact_ok = |v: u32| matches!(exact(v), Some(Ok(_)));
+        // Whether a batch fits. A start that does not fit is a known miss: a simulation that
+        // stops early misses wherever the full one (the plan's) does. It is simulated again only
+        // as the first guess, whose need calibrates the next guess (below).
+        let start_misses = start.filter(|_| self.start_need > self.available);
+        let exact_ok = |v: u32| start_misses != Some(v) && matches!(exact(v), Some(Ok(_)));
         let room = self.available.saturating_sub(self.gpu.context_bytes);
         let fast_search = |ratio: f64| {
             let ok = |y: u64| (y as f64 * ratio) as u64 + self.gpu.context_bytes <= self.available;
@@ -1945,6 +1949,11 @@ mod tests {
                     assert!(fits_exact(&with(b), &gpu, available) && !fits_exact(&with(b + 1), &gpu, available));
                     for start in [1, b / 2 + 1, b, b + 1, 2 * b + 3] {
                         assert_eq!(largest_micro_batch(&with(start), &gpu, other), Some(b), "{card}, {other} B used, from batch {start}");
+                        // The search takes a start that does not fit as a miss without checking
+                        // it again: the early-stopping check misses it too.
+                        if !fits_full(start) {
+                            assert!(!fits_exact(&with(start), &gpu, available), "{card}, {other} B used, {start}");
+                        }
                     }
                     // Above the boundary, a start that fits gets the boundary above itself.
                     for start in (b + 2..b + 40).filter(|&s| fits_full(s)).take(2) {
