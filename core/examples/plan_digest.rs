@@ -10,18 +10,7 @@ use vramfit_core::{Config, Dtype, Gpu};
 
 fn main() {
     let gpt2 = |compile: bool, ga: u32| Config { compile, gradient_accumulation_steps: ga, ..Config::default() };
-    let shakespeare = |attention: Attention| Config {
-        n_layer: 6,
-        n_head: 6,
-        n_embd: 384,
-        block_size: 256,
-        vocab_size: 65,
-        dropout: 0.2,
-        gradient_accumulation_steps: 1,
-        compile: false,
-        attention,
-        ..Config::default()
-    };
+    let shakespeare = |attention: Attention| Config { compile: false, attention, ..Config::shakespeare_char() };
     let medium = Config { n_layer: 24, n_head: 16, n_embd: 1024, compile: false, gradient_accumulation_steps: 8, ..Config::default() };
     let fp32 = Config { dtype: Dtype::Float32, compile: false, gradient_accumulation_steps: 5, ..Config::default() };
     let bases: Vec<(Config, Vec<u32>)> = vec![
