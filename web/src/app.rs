@@ -38,7 +38,7 @@ fn focus_by_id(id: &str) {
 /// How long the state must rest before the address bar's link follows it (the live link in
 /// [`App`]): longer than the steps of a dragged slider, short enough that the address bar is
 /// current by the time a user reaches for it.
-pub const LINK_DELAY: Duration = Duration::from_millis(200);
+const LINK_DELAY: Duration = Duration::from_millis(200);
 
 /// Replaces the current history entry's query (no new entry per slider move).
 fn replace_query(query: &str) {
