@@ -104,14 +104,59 @@ def draw_wide(rng: random.Random, index: int, mixed: bool = False) -> dict:
     return dict(id=cfg_id, **cfg)
 
 
+def draw_odd_heads(rng: random.Random, index: int) -> dict:
+    """Flash-attention configs whose head size some of PyTorch's SDPA kernels refuse: float32
+    heads that are not a multiple of 4 (the memory-efficient kernel's alignment; flash and cuDNN
+    take no float32) and bfloat16/float16 heads over flash's 256, some not a multiple of 8."""
+    while True:
+        if rng.random() < 0.7:
+            dtype = "float32"
+            head_dim = rng.choice([1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 15, 18, 22, 25, 30, 33, 42, 50, 65, 66, 90, 130])
+            n_head = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
+        else:
+            dtype = rng.choice(["bfloat16", "float16"])
+            head_dim = rng.choice([260, 264, 272, 288, 300, 320, 330, 384, 512])
+            n_head = rng.choice([1, 2, 3, 4])
+        n_embd = n_head * head_dim
+        block = rng.choice([16, 33, 64, 127, 256, 300, 512, 777, 1024])
+        batch = rng.randint(1, 16 if block <= 512 else 8)
+        n_layer = rng.randint(1, 12)
+        # The math path keeps a few (B,H,T,T) float32 matrices per layer: stay well inside 78 GiB.
+        if n_embd <= 2048 and n_layer * batch * n_head * block * block * 4 * 4 <= 24 * 2**30:
+            break
+    cfg = dict(
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        block_size=block,
+        batch_size=batch,
+        vocab_size=rng.choice([65, 50257, 50304, rng.randint(2, 50304)]),
+        dtype=dtype,
+        attention="flash",
+        bias=rng.random() < 0.5,
+        gradient_accumulation_steps=rng.randint(1, 4),
+        dropout=0.1 if rng.random() < 0.3 else 0.0,
+        activation_checkpointing=rng.random() < 0.25,
+        optimizer="sgd" if dtype != "float16" and rng.random() < 0.15 else "adamw",
+        eval_batch_size=rng.randint(1, 32) if rng.random() < 0.25 else None,
+        eval_block_size=rng.randint(1, block) if rng.random() < 0.2 else None,
+        eval_iters=2,
+        compile=False,
+    )
+    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[dtype]
+    cfg_id = f"odd-{index:03d}-L{n_layer}H{n_head}C{n_embd}-T{block}-B{batch}-V{cfg['vocab_size']}-{short}"
+    return dict(id=cfg_id, **cfg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--space", choices=["default", "wide", "wide-mixed"], default="default")
+    ap.add_argument("--space", choices=["default", "wide", "wide-mixed", "odd-heads"], default="default")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    picks = {"default": draw, "wide": draw_wide, "wide-mixed": lambda r, i: draw_wide(r, i, mixed=True)}
+    picks = {"default": draw, "wide": draw_wide, "wide-mixed": lambda r, i: draw_wide(r, i, mixed=True),
+             "odd-heads": draw_odd_heads}
     pick = picks[args.space]
     space = "" if args.space == "default" else f" --space {args.space}"
     out = dict(
