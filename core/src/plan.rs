@@ -1431,38 +1431,52 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     }];
     if cfg.attention == crate::Attention::Flash && gpu.compute_capability < (8, 0) {
         // The measured kernels (cuDNN attention, FlashAttention-2) need sm_80 or newer.
-        out.push(Note {
-            figure: "peak_allocated_bytes".into(),
-            source: Source::Estimate,
-            detail: format!(
+        let detail = if sim::sdpa_runs_math(cfg, &gpu.target()) {
+            format!(
+                "scaled_dot_product_attention on {} (sm_{}{}) runs its math path for a head size of {} (the memory-efficient \
+                 kernel needs a multiple of 8 in bfloat16/float16 there), modelled as measured on an H200; the kernels' \
+                 choice on this card was not measured",
+                gpu.id,
+                gpu.compute_capability.0,
+                gpu.compute_capability.1,
+                cfg.n_embd / cfg.n_head.max(1)
+            )
+        } else {
+            format!(
                 "scaled_dot_product_attention on {} (sm_{}{}) runs the memory-efficient kernel, whose saved tensors are taken \
                  to be the measured kernels'; not measured",
                 gpu.id, gpu.compute_capability.0, gpu.compute_capability.1
-            ),
-        });
+            )
+        };
+        out.push(Note { figure: "peak_allocated_bytes".into(), source: Source::Estimate, detail });
     }
     let head = cfg.n_embd / cfg.n_head.max(1);
-    if cfg.attention == crate::Attention::Flash && !cfg.compile {
-        // SDPA's kernels refuse some head sizes (sdp_utils.cpp): in fp32 on sm_80 and newer the
-        // memory-efficient kernel needs a multiple of 4, and flash takes at most 256. No
-        // measured config has either; the first falls back to the math path, whose (B,H,T,T)
-        // matrices the model does not count.
-        let fp32_misaligned = cfg.dtype == crate::Dtype::Float32 && !head.is_multiple_of(4) && gpu.compute_capability >= (8, 0);
-        let too_wide = cfg.dtype != crate::Dtype::Float32 && head > 256;
-        if fp32_misaligned || too_wide {
+    if cfg.attention == crate::Attention::Flash && !cfg.compile && gpu.compute_capability >= (8, 0) {
+        // SDPA's kernels refuse some head sizes (sdp_utils.cpp); measured on the H200
+        // (tests/reference/data/cuda-h200-odd-heads-*.json, README: Accuracy).
+        if sim::sdpa_runs_math(cfg, &gpu.target()) {
+            let rule = if cfg.dtype == crate::Dtype::Float32 {
+                "a float32 head size that is not a multiple of 4"
+            } else {
+                "a bfloat16/float16 head size over 256 that is not a multiple of 8"
+            };
             out.push(Note {
                 figure: "peak_allocated_bytes".into(),
-                source: Source::Estimate,
-                detail: if fp32_misaligned {
-                    format!(
-                        "a head size of {head} is not a multiple of 4, so in float32 PyTorch's scaled_dot_product_attention falls \
-                         back to its math path, which keeps (B,H,T,T) attention matrices this estimate leaves out: likely low"
-                    )
-                } else {
-                    format!(
-                        "a head size of {head} is over flash attention's 256; its kernel's tensors are taken to be flash's, not measured"
-                    )
-                },
+                source: Source::Validated,
+                detail: format!(
+                    "no fused attention kernel takes {rule} ({head}), so scaled_dot_product_attention runs its math path: \
+                     each layer keeps float32 (B,H,T,T) attention matrices, as manual attention does; modelled op by op and \
+                     validated on an H200"
+                ),
+            });
+        } else if cfg.dtype != crate::Dtype::Float32 && head > 256 {
+            out.push(Note {
+                figure: "peak_allocated_bytes".into(),
+                source: Source::Validated,
+                detail: format!(
+                    "a head size of {head} is over flash attention's 256, so the memory-efficient kernel runs; its tensors are \
+                     taken to be flash's, validated within 1% on an H200"
+                ),
             });
         }
     }
@@ -1584,9 +1598,11 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             source: Source::Estimate,
             detail: format!(
                 "{past} is past the configs measured on a GPU (up to {MEASURED_MAX_LAYERS} layers, {MEASURED_MAX_EMBD} wide, \
-                 block {MEASURED_MAX_BLOCK}, vocab {MEASURED_MAX_VOCAB}, and GPT-2 124M's logits and activations at 32 \
-                 sequences of 1024): the tensors follow the same per-tensor formulas, but where the allocator's segments \
-                 fall is extrapolated"
+                 block {MEASURED_MAX_BLOCK}, vocab {MEASURED_MAX_VOCAB}, logits of {}, activations of {} (batch x block x \
+                 n_embd x n_layer)): the tensors follow the same per-tensor formulas, but where the allocator's segments \
+                 fall is extrapolated",
+                params::thousands(MEASURED_MAX_LOGITS),
+                params::thousands(MEASURED_MAX_ACTIVATIONS)
             ),
         });
     }
@@ -1626,19 +1642,22 @@ fn notes_of_batch(cfg: &Config, gpu: &Gpu, batch: u32, own: &[Note]) -> Vec<Note
 }
 
 /// The largest shapes, and products of shapes that size the largest terms, among the configs
-/// measured eager on a GPU (tests/reference/data/cuda-*.json, compile rows aside): 24 layers
-/// (L24H8C512, expandable), 1024 wide (L16H16C1024, flash-only), block 1024, GPT-2's padded
-/// vocabulary; the logits, tokens x vocab, and the saved activations, tokens x n_embd x n_layer,
-/// of GPT-2 124M at 32 sequences of 1024 (cuda-h100); manual attention's probabilities, batch x
-/// block^2 x n_head x n_layer, of L12H12C768 at 2 sequences of 1024 (cuda-h100). Each is
-/// checked for the training step and for the eval's batch and block.
-pub const MEASURED_MAX_LAYERS: u32 = 24;
-pub const MEASURED_MAX_EMBD: u32 = 1024;
-pub const MEASURED_MAX_BLOCK: u32 = 1024;
+/// measured eager on a GPU (tests/reference/data/cuda-*.json, compile rows aside; the reference
+/// test `the_measured_shapes_are_the_largest_measured_on_a_gpu` holds them to the data): 48
+/// layers (GPT-2 1.5B, cuda-h200-big), 2048 wide (wide-100 L3H16C2048, random-wide-mixed-seed27),
+/// block 2048 (the wide draws), GPT-2's padded vocabulary; the logits, tokens x vocab (eval
+/// batches of 31 x 2048 x 50304, wide-142 of random-wide-seed28), the saved activations, tokens
+/// x n_embd x n_layer (GPT-2 350M at 32 sequences of 1024, cuda-h200-big), and manual
+/// attention's probabilities, batch x block^2 x n_head x n_layer (eval batches of 8 x 2048 of
+/// L12H16C640, wide-034 of random-wide-seed26). Each is checked for the training step and for
+/// the eval's batch and block.
+pub const MEASURED_MAX_LAYERS: u32 = 48;
+pub const MEASURED_MAX_EMBD: u32 = 2048;
+pub const MEASURED_MAX_BLOCK: u32 = 2048;
 pub const MEASURED_MAX_VOCAB: u32 = 50304;
-pub const MEASURED_MAX_LOGITS: u64 = 32 * 1024 * 50304;
-pub const MEASURED_MAX_ACTIVATIONS: u64 = 32 * 1024 * 768 * 12;
-pub const MEASURED_MAX_ATTENTION: u64 = 2 * 1024 * 1024 * 12 * 12;
+pub const MEASURED_MAX_LOGITS: u64 = 31 * 2048 * 50304;
+pub const MEASURED_MAX_ACTIVATIONS: u64 = 32 * 1024 * 1024 * 24;
+pub const MEASURED_MAX_ATTENTION: u64 = 8 * 2048 * 2048 * 16 * 12;
 
 /// What takes `cfg` past the shapes measured on a GPU (the first such setting or product), if
 /// anything.
@@ -1713,12 +1732,20 @@ mod tests {
             estimated("t4", eager.clone()),
             ["nvidia_smi_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "usable_bytes", "workspace"]
         );
-        // Head sizes SDPA's measured kernels refuse.
+        // Head sizes every fused SDPA kernel refuses run its math path, measured on the H200:
+        // no estimate on sm_80 and newer, and a note that says which path runs.
         let odd = Config { n_embd: 390, n_head: 6, dtype: crate::Dtype::Float32, ..eager.clone() };
-        assert_eq!(estimated("h100-80gb", odd.clone()), on_allocated);
+        let wide_heads = Config { n_embd: 1200, n_head: 4, ..eager.clone() };
+        for (cfg, path) in
+            [(&odd, "math path"), (&wide_heads, "math path"), (&Config { n_embd: 1280, n_head: 4, ..eager.clone() }, "memory-efficient")]
+        {
+            assert!(estimated("h100-80gb", cfg.clone()).is_empty(), "{cfg:?}");
+            let notes = plan(&PlanRequest { gpus: vec![Gpu::find("rtx-4070").unwrap()], ..req(cfg.clone()) }).unwrap().notes;
+            assert!(notes.iter().any(|n| n.source == Source::Validated && n.detail.contains(path)), "{notes:?}");
+        }
         assert!(estimated("t4", odd).contains(&"peak_allocated_bytes".to_string()));
-        assert!(estimated("h100-80gb", Config { n_embd: 384, n_head: 6, dtype: crate::Dtype::Float32, ..eager.clone() }).is_empty());
-        assert_eq!(estimated("h100-80gb", Config { n_embd: 1200, n_head: 4, ..eager.clone() }), on_allocated);
+        let t4_math = plan(&PlanRequest { gpus: vec![Gpu::find("t4").unwrap()], ..req(Config { n_embd: 780, ..eager.clone() }) }).unwrap();
+        assert!(t4_math.notes.iter().any(|n| n.source == Source::Estimate && n.detail.contains("math path")), "{:?}", t4_math.notes);
         // The bias gradients' reduction scratch depends on the card: measured on sm_90 only.
         let biased = Config { bias: true, ..eager.clone() };
         assert!(estimated("h100-80gb", biased.clone()).is_empty());
@@ -1731,39 +1758,49 @@ mod tests {
             assert_eq!(estimated("h100-80gb", c), on_allocated);
         }
         // Shapes past the measured ones: the reserve (and so nvidia-smi) is extrapolated. GPT-2
-        // 124M at 32 sequences of 1024 has the largest logits and activations measured, manual
-        // attention at 2 sequences the largest attention matrices, shakespeare-char with an eval
-        // batch of 256 the most tokens; one more sequence, a deeper or wider model, a longer
-        // block or a larger vocabulary is past them, and so is GPT-2 350M at 32 sequences.
-        let gpt2 = Config { batch_size: 32, ..eager.clone() };
-        let manual = Config { batch_size: 2, attention: crate::Attention::Manual, bias: true, ..eager.clone() };
+        // 350M at 32 sequences of 1024 has the largest activations measured, GPT-2 1.5B at 8 is
+        // within them, 8 sequences of 2048 through 12 layers of 16 heads the largest manual
+        // attention matrices, shakespeare-char with an eval batch of 256 many tokens; one more
+        // sequence, a deeper or wider model, a longer block, a larger vocabulary or more logits
+        // is past them.
+        let gpt2_350m = Config { n_layer: 24, n_head: 16, n_embd: 1024, batch_size: 32, ..eager.clone() };
+        let gpt2_1_5b = Config { n_layer: 48, n_head: 25, n_embd: 1600, batch_size: 8, ..eager.clone() };
+        let manual = Config {
+            n_layer: 12,
+            n_head: 16,
+            n_embd: 640,
+            block_size: 2048,
+            batch_size: 8,
+            attention: crate::Attention::Manual,
+            bias: true,
+            ..eager.clone()
+        };
         let char_eval = Config { dropout: 0.0, eval_batch_size: Some(256), compile: false, ..Config::shakespeare_char() };
-        for c in [&gpt2, &manual, &char_eval] {
+        for c in [&gpt2_350m, &gpt2_1_5b, &manual, &char_eval] {
             assert!(estimated("h100-80gb", c.clone()).is_empty(), "{c:?}");
         }
+        let small = Config { n_layer: 1, n_head: 1, n_embd: 64, block_size: 2048, batch_size: 1, ..eager.clone() };
         for c in [
-            Config { batch_size: 33, ..gpt2.clone() },
-            Config { eval_batch_size: Some(33), ..gpt2.clone() },
-            Config { n_layer: 25, batch_size: 1, ..gpt2.clone() },
-            Config { n_embd: 1032, batch_size: 1, ..gpt2.clone() },
-            Config { block_size: 2048, batch_size: 1, ..gpt2.clone() },
-            Config { vocab_size: 50305, batch_size: 1, ..gpt2.clone() },
-            Config { n_layer: 24, n_head: 16, n_embd: 1024, ..gpt2.clone() },
-            Config { batch_size: 3, ..manual.clone() },
-            Config { n_head: 768, batch_size: 1, ..manual.clone() },
+            Config { batch_size: 33, ..gpt2_350m.clone() },
+            Config { eval_batch_size: Some(33), ..gpt2_350m.clone() },
+            Config { n_layer: 49, batch_size: 1, ..gpt2_1_5b.clone() },
+            Config { n_embd: 2064, batch_size: 1, ..eager.clone() },
+            Config { block_size: 4096, ..small.clone() },
+            Config { vocab_size: 50305, ..small.clone() },
+            Config { batch_size: 32, ..small.clone() },
+            Config { batch_size: 9, ..manual.clone() },
+            Config { n_head: 32, ..manual.clone() },
         ] {
             assert_eq!(estimated("h100-80gb", c.clone()), ["nvidia_smi_bytes", "peak_reserved_bytes"], "{c:?}");
         }
         // Manual attention runs on a T4 (no kernel to estimate), but GPT-2 124M's attention
-        // matrices at 12 sequences are past those measured.
+        // matrices at 12 sequences of 2048 are past those measured.
+        let t4_manual = Config { attention: crate::Attention::Manual, block_size: 2048, ..eager.clone() };
         assert_eq!(
-            estimated("t4", Config { attention: crate::Attention::Manual, ..eager.clone() }),
+            estimated("t4", Config { batch_size: 12, ..t4_manual.clone() }),
             ["nvidia_smi_bytes", "peak_reserved_bytes", "usable_bytes", "workspace"]
         );
-        assert_eq!(
-            estimated("t4", Config { attention: crate::Attention::Manual, batch_size: 2, ..eager }),
-            ["nvidia_smi_bytes", "usable_bytes", "workspace"]
-        );
+        assert_eq!(estimated("t4", Config { batch_size: 2, ..t4_manual }), ["nvidia_smi_bytes", "usable_bytes", "workspace"]);
     }
 
     #[test]

@@ -412,6 +412,12 @@ pub fn flash_split_kv_scratch(batch: u64, heads: u64, seq: u64, head: u64, multi
     (4 * rows, 4 * rows * rounded)
 }
 
+/// Whether `cfg`'s attention runs SDPA's math path on `target`: flash attention with a head
+/// size every fused kernel refuses there (see `Dims::sdpa_runs_math`).
+pub fn sdpa_runs_math(cfg: &Config, target: &Target) -> bool {
+    !cfg.compile && Dims::new(cfg, Mode::Train).sdpa_runs_math(target)
+}
+
 /// Whether a forward of the loop (training or eval) runs FlashAttention-2 with split-KV
 /// accumulators on `target` (see [`flash_split_kv_scratch`]): their size follows the card's
 /// multiprocessors.
@@ -938,6 +944,8 @@ struct Dims {
     bias: bool,
     dropout: bool,
     manual: bool,
+    /// SDPA falls back to its math path on this target (see [`Dims::sdpa_runs_math`]).
+    math: bool,
     fp16: bool,
 }
 
@@ -1012,6 +1020,18 @@ impl Dims {
     /// at H = 1 or T = 1. k's transposed gradient (B, H, hs, T) always does.
     fn head_grads_unfold_in_place(&self) -> bool {
         self.h == 1 || self.t == 1
+    }
+    /// SDPA's math path scales q and k into new tensors laid out as their (B, T, H, hs) views
+    /// (elementwise ops keep the order of the strides; so does autocast's upcast, `_to_copy`'s
+    /// `infer_dense_strides`), so `matmul` copies them and v as the manual path does unless
+    /// the heads fold.
+    fn math_copies_heads(&self) -> bool {
+        !self.heads_fold_into_batch()
+    }
+    /// Where the math path's bmm saves a view of v itself (fp32, heads folding), which keeps
+    /// c_attn's output alive until the backward.
+    fn math_saves_v_view(&self) -> bool {
+        !self.autocast && self.heads_fold_into_batch()
     }
 }
 
@@ -1263,7 +1283,8 @@ impl<'c, 't> Run<'c, 't> {
 
     #[inline]
     fn dims(&self, mode: Mode) -> Dims {
-        Dims::new(self.cfg, mode)
+        let d = Dims::new(self.cfg, mode);
+        Dims { math: d.sdpa_runs_math(&self.target), ..d }
     }
 }
 
@@ -1285,7 +1306,29 @@ impl Dims {
             bias: cfg.bias,
             dropout: cfg.dropout > 0.0 && mode == Mode::Train,
             manual: cfg.attention == Attention::Manual,
+            math: false,
             fp16: cfg.dtype == Dtype::Float16,
+        }
+    }
+
+    /// Whether SDPA refuses every fused kernel for this head size on `target` and runs its math
+    /// path (`_scaled_dot_product_attention_math`). The rules are `sdp_utils.cpp`'s in PyTorch
+    /// 2.11: FlashAttention-2 (sm_80+) takes bf16/fp16 heads up to 256 (padding them to a
+    /// multiple of 8), cuDNN only multiples of 8, and the memory-efficient kernel heads that
+    /// are a multiple of `minimum_gemm_alignment`: 4 in fp32 and 8 in bf16/fp16 on sm_80+
+    /// (tensor cores), 8 in bf16/fp16 before. Measured on the H200: every fp32 head that is not
+    /// a multiple of 4 and every bf16/fp16 head over 256 that is not a multiple of 8 ran the
+    /// math path (`tests/reference/data/cuda-h200-odd-heads-*.json`, their `attention_ops`).
+    fn sdpa_runs_math(&self, target: &Target) -> bool {
+        let hs = self.c / self.h.max(1);
+        if !target.cuda_kernels || self.manual {
+            return false;
+        }
+        match (self.autocast, target.flash_kernels) {
+            (false, true) => !hs.is_multiple_of(4),
+            (false, false) => false,
+            (true, true) => hs > 256 && !hs.is_multiple_of(8),
+            (true, false) => !hs.is_multiple_of(8),
         }
     }
 }
@@ -1581,7 +1624,13 @@ impl<'c, 't> Run<'c, 't> {
         }
 
         self.mem.at(phase, "transformer.h.{i}.attn", layer, "");
-        let y = if d.manual { self.manual_attention(&d, &mut s, graph) } else { self.sdpa(&d, &mut s, graph) };
+        let y = if d.manual {
+            self.manual_attention(&d, &mut s, graph)
+        } else if d.math {
+            self.math_attention(&d, &mut s, graph)
+        } else {
+            self.sdpa(&d, &mut s, graph)
+        };
 
         self.mem.at(phase, "transformer.h.{i}.attn.c_proj", layer, "");
         (s.w_cast[1], s.b_cast[1]) = self.cast_weights(&d, Linear::AttnProj, graph);
@@ -1591,7 +1640,13 @@ impl<'c, 't> Run<'c, 't> {
         // attn.forward returns: its locals die (y unless saved; q, k, v; att). The manual path
         // saved copies of q, k and v, so c_attn's output goes now even in training (where the
         // heads fold without copies, the saved views keep it).
-        let saved_elsewhere = if d.manual { !d.heads_fold_into_batch() } else { s.flash_padded[0] != Id::NONE };
+        let saved_elsewhere = if d.manual {
+            !d.heads_fold_into_batch()
+        } else if d.math {
+            !d.math_saves_v_view()
+        } else {
+            s.flash_padded[0] != Id::NONE
+        };
         if graph && saved_elsewhere {
             self.mem.free(s.qkv);
             s.qkv = Id::NONE;
@@ -1802,6 +1857,142 @@ impl<'c, 't> Run<'c, 't> {
         }
         // y.transpose(1, 2).contiguous(): a real copy (unless already contiguous), which
         // c_proj keeps.
+        if d.y_transposes_in_place() {
+            self.mem.recategorize(y, saved);
+            s.y_contig = y;
+        } else {
+            s.y_contig = self.mem.alloc(d.btc() * d.cb, saved);
+            self.mem.free(y);
+        }
+        s.y_contig
+    }
+
+    /// SDPA's math fallback (`_scaled_dot_product_attention_math` in PyTorch 2.11's
+    /// aten/src/ATen/native/transformers/attention.cpp), for head sizes every fused kernel
+    /// refuses ([`Dims::sdpa_runs_math`]): a composite of ordinary ops, so the (B,H,T,T)
+    /// matrices exist as in the manual path, but in fp32 always (under autocast it upcasts q, k
+    /// and v first) and with its own transients. The order is the H200's memory history of
+    /// `tests/reference/odd_head_configs.json`. Returns the contiguous (B,T,C) tensor c_proj
+    /// reads.
+    fn math_attention(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
+        let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
+        let tmp = Category::Temporaries;
+        let copies = d.math_copies_heads();
+        // bmm saves q and k scaled (views) unless it needs copies of them.
+        let scaled_cat = if copies { tmp } else { saved };
+        // Under autocast: q, k, v upcast to fp32 (allow_fp16_bf16_reduction_math_sdp is off
+        // by default); where the heads fold, v's upcast is bmm's saved operand.
+        let [q32, k32, v32] = if d.autocast { [(); 3].map(|_| self.mem.alloc(d.btc() * 4, tmp)) } else { [Id::NONE; 3] };
+        if v32 != Id::NONE && !copies {
+            self.mem.recategorize(v32, saved);
+        }
+        // query * sqrt(scale), a new tensor.
+        let q_scaled = self.mem.alloc(d.btc() * 4, scaled_cat);
+        // is_causal: ones(T, T) as bool, tril (a new tensor), then the fp32 additive mask made
+        // with two scalar tensors; the mask lives until the function returns.
+        let ones = self.mem.alloc(d.t * d.t, tmp);
+        let tril = self.mem.alloc(d.t * d.t, tmp);
+        self.mem.free(ones);
+        let scalars = [(); 2].map(|_| self.mem.alloc(4, tmp));
+        let mask = self.mem.alloc(d.t * d.t * 4, tmp);
+        self.mem.free(scalars[1]);
+        self.mem.free(scalars[0]);
+        self.mem.free(tril);
+        // key * sqrt(scale), transposed into the matmul.
+        let k_scaled = self.mem.alloc(d.btc() * 4, scaled_cat);
+        if copies {
+            s.q_copy = self.mem.alloc(d.btc() * 4, saved);
+            s.kt_copy = self.mem.alloc(d.btc() * 4, saved);
+        } else {
+            (s.q_copy, s.kt_copy) = (q_scaled, k_scaled);
+        }
+        let scores = self.mem.alloc(d.bhtt() * 4, tmp);
+        if copies {
+            if !graph {
+                self.mem.free(s.kt_copy);
+                self.mem.free(s.q_copy);
+            }
+            self.mem.free(k_scaled);
+        } else if !graph {
+            self.mem.free(k_scaled);
+        }
+        // The mask is added in place; _safe_softmax's output (saved), then its check for fully
+        // masked rows: an eq (bool), an all over the last dim, a zero scalar.
+        s.softmax_out = self.mem.alloc(d.bhtt() * 4, saved);
+        let eq = self.mem.alloc(d.bhtt(), tmp);
+        let rows = self.mem.alloc(d.b * d.h * d.t, tmp);
+        let zero = self.mem.alloc(4, tmp);
+        for id in [zero, rows, eq, scores] {
+            self.mem.free(id);
+        }
+        // Dropout (native_dropout): the bool mask, then the output, bmm's saved operand.
+        let att = if d.dropout {
+            let drop_mask = self.mem.alloc(d.bhtt(), saved);
+            let out = self.mem.alloc(d.bhtt() * 4, saved);
+            if graph {
+                s.att_drop_mask = drop_mask;
+                s.att_for_matmul = out;
+            } else {
+                // No graph: nothing keeps the mask, and `attn` rebound frees the softmax.
+                self.mem.free(drop_mask);
+                self.mem.free(s.softmax_out);
+                s.softmax_out = Id::NONE;
+            }
+            out
+        } else {
+            s.softmax_out
+        };
+        // Under autocast the result is cast back: the attention weights (returned, unused:
+        // GCC evaluates make_tuple's arguments right to left) before the output.
+        let att_cast = if d.autocast { self.mem.alloc(d.bhtt() * d.cb, tmp) } else { Id::NONE };
+        if copies {
+            s.v_copy = self.mem.alloc(d.btc() * 4, saved);
+        } else {
+            s.v_copy = v32;
+        }
+        let mut y = self.mem.alloc(d.btc() * 4, tmp);
+        if !graph && copies {
+            self.mem.free(s.v_copy);
+            s.v_copy = Id::NONE;
+        }
+        if d.autocast {
+            let y_low = self.mem.alloc(d.btc() * d.cb, tmp);
+            self.mem.free(y);
+            y = y_low;
+        }
+        // Returning: the locals go (those autograd saved stay).
+        if d.autocast {
+            if !graph {
+                self.mem.free(att);
+            }
+            if copies || !graph {
+                self.mem.free(q_scaled);
+            }
+            self.mem.free(mask);
+            if copies || !graph {
+                self.mem.free(v32);
+            }
+            if !graph {
+                s.v_copy = Id::NONE;
+            }
+            self.mem.free(k32);
+            self.mem.free(q32);
+            self.mem.free(att_cast);
+        } else {
+            if copies || !graph {
+                self.mem.free(q_scaled);
+            }
+            self.mem.free(mask);
+            if !graph {
+                self.mem.free(att);
+            }
+        }
+        if !graph {
+            s.softmax_out = Id::NONE;
+            s.att_for_matmul = Id::NONE;
+            (s.q_copy, s.kt_copy) = (Id::NONE, Id::NONE);
+        }
+        // y.transpose(1, 2).contiguous(): c_proj's input.
         if d.y_transposes_in_place() {
             self.mem.recategorize(y, saved);
             s.y_contig = y;
@@ -2133,7 +2324,7 @@ impl<'c, 't> Run<'c, 't> {
         }
         let g_att = g_att2;
         // Flash saves its own output, which c_proj reads, unless the heads were padded.
-        let proj_input = if d.manual {
+        let proj_input = if d.manual || d.math {
             s.y_contig
         } else if s.flash_padded[0] != Id::NONE {
             s.attn_out
@@ -2142,7 +2333,13 @@ impl<'c, 't> Run<'c, 't> {
         };
         let g_y = self.linear_backward(&d, Linear::AttnProj, layer, Id::NONE, proj_input, s.w_cast[1], s.b_cast[1], d.c);
         self.free_branch(g_att, g);
-        let g_qkv = if d.manual { self.manual_attention_backward(&d, &s, layer, g_y) } else { self.sdpa_backward(&d, &s, layer, g_y) };
+        let g_qkv = if d.manual {
+            self.manual_attention_backward(&d, &s, layer, g_y)
+        } else if d.math {
+            self.math_attention_backward(&d, &s, layer, g_y)
+        } else {
+            self.sdpa_backward(&d, &s, layer, g_y)
+        };
         let g_ln1 = self.linear_backward(&d, Linear::Attn, layer, g_qkv, s.ln1_for_matmul, s.w_cast[0], s.b_cast[0], d.c);
         let g_in = self.layer_norm_backward(&d, "transformer.h.{i}.ln_1", layer, g_ln1, s.x_in, s.ln1_stats);
         self.mem.free(g_in);
@@ -2332,6 +2529,83 @@ impl<'c, 't> Run<'c, 't> {
         self.mem.free(g_q_bt);
         self.mem.free(g_kt);
         self.mem.free(g_v_bt);
+        g_qkv
+    }
+
+    /// [`Self::math_attention`]'s backward, node by node, as the H200's memory history shows
+    /// it: the att @ v bmm, dropout, softmax, the q @ k^T bmm, each scaling's mul, then (under
+    /// autocast) each upcast's cast back, v's first, and the copies that put q's and v's
+    /// gradients back into (B,T,C) order.
+    fn math_attention_backward(&mut self, d: &Dims, s: &BlockSaved, layer: u32, g_y: Id) -> Id {
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.sdpa", layer, "math backward");
+        let tmp = Category::Temporaries;
+        let mut g = g_y;
+        if d.autocast {
+            // The output's cast back: its gradient in fp32, laid out as y's transposed view.
+            let g32 = self.mem.alloc(d.btc() * 4, tmp);
+            self.mem.free(g);
+            g = g32;
+        }
+        if !d.grad_y_folds() {
+            let copy = self.mem.alloc(d.btc() * 4, tmp);
+            self.mem.free(g);
+            g = copy;
+        }
+        // bmm(att, v): v's gradient first, then att's.
+        let g_v = self.mem.alloc(d.btc() * 4, tmp);
+        let mut g_att = self.mem.alloc(d.bhtt() * 4, tmp);
+        self.mem.free(g);
+        self.mem.free(s.att_for_matmul);
+        if d.math_saves_v_view() {
+            self.mem.free(s.qkv);
+        } else {
+            self.mem.free(s.v_copy);
+        }
+        if s.att_drop_mask != Id::NONE {
+            let gd = self.mem.alloc(d.bhtt() * 4, tmp);
+            self.mem.free(g_att);
+            self.mem.free(s.att_drop_mask);
+            g_att = gd;
+        }
+        // Softmax backward, with CUDA's grad * output temporary (see manual_attention_backward).
+        let g_soft = self.mem.alloc(d.bhtt() * 4, tmp);
+        if !self.target.fake_tensors {
+            let grad_times_output = self.mem.alloc(d.bhtt() * 4, tmp);
+            self.mem.free(grad_times_output);
+        }
+        self.mem.free(g_att);
+        self.mem.free(s.softmax_out);
+        // bmm(q, k^T): k^T's gradient, then q's; each scaling's mul makes a new tensor.
+        let g_kt = self.mem.alloc(d.btc() * 4, tmp);
+        let g_q = self.mem.alloc(d.btc() * 4, tmp);
+        self.mem.free(g_soft);
+        self.mem.free(s.kt_copy);
+        self.mem.free(s.q_copy);
+        let g_k = self.mem.alloc(d.btc() * 4, tmp);
+        self.mem.free(g_kt);
+        let g_q2 = self.mem.alloc(d.btc() * 4, tmp);
+        self.mem.free(g_q);
+        let [mut gq, mut gk, mut gv] = [g_q2, g_k, g_v];
+        if d.autocast {
+            // Each upcast's backward casts its gradient back: v's (the newest node), k's, q's.
+            for grad in [&mut gv, &mut gk, &mut gq] {
+                let low = self.mem.alloc(d.btc() * d.cb, tmp);
+                self.mem.free(*grad);
+                *grad = low;
+            }
+        }
+        if !d.head_grads_unfold_in_place() {
+            for grad in [&mut gv, &mut gq] {
+                let copy = self.mem.alloc(d.btc() * d.cb, tmp);
+                self.mem.free(*grad);
+                *grad = copy;
+            }
+        }
+        self.mem.at(Phase::Backward, "transformer.h.{i}.attn.c_attn", layer, "split backward");
+        let g_qkv = self.mem.alloc(3 * d.btc() * d.cb, tmp);
+        for id in [gq, gk, gv] {
+            self.mem.free(id);
+        }
         g_qkv
     }
 
@@ -4359,6 +4633,43 @@ mod term_tests {
         let per_layer = 64 * b * t * ch + 16 * b * t + 4 * b * h * t;
         let head = 4 * b * t * ch + 8 * b * t + 4 * b * t * ch;
         assert_eq!(after_forward(&c)[Category::SavedActivations.index()], l * per_layer + head);
+    }
+
+    /// With a head size no fused SDPA kernel takes, the math path saves what the manual path
+    /// does, in fp32 whatever the dtype: contiguous copies of q, k^T and v and the softmax's
+    /// (B,H,T,T) output instead of c_attn's output, the kernel's output and its logsumexp.
+    /// Measured on the H200 (`cuda-h200-odd-heads-*.json`): before this path, such configs
+    /// were predicted up to 89% low.
+    #[test]
+    fn sdpa_math_fallback_saves_fp32_attention_matrices() {
+        let on_gpu = |c: &Config| {
+            let mut run = Run::new(c, crate::device::Gpu::find("h100-80gb").unwrap().target(), None);
+            run.fold = false;
+            run.init();
+            run.estimate_loss();
+            run.iteration();
+            let h = run.forward(Mode::Train);
+            run.mem.free(run.logits);
+            run.mem.free(run.loss);
+            (run.logits, run.loss) = (h.logits, h.loss);
+            run.mem.live[Category::SavedActivations.index()]
+        };
+        let (b, t, l) = (4u64, 128u64, 3u64);
+        // float32, 4 heads of 63: every fused kernel wants a multiple of 4.
+        let fp32 = Config { dtype: Dtype::Float32, n_embd: 252, ..cfg() };
+        let (ch, h) = (252u64, 4u64);
+        let head = 4 * b * t * ch + 8 * b * t + 4 * b * t * ch;
+        assert_eq!(on_gpu(&fp32), l * (64 * b * t * ch + 16 * b * t + 4 * b * h * t * t) + head);
+        // Against the flash-attention formula at a head size of 64 (saved_activations_per_layer_fp32).
+        let (ch, h) = (256u64, 4u64);
+        let aligned = Config { dtype: Dtype::Float32, ..cfg() };
+        let head = 4 * b * t * ch + 8 * b * t + 4 * b * t * ch;
+        assert_eq!(on_gpu(&aligned), l * (64 * b * t * ch + 16 * b * t + 4 * b * h * t) + head);
+        // bfloat16, 2 heads of 300 (over flash's 256, not a multiple of 8): q, k and v upcast.
+        let bf16 = Config { n_head: 2, n_embd: 600, ..cfg() };
+        let (ch, h) = (600u64, 2u64);
+        let head = 4 * b * t * ch + 8 * b * t + 2 * b * t * ch;
+        assert_eq!(on_gpu(&bf16), l * (42 * b * t * ch + 16 * b * t + 4 * b * h * t * t) + head);
     }
 
     #[test]

@@ -361,3 +361,52 @@ fn every_gpu_file_is_compared_with_the_attention_its_rows_ran() {
     assert!(flash_rows >= 240, "only {flash_rows} rows that ran flash on heads cuDNN takes");
     assert!(cudnn_rows >= 100, "only {cudnn_rows} rows that ran cuDNN's attention");
 }
+
+/// `plan`'s measured shapes (`MEASURED_MAX_*`, past which its reserve is marked an estimate)
+/// are the largest of the committed GPU rows, eager ones: a constant above them would claim
+/// shapes no row measured, one below them would mark measured shapes as estimates.
+#[test]
+fn the_measured_shapes_are_the_largest_measured_on_a_gpu() {
+    use vramfit_core::plan::{
+        MEASURED_MAX_ACTIVATIONS, MEASURED_MAX_ATTENTION, MEASURED_MAX_BLOCK, MEASURED_MAX_EMBD, MEASURED_MAX_LAYERS, MEASURED_MAX_LOGITS,
+        MEASURED_MAX_VOCAB,
+    };
+    let mut max = [0u64; 7];
+    for path in data_files() {
+        let file = file_name(&path);
+        if NOT_PYTORCH_MEASUREMENTS.contains(&file.as_str()) {
+            continue;
+        }
+        let doc = read_doc(&path);
+        if reference_data::is_cudalike(&doc) || !target_for(&doc["provenance"]).is_some_and(|t| t.cuda_kernels) {
+            continue;
+        }
+        for row in doc["rows"].as_array().into_iter().flatten() {
+            if row.get("status").and_then(Value::as_str) != Some("ok") {
+                continue;
+            }
+            let cfg = reference_data::config_from_row(&row["config"]).expect("a readable config");
+            if cfg.compile {
+                continue;
+            }
+            let (l, c, v, h) = (cfg.n_layer as u64, cfg.n_embd as u64, cfg.vocab_size as u64, cfg.n_head as u64);
+            for (b, t) in [(cfg.batch_size as u64, cfg.block_size as u64), (cfg.eval_batch() as u64, cfg.eval_block() as u64)] {
+                let manual = cfg.attention == vramfit_core::Attention::Manual;
+                let shape = [l, c, cfg.block_size as u64, v, b * t * v, b * t * c * l, if manual { b * t * t * h * l } else { 0 }];
+                for (m, s) in max.iter_mut().zip(shape) {
+                    *m = (*m).max(s);
+                }
+            }
+        }
+    }
+    let constants = [
+        MEASURED_MAX_LAYERS as u64,
+        MEASURED_MAX_EMBD as u64,
+        MEASURED_MAX_BLOCK as u64,
+        MEASURED_MAX_VOCAB as u64,
+        MEASURED_MAX_LOGITS,
+        MEASURED_MAX_ACTIVATIONS,
+        MEASURED_MAX_ATTENTION,
+    ];
+    assert_eq!(constants, max, "layers, n_embd, block, vocab, logits, activations, manual attention");
+}

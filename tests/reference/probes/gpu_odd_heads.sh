@@ -12,7 +12,7 @@
 # Writes $OUT/cuda-<gpu>-odd-heads-hand.json, $OUT/cuda-<gpu>-odd-heads-seed41.json,
 # $OUT/cuda-<gpu>-flash-first-odd-heads-{hand,seed41}.json (the bfloat16/float16 rows again with
 # TORCH_CUDNN_SDPA_DEPRIORITIZED=1), $OUT/odd-heads-snapshots.tar.gz and $OUT/gpu_odd_heads.log.
-#     OUT, JOBS (default 14), DEADLINE_S (default 240), GPU_PY (default python3),
+#     OUT, JOBS (default 14), DEADLINE_S (default 300: at 200 the flash-first part did not start), GPU_PY (default python3),
 #     DRY_RUN=1 (no GPU: counters stubbed; then set IDS to a few tiny configs of the random draw)
 set -u
 HERE="tests/reference"
@@ -22,7 +22,7 @@ if [ ! -f "$HERE/run_all.py" ]; then
 fi
 OUT="${OUT:?set OUT to the output folder}"
 JOBS="${JOBS:-14}"
-DEADLINE_S="${DEADLINE_S:-240}"
+DEADLINE_S="${DEADLINE_S:-300}"
 PY="${GPU_PY:-python3}"
 mkdir -p "$OUT" "$OUT/snaps"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

@@ -16,6 +16,9 @@ float16, with dropout 0.1 in a quarter of them: CPU rows the harness labels (CPU
 dropout differ from CUDA's), for `run_all.py --method cpu-fake-cudalike`, the harness's
 emulation of CUDA's dispatch, to compare core's CUDA rules with. The default space is unchanged,
 so earlier seeds redraw the same configs.
+`--space odd-heads` draws flash-attention configs with the head sizes some SDPA kernels refuse:
+float32 heads that are not a multiple of 4 (7 in 10 draws) and bfloat16/float16 heads over 256,
+some of them not a multiple of 8, a few (B,H,T,T) fp32 matrices per layer within 24 GiB.
 
 usage: python3 probes/random_configs.py [--seed S] [--n N] > random_configs.json
 then:  .venv/bin/python run_all.py --method cpu-fake --configs random_configs.json \
