@@ -1183,6 +1183,8 @@ enum BlockMode {
 struct Run<'c, 't> {
     cfg: &'c Config,
     target: Target,
+    /// Whether SDPA runs its math path here ([`Dims::sdpa_runs_math`]), decided once.
+    sdpa_math: bool,
     mem: Mem<'t>,
     /// One entry per parameter group that receives its gradient at once (a layer's linear
     /// weight, a LayerNorm's weight): rounded bytes, as PyTorch allocates each separately.
@@ -1255,6 +1257,7 @@ impl<'c, 't> Run<'c, 't> {
         Run {
             cfg,
             target,
+            sdpa_math: Dims::new(cfg, Mode::Train).sdpa_runs_math(&target),
             fold: true,
             param_tensors,
             param_bytes,
@@ -1283,8 +1286,7 @@ impl<'c, 't> Run<'c, 't> {
 
     #[inline]
     fn dims(&self, mode: Mode) -> Dims {
-        let d = Dims::new(self.cfg, mode);
-        Dims { math: d.sdpa_runs_math(&self.target), ..d }
+        Dims { math: self.sdpa_math, ..Dims::new(self.cfg, mode) }
     }
 }
 
