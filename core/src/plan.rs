@@ -1582,16 +1582,6 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             });
         }
     }
-    if cfg.activation_checkpointing && (cfg.dropout > 0.0 || cfg.attention == crate::Attention::Manual) {
-        out.push(Note {
-            figure: "peak_allocated_bytes".into(),
-            source: Source::Estimate,
-            detail: "activation checkpointing with dropout or manual attention: measured only with PyTorch's CPU trace \
-                     (tests/reference/data/cpu-fake*.json), not on a GPU, whose checkpointed runs are flash attention \
-                     without dropout"
-                .into(),
-        });
-    }
     if let Some(past) = past_measured_shapes(cfg) {
         out.push(Note {
             figure: "peak_reserved_bytes".into(),
@@ -1751,11 +1741,11 @@ mod tests {
         assert!(estimated("h100-80gb", biased.clone()).is_empty());
         assert_eq!(estimated("rtx-3060", biased.clone()), ["nvidia_smi_bytes", "temporaries", "usable_bytes", "workspace"]);
         assert!(!estimated("rtx-3060", Config { compile: true, ..biased }).contains(&"temporaries".to_string()));
-        // Checkpointing was measured on a GPU only with flash attention and no dropout.
+        // Checkpointing was measured on the H200 with flash and manual attention, with and
+        // without dropout (167 of the random draws' rows have it with dropout or manual).
         let ckpt = Config { activation_checkpointing: true, ..eager.clone() };
-        assert!(estimated("h100-80gb", ckpt.clone()).is_empty());
-        for c in [Config { dropout: 0.1, ..ckpt.clone() }, Config { attention: crate::Attention::Manual, ..ckpt.clone() }] {
-            assert_eq!(estimated("h100-80gb", c), on_allocated);
+        for c in [ckpt.clone(), Config { dropout: 0.1, ..ckpt.clone() }, Config { attention: crate::Attention::Manual, ..ckpt }] {
+            assert!(estimated("h100-80gb", c.clone()).is_empty(), "{c:?}");
         }
         // Shapes past the measured ones: the reserve (and so nvidia-smi) is extrapolated. GPT-2
         // 350M at 32 sequences of 1024 has the largest activations measured, GPT-2 1.5B at 8 is
