@@ -19,6 +19,8 @@ so earlier seeds redraw the same configs.
 `--space odd-heads` draws flash-attention configs with the head sizes some SDPA kernels refuse:
 float32 heads that are not a multiple of 4 (7 in 10 draws) and bfloat16/float16 heads over 256,
 some of them not a multiple of 8, a few (B,H,T,T) fp32 matrices per layer within 24 GiB.
+`--space compiled` draws the default space's shapes up to 768 wide with `compile=True` (no
+checkpointing), for the compile model's out-of-sample check on a GPU.
 
 usage: python3 probes/random_configs.py [--seed S] [--n N] > random_configs.json
 then:  .venv/bin/python run_all.py --method cpu-fake --configs random_configs.json \
@@ -151,15 +153,33 @@ def draw_odd_heads(rng: random.Random, index: int) -> dict:
     return dict(id=cfg_id, **cfg)
 
 
+def draw_compiled(rng: random.Random, index: int) -> dict:
+    """nanoGPT's default, `compile=True`, over the default space's shapes (at most 768 wide and
+    12 layers, so that inductor compiles each in about a minute), mostly flash attention."""
+    cfg = draw(rng, index)
+    while cfg["n_embd"] > 768:
+        cfg = draw(rng, index)
+    cfg.update(
+        compile=True,
+        activation_checkpointing=False,
+        attention="flash" if rng.random() < 0.8 else "manual",
+        batch_size=min(cfg["batch_size"], 16),
+    )
+    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[cfg["dtype"]]
+    cfg["id"] = (f"compiled-{index:02d}-L{cfg['n_layer']}H{cfg['n_head']}C{cfg['n_embd']}-T{cfg['block_size']}"
+                 f"-B{cfg['batch_size']}-V{cfg['vocab_size']}-{short}-{cfg['attention']}")
+    return cfg
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--space", choices=["default", "wide", "wide-mixed", "odd-heads"], default="default")
+    ap.add_argument("--space", choices=["default", "wide", "wide-mixed", "odd-heads", "compiled"], default="default")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     picks = {"default": draw, "wide": draw_wide, "wide-mixed": lambda r, i: draw_wide(r, i, mixed=True),
-             "odd-heads": draw_odd_heads}
+             "odd-heads": draw_odd_heads, "compiled": draw_compiled}
     pick = picks[args.space]
     space = "" if args.space == "default" else f" --space {args.space}"
     out = dict(
