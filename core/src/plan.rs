@@ -1334,10 +1334,10 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
                                             estimate: the compile model is fitted to three H100 runs with flash attention"
                     .into(),
                 // The compile model adds the attention matrices it expects manual attention to
-                // keep; nothing compiled with manual attention was measured.
+                // keep; the one compiled manual-attention config measured needed 13% more.
                 crate::Attention::Manual => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is a \
-                                             rough estimate: the compile model is fitted to three H100 runs with flash attention, and \
-                                             compiled manual attention was never measured"
+                                             rough estimate: the compile model is fitted to flash attention, and the one compiled \
+                                             manual-attention config measured needed 13% more than it says"
                     .into(),
             },
             Config { compile: true, ..cfg.clone() },
@@ -1565,19 +1565,21 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
         out.push(Note {
             figure: "peak_allocated_bytes".into(),
             source: Source::Estimate,
-            detail: "compile=True uses a coarse model (saved bytes per layer, three B*T*V tensors at the loss) fitted to the three \
-                     compiled configs measured on an H100, which it matches within 2.1% allocated and 5% reserved \
-                     (tests/reference/data/cuda-h100-compile.json; in-sample, so an estimate)"
+            detail: "compile=True uses a coarse model (saved bytes per layer, three B*T*V tensors at the loss, four in float32) \
+                     fitted to three compiled configs measured on an H100 and checked on seven drawn at random on an H200: \
+                     flash-attention training steps within 2.1%, but the first compiled call of each graph (the first \
+                     iteration, the first eval) up to 65% over it in small models, where compilation allocates while it runs \
+                     (README: Accuracy; an estimate)"
                 .into(),
         });
         if cfg.attention == crate::Attention::Manual {
             out.push(Note {
                 figure: "peak_allocated_bytes".into(),
                 source: Source::Estimate,
-                detail: "compile=True with manual attention: the three compiled configs measured are flash attention; to their \
-                         model each layer adds the (B,H,T,T) attention probabilities kept for backward (and a byte per element \
-                         of dropout mask), the scores while they are computed and two such matrices in backward: a lower \
-                         bound, not measured (compiled manual attention may keep more)"
+                detail: "compile=True with manual attention: to the flash-attention model each layer adds the (B,H,T,T) \
+                         attention probabilities kept for backward (and a byte per element of dropout mask), the scores while \
+                         they are computed and two such matrices in backward: a lower bound (the one compiled manual-attention \
+                         config measured, on an H200, needed 13% more in its training step)"
                     .into(),
             });
         }

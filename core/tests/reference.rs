@@ -181,6 +181,25 @@ fn compile_model_stays_close_to_its_three_rows() {
     }
 }
 
+/// The compile model out of sample: seven configs drawn at random and measured on an H200
+/// (README: Accuracy). Its flash-attention training steps stay within 2.5% (they are within
+/// 1.6%; three fp32 ones were 16-22% low before the model held a fourth B*T*V tensor in
+/// float32) and their evals within 5% (3.8%); with manual attention its figure is a lower bound.
+#[test]
+fn compile_model_holds_out_of_sample_flash_steps_and_bounds_manual_attention() {
+    let rows = comparisons();
+    let compiled: Vec<_> = rows.iter().filter(|c| c.file == "cuda-h200-compiled-seed43.json").collect();
+    assert!(compiled.len() >= 7 * 6, "{} comparisons", compiled.len());
+    for c in compiled.iter().filter(|c| c.window == "train" || c.window == "eval") {
+        if c.id.ends_with("-manual") {
+            assert!(c.predicted <= c.measured, "{} {}: {:+.2}% is no lower bound", c.id, c.window, c.rel_error() * 100.0);
+        } else {
+            let allowed = if c.window == "train" { 0.025 } else { 0.05 };
+            assert!(c.rel_error().abs() <= allowed, "{} {}: {:+.2}% (allowed {allowed})", c.id, c.window, c.rel_error() * 100.0);
+        }
+    }
+}
+
 /// The target is for the training step and the eval; the other two allocated windows
 /// decide a verdict just as well (the GPT-2 batch-64 report runs out in the eval before the
 /// first step), so they are held too, at their own limits just above the README's worst
