@@ -985,10 +985,37 @@ mod rank {
     pub const TINY_SPLIT: u8 = 8;
     /// Fits by the allocator's packing of one batch size: worth checking on the card.
     pub const PACKING: u8 = 9;
+    /// Another split of the same width into heads (or a width a few units off): the model
+    /// learns with other heads, but SDPA's fused kernel replaces its math path.
+    pub const ALIGNED_HEADS: u8 = 10;
     /// Changes what is measured or learned.
-    pub const SHORTER_EVAL: u8 = 10;
-    pub const SHORTER_CONTEXT: u8 = 11;
-    pub const SMALLER_MODEL: u8 = 12;
+    pub const SHORTER_EVAL: u8 = 11;
+    pub const SHORTER_CONTEXT: u8 = 12;
+    pub const SMALLER_MODEL: u8 = 13;
+}
+
+/// For flash attention that runs SDPA's math path on `gpu` (a head size no fused kernel
+/// takes), the nearest config whose heads one does: the same n_embd split into the nearest
+/// number of heads that works (the more heads of two as near), else n_embd rounded down (up only below one head of the
+/// alignment) to a multiple of n_head heads of it. None where no math path runs.
+fn aligned_heads(cfg: &Config, gpu: &Gpu) -> Option<Config> {
+    let target = gpu.target();
+    if !sim::sdpa_runs_math(cfg, &target) {
+        return None;
+    }
+    let works = |c: &Config| c.validate().is_ok() && !sim::sdpa_runs_math(c, &target);
+    let by_heads = (1..=cfg.n_embd.min(256))
+        .filter(|&h| cfg.n_embd.is_multiple_of(h))
+        .map(|n_head| Config { n_head, ..cfg.clone() })
+        .filter(&works)
+        .min_by_key(|c| (c.n_head.abs_diff(cfg.n_head), std::cmp::Reverse(c.n_head)));
+    by_heads.or_else(|| {
+        // The alignment SDPA's fused kernels need here: 4 in fp32, 8 in bf16/fp16.
+        let align = if cfg.dtype == Dtype::Float32 { 4 } else { 8 };
+        let head = cfg.n_embd / cfg.n_head.max(1);
+        let aligned = (head / align * align).max(align);
+        Some(Config { n_embd: aligned * cfg.n_head, ..cfg.clone() }).filter(&works)
+    })
 }
 
 /// Fixes that fit in rank order (stable), then those that do not, the lowest need first (sorted
@@ -1400,6 +1427,35 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
         );
     }
 
+    // 7b. Heads SDPA's fused kernels take, where its math path keeps (B,H,T,T) matrices.
+    if let Some(aligned) = aligned_heads(cfg, gpu) {
+        let head = aligned.n_embd / aligned.n_head;
+        let (title, what) = if aligned.n_embd == cfg.n_embd {
+            (format!("n_head = {}", aligned.n_head), "the same parameters in other heads".to_string())
+        } else {
+            (
+                format!("n_embd = {}", aligned.n_embd),
+                format!(
+                    "a model {} wide: {} instead of {} parameters",
+                    aligned.n_embd,
+                    params::count(&aligned).printed_millions(),
+                    params::count(cfg).printed_millions()
+                ),
+            )
+        };
+        push(
+            rank::ALIGNED_HEADS,
+            title,
+            format!(
+                "{what}; heads of {head}, which scaled_dot_product_attention's fused kernels take, instead of {} (its math path \
+                 keeps float32 (B,H,T,T) matrices)",
+                cfg.n_embd / cfg.n_head.max(1)
+            ),
+            aligned,
+            None,
+        );
+    }
+
     // 8. Last resort: fewer layers.
     if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, &|l| Config { n_layer: l, ..cfg.clone() }) {
         let smaller = Config { n_layer: l, ..cfg.clone() };
@@ -1793,6 +1849,35 @@ mod tests {
             ["nvidia_smi_bytes", "peak_reserved_bytes", "usable_bytes", "workspace"]
         );
         assert_eq!(estimated("t4", Config { batch_size: 2, ..t4_manual }), ["nvidia_smi_bytes", "usable_bytes", "workspace"]);
+    }
+
+    /// Where SDPA runs its math path, a fix splits the width into heads a fused kernel takes:
+    /// other heads of the same width where some exist (bf16, 2 heads of 300: 3 of 200), else
+    /// the nearest width below (fp32, 6 heads of 65: 6 of 64); its need drops by the (B,H,T,T)
+    /// matrices. Aligned heads get no such fix.
+    #[test]
+    fn the_math_path_gets_a_fix_with_heads_a_fused_kernel_takes() {
+        let base = Config { n_layer: 6, block_size: 1024, vocab_size: 65, compile: false, ..Config::default() };
+        let cases = [
+            (Config { n_head: 6, n_embd: 390, batch_size: 48, dtype: crate::Dtype::Float32, ..base.clone() }, "n_embd = 384", (6, 384)),
+            (Config { n_head: 2, n_embd: 600, batch_size: 64, ..base.clone() }, "n_head = 3", (3, 600)),
+        ];
+        let gpu = Gpu::find("rtx-4070").unwrap();
+        for (cfg, title, (n_head, n_embd)) in cases {
+            assert!(sim::sdpa_runs_math(&cfg, &gpu.target()), "{cfg:?}");
+            let p = plan(&req(cfg.clone())).unwrap();
+            assert!(!p.cards[0].fits, "{cfg:?}");
+            let fix = p.fixes.as_deref().unwrap().iter().find(|f| f.title == title).unwrap_or_else(|| panic!("{title}: {:?}", p.fixes));
+            assert_eq!((fix.config.n_head, fix.config.n_embd), (n_head, n_embd));
+            assert!(!sim::sdpa_runs_math(&fix.config, &gpu.target()));
+            // Most of the attention matrices' bytes go: at least one fp32 (B,H,T,T) per layer.
+            let bhtt = cfg.batch_size as u64 * cfg.n_head as u64 * 1024 * 1024 * 4;
+            assert!(fix.needed_bytes + 6 * bhtt < p.cards[0].needed_bytes, "{fix:?}");
+        }
+        let aligned = Config { n_head: 6, n_embd: 384, batch_size: 128, dtype: crate::Dtype::Float32, ..base };
+        let p = plan(&req(aligned)).unwrap();
+        assert!(!p.cards[0].fits);
+        assert!(!p.fixes.as_deref().unwrap().iter().any(|f| f.title.starts_with("n_head") || f.title.starts_with("n_embd")));
     }
 
     #[test]
