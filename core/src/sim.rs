@@ -1857,8 +1857,12 @@ impl<'c, 't> Run<'c, 't> {
                 s.att_for_matmul = Id::NONE;
             }
         }
-        // y.transpose(1, 2).contiguous(): a real copy (unless already contiguous), which
-        // c_proj keeps.
+        self.heads_side_by_side(d, s, y, saved)
+    }
+
+    /// `y.transpose(1, 2).contiguous()` of attention's (B,H,T,hs) output `y`: a real copy
+    /// (unless already contiguous), which c_proj keeps as its input.
+    fn heads_side_by_side(&mut self, d: &Dims, s: &mut BlockSaved, y: Id, saved: Category) -> Id {
         if d.y_transposes_in_place() {
             self.mem.recategorize(y, saved);
             s.y_contig = y;
@@ -1994,15 +1998,7 @@ impl<'c, 't> Run<'c, 't> {
             s.att_for_matmul = Id::NONE;
             (s.q_copy, s.kt_copy) = (Id::NONE, Id::NONE);
         }
-        // y.transpose(1, 2).contiguous(): c_proj's input.
-        if d.y_transposes_in_place() {
-            self.mem.recategorize(y, saved);
-            s.y_contig = y;
-        } else {
-            s.y_contig = self.mem.alloc(d.btc() * d.cb, saved);
-            self.mem.free(y);
-        }
-        s.y_contig
+        self.heads_side_by_side(d, s, y, saved)
     }
 
     fn upcasts_before_fp32_softmax(&self, d: &Dims) -> bool {
