@@ -4602,7 +4602,12 @@ mod term_tests {
     /// Runs the loop up to the end of the first micro-step's forward of the steady iteration
     /// and returns the live breakdown there.
     fn after_forward(c: &Config) -> [u64; CATEGORY_COUNT] {
-        let mut run = Run::new(c, Target::cpu_trace(), None);
+        after_forward_on(c, Target::cpu_trace())
+    }
+
+    /// [`after_forward`] on `target`.
+    fn after_forward_on(c: &Config, target: Target) -> [u64; CATEGORY_COUNT] {
+        let mut run = Run::new(c, target, None);
         run.fold = false;
         run.init();
         run.estimate_loss();
@@ -4647,18 +4652,8 @@ mod term_tests {
     /// were predicted up to 89% low.
     #[test]
     fn sdpa_math_fallback_saves_fp32_attention_matrices() {
-        let on_gpu = |c: &Config| {
-            let mut run = Run::new(c, crate::device::Gpu::find("h100-80gb").unwrap().target(), None);
-            run.fold = false;
-            run.init();
-            run.estimate_loss();
-            run.iteration();
-            let h = run.forward(Mode::Train);
-            run.mem.free(run.logits);
-            run.mem.free(run.loss);
-            (run.logits, run.loss) = (h.logits, h.loss);
-            run.mem.live[Category::SavedActivations.index()]
-        };
+        let h100 = crate::device::Gpu::find("h100-80gb").unwrap().target();
+        let on_gpu = |c: &Config| after_forward_on(c, h100)[Category::SavedActivations.index()];
         let (b, t, l) = (4u64, 128u64, 3u64);
         // float32, 4 heads of 63: every fused kernel wants a multiple of 4.
         let fp32 = Config { dtype: Dtype::Float32, n_embd: 252, ..cfg() };
