@@ -996,8 +996,9 @@ mod rank {
 
 /// For flash attention that runs SDPA's math path on `gpu` (a head size no fused kernel
 /// takes), the nearest config whose heads one does: the same n_embd split into the nearest
-/// number of heads that works (the more heads of two as near), else n_embd rounded down (up only below one head of the
-/// alignment) to a multiple of n_head heads of it. None where no math path runs.
+/// number of heads that works (the more heads of two as near), else the nearest head size
+/// below (above only where none below works) in as many heads. Both searches ask
+/// `sim::sdpa_runs_math`, so the kernels' rule lives there alone. None where no math path runs.
 fn aligned_heads(cfg: &Config, gpu: &Gpu) -> Option<Config> {
     let target = gpu.target();
     if !sim::sdpa_runs_math(cfg, &target) {
@@ -1010,11 +1011,8 @@ fn aligned_heads(cfg: &Config, gpu: &Gpu) -> Option<Config> {
         .filter(&works)
         .min_by_key(|c| (c.n_head.abs_diff(cfg.n_head), std::cmp::Reverse(c.n_head)));
     by_heads.or_else(|| {
-        // The alignment SDPA's fused kernels need here: 4 in fp32, 8 in bf16/fp16.
-        let align = if cfg.dtype == Dtype::Float32 { 4 } else { 8 };
         let head = cfg.n_embd / cfg.n_head.max(1);
-        let aligned = (head / align * align).max(align);
-        Some(Config { n_embd: aligned * cfg.n_head, ..cfg.clone() }).filter(&works)
+        (1..head).rev().chain(head + 1..=head + 8).map(|hs| Config { n_embd: hs * cfg.n_head, ..cfg.clone() }).find(&works)
     })
 }
 

@@ -1021,13 +1021,6 @@ impl Dims {
     fn head_grads_unfold_in_place(&self) -> bool {
         self.h == 1 || self.t == 1
     }
-    /// SDPA's math path scales q and k into new tensors laid out as their (B, T, H, hs) views
-    /// (elementwise ops keep the order of the strides; so does autocast's upcast, `_to_copy`'s
-    /// `infer_dense_strides`), so `matmul` copies them and v as the manual path does unless
-    /// the heads fold.
-    fn math_copies_heads(&self) -> bool {
-        !self.heads_fold_into_batch()
-    }
     /// Where the math path's bmm saves a view of v itself (fp32, heads folding), which keeps
     /// c_attn's output alive until the backward.
     fn math_saves_v_view(&self) -> bool {
@@ -1257,7 +1250,7 @@ impl<'c, 't> Run<'c, 't> {
         Run {
             cfg,
             target,
-            sdpa_math: Dims::new(cfg, Mode::Train).sdpa_runs_math(&target),
+            sdpa_math: sdpa_runs_math(cfg, &target),
             fold: true,
             param_tensors,
             param_bytes,
@@ -1883,7 +1876,11 @@ impl<'c, 't> Run<'c, 't> {
     fn math_attention(&mut self, d: &Dims, s: &mut BlockSaved, graph: bool) -> Id {
         let saved = if graph { Category::SavedActivations } else { Category::Temporaries };
         let tmp = Category::Temporaries;
-        let copies = d.math_copies_heads();
+        // q and k scaled are new tensors laid out as their (B, T, H, hs) views (elementwise ops
+        // keep the order of the strides; so does autocast's upcast, `_to_copy`'s
+        // `infer_dense_strides`), so `matmul` copies them and v as the manual path does unless
+        // the heads fold.
+        let copies = !d.heads_fold_into_batch();
         // bmm saves q and k scaled (views) unless it needs copies of them.
         let scaled_cat = if copies { tmp } else { saved };
         // Under autocast: q, k, v upcast to fp32 (allow_fp16_bf16_reduction_math_sdp is off
