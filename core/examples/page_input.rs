@@ -1,6 +1,7 @@
 //! What the page computes on each slider input, natively and without drawing: a plan without
-//! fixes and the timeline, for one of the page bench's eager configs, the batch moving one step
-//! back and forth as `tests/e2e/bench.mjs` moves it. For counting instructions per input
+//! fixes (its largest-batch search remembered across inputs, as the page keeps it) and the
+//! timeline, for one of the page bench's eager configs, the batch moving one step back and forth
+//! as `tests/e2e/bench.mjs` moves it. For counting instructions per input
 //! (the batch series' fast simulations, about 40 of a few microseconds each, are left out):
 //!
 //! ```text
@@ -33,11 +34,13 @@ fn main() {
         std::process::exit(2);
     };
     let gpu = device::default_gpu();
+    // The page keeps one across inputs: the batch's steps reuse the largest-batch search.
+    let mut memo = plan::SearchMemo::default();
     for i in 0..inputs {
         let c = Config { batch_size: cfg.batch_size + i % 2, ..cfg.clone() };
         if part != "timeline" {
             let request = plan::PlanRequest { config: c.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
-            black_box(plan::plan(black_box(&request)).map(|p| p.cards[0].needed_bytes).unwrap_or(0));
+            black_box(plan::plan_remembering(black_box(&request), &mut memo).map(|p| p.cards[0].needed_bytes).unwrap_or(0));
         }
         if part != "plan" {
             black_box(sim::timeline(black_box(&c), &gpu.target()).len());

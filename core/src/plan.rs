@@ -9,6 +9,7 @@ use crate::device::{Gpu, Source};
 use crate::params::{self, ParamCounts};
 use crate::sim::{self, Breakdown, Peak, Phase, Simulation};
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 
 /// Version of the JSON document `vramfit plan --json` prints; bumped on breaking changes.
 // 2: `fixes` is null when not computed (it was an empty list, read as "none needed"); a
@@ -397,7 +398,7 @@ fn check_exact(cfg: &Config, gpu: &Gpu, available: u64) -> ExactCheck {
 }
 
 /// What [`check_exact_needs`] found.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct ExactFound {
     check: ExactCheck,
     /// The config's needs, when it fits.
@@ -461,13 +462,15 @@ struct Search<'g> {
     /// (its [`Lasting`]): the plan asks that of its largest batch anyway, and the search's own
     /// simulation of it is then the start of that continuation.
     with_later: bool,
+    /// Exact checks of this config at other batches, from earlier plans (see [`SearchMemo`]).
+    memo: Option<&'g RefCell<Vec<(u32, ExactFound)>>>,
 }
 
 impl<'g> Search<'g> {
     /// `need` is the exact need of `cfg` itself (the caller has it already).
     fn calibrated(cfg: &Config, gpu: &'g Gpu, other_usage: u64, need: u64) -> Search<'g> {
         let available = gpu.usable_bytes.saturating_sub(other_usage);
-        Search { gpu, available, start_fast: fast_peak(cfg, gpu), start_need: need, with_later: false }
+        Search { gpu, available, start_fast: fast_peak(cfg, gpu), start_need: need, with_later: false, memo: None }
     }
 
     /// The largest `v` in `lo..=hi` for which `make(v)` fits by the exact simulation and
@@ -494,7 +497,6 @@ impl<'g> Search<'g> {
     /// its [`BatchNeeds`] and [`Lasting`] (`None` when the answer is `start`, whose simulation
     /// the caller has).
     fn largest_found(&self, lo: u32, hi: u32, start: Option<u32>, make: &dyn Fn(u32) -> Config) -> Option<(u32, ExactFound)> {
-        use std::cell::RefCell;
         if lo > hi {
             return None;
         }
@@ -524,7 +526,14 @@ impl<'g> Search<'g> {
             if let Some(&(_, found)) = exact_seen.borrow().iter().find(|(x, _)| *x == v) {
                 return found.check;
             }
-            let found = check_exact_needs(&make(v), self.gpu, self.available, self.with_later);
+            let remembered = self.memo.and_then(|m| m.borrow().iter().find(|(x, _)| *x == v).map(|(_, f)| *f));
+            let found = remembered.unwrap_or_else(|| {
+                let found = check_exact_needs(&make(v), self.gpu, self.available, self.with_later);
+                if let Some(m) = self.memo {
+                    m.borrow_mut().push((v, found));
+                }
+                found
+            });
             exact_seen.borrow_mut().push((v, found));
             found.check
         };
@@ -538,6 +547,14 @@ impl<'g> Search<'g> {
             let ok = |y: u64| (y as f64 * ratio) as u64 + self.gpu.context_bytes <= self.available;
             largest_by_interpolation(lo, hi, room as f64 / ratio, fast, ok).unwrap_or(lo)
         };
+        let start_fits = start.filter(|_| self.start_need <= self.available);
+        // A batch needs at least its fast peak (the allocated bytes as requested) and the
+        // context: the exact simulation adds the allocator's rounding and reserve to the same
+        // tensors. Where that passes the room at `lo`, no exact simulation can find a batch
+        // that fits (GPT-2 1.5B on a 12 GB card: its batch 1 would cost a nearly full one).
+        if start_fits.is_none() && fast(lo).is_none_or(|y| y.saturating_add(self.gpu.context_bytes) > self.available) {
+            return None;
+        }
         let mut v = fast_search(1.0);
         if let (Some(Err(need)), Some(peak)) = (exact(v), fast(v)) {
             // Too big: below it, by the reserve per byte it had reached.
@@ -562,7 +579,6 @@ impl<'g> Search<'g> {
             steps += 1;
             below = Some(v);
         }
-        let start_fits = start.filter(|_| self.start_need <= self.available);
         v = match (below, start_fits) {
             // The starting config fits above the boundary found (the need is not monotone):
             // "the largest that fits" must not be smaller than what the user has, so the
@@ -671,8 +687,40 @@ fn largest_micro_batch_with_need(cfg: &Config, gpu: &Gpu, other_usage: u64, need
     search.largest(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() })
 }
 
+/// What a plan's largest-batch search simulated, kept for the next plan of the same config at
+/// another batch size: dragging the batch slider changes the config but not its largest batch,
+/// whose search is most of a plan's work (the page keeps one of these across inputs). Every
+/// entry is a pure function of the config less its batch size, the card, the room and the batch,
+/// so a plan that finds its checks here is the plan a fresh search gives. It holds one config at
+/// a time: a plan of any other setting starts it afresh.
+#[derive(Clone, Debug, Default)]
+pub struct SearchMemo {
+    /// The config with `batch_size` 0, the card and the room the entries belong to.
+    key: Option<(Config, Gpu, u64)>,
+    /// The search's exact checks by batch, each continued (the plan's search asks that).
+    checks: Vec<(u32, ExactFound)>,
+    /// Whether a batch keeps fitting past the two simulated iterations ([`largest_lasting`]).
+    lasting: Vec<(u32, Lasting)>,
+}
+
+impl SearchMemo {
+    /// Empties the memo unless it belongs to this config (at any batch), card and room.
+    fn keep_for(&mut self, cfg: &Config, gpu: &Gpu, available: u64) {
+        let key = (Config { batch_size: 0, ..cfg.clone() }, gpu.clone(), available);
+        if self.key.as_ref() != Some(&key) {
+            *self = SearchMemo { key: Some(key), ..SearchMemo::default() };
+        }
+    }
+}
+
 /// Computes the whole answer.
 pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
+    plan_remembering(req, &mut SearchMemo::default())
+}
+
+/// [`plan`], reusing and extending what earlier plans of the same config at other batch sizes
+/// simulated in their largest-batch searches. The answer is [`plan`]'s.
+pub fn plan_remembering(req: &PlanRequest, memo: &mut SearchMemo) -> Result<Plan, ConfigError> {
     let cfg = &req.config;
     cfg.validate()?;
     let default_gpu;
@@ -698,7 +746,9 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let need = needed(&sim, primary).0;
     // The search continues the batches it finds to fit: the largest one's continuation is
     // asked for below, and goes on from the search's simulation of it.
-    let search = Search { with_later: true, ..Search::calibrated(cfg, primary, req.other_usage_bytes, need) };
+    memo.keep_for(cfg, primary, available);
+    let (checks, lasting_seen) = (RefCell::new(std::mem::take(&mut memo.checks)), RefCell::new(std::mem::take(&mut memo.lasting)));
+    let search = Search { with_later: true, memo: Some(&checks), ..Search::calibrated(cfg, primary, req.other_usage_bytes, need) };
     let largest_found =
         search.largest_found(1, crate::config::MAX_BATCH, Some(cfg.batch_size), &|b| Config { batch_size: b, ..cfg.clone() });
     let largest = largest_found.and_then(|(b, found)| found.check.and_then(Result::ok).map(|need| (b, need)));
@@ -710,8 +760,9 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, ConfigError> {
     let fixes = req.with_fixes.then(|| fixes_given(cfg, primary, req.other_usage_bytes, need, Largest::Known(largest)));
     let largest_lasting_micro_batch = largest_found.and_then(|(b, found)| {
         let known = found.lasting.or_else(|| (b == cfg.batch_size).then(|| lasting(&sim, later_reserve, primary, available)));
-        largest_lasting(cfg, primary, available, b, known)
+        largest_lasting(cfg, primary, available, b, known, &lasting_seen)
     });
+    (memo.checks, memo.lasting) = (checks.into_inner(), lasting_seen.into_inner());
     let later = later_reserve.map(|l| {
         let nvidia_smi_bytes = l.reserved_bytes + primary.context_bytes;
         let fits = nvidia_smi_bytes <= available;
@@ -802,23 +853,28 @@ fn lasting_of(cfg: &Config, gpu: &Gpu, available: u64) -> Lasting {
 /// (`known`: its [`Lasting`], if known), the largest micro-batch below it that keeps fitting:
 /// galloping down, then bisecting (the need is not monotone near the card, so the answer keeps
 /// fitting but a larger one might too). `None` where `largest` keeps fitting.
-fn largest_lasting(cfg: &Config, gpu: &Gpu, available: u64, largest: u32, known: Option<Lasting>) -> Option<LastingMicroBatch> {
-    use std::cell::RefCell;
-    let Lasting::RunsOut(iteration, in_eval) =
-        known.unwrap_or_else(|| lasting_of(&Config { batch_size: largest, ..cfg.clone() }, gpu, available))
-    else {
-        return None;
-    };
-    let seen: RefCell<Vec<(u32, Lasting)>> = RefCell::new(Vec::new());
-    let keeps = |b: u32| {
+/// `seen`: what is known of batches of this config (earlier plans', see [`SearchMemo`]); what
+/// this simulates is added to it.
+fn largest_lasting(
+    cfg: &Config,
+    gpu: &Gpu,
+    available: u64,
+    largest: u32,
+    known: Option<Lasting>,
+    seen: &RefCell<Vec<(u32, Lasting)>>,
+) -> Option<LastingMicroBatch> {
+    let lasting_at = |b: u32| {
         let found = seen.borrow().iter().find(|(x, _)| *x == b).map(|(_, l)| *l);
-        let l = found.unwrap_or_else(|| {
+        found.unwrap_or_else(|| {
             let l = lasting_of(&Config { batch_size: b, ..cfg.clone() }, gpu, available);
             seen.borrow_mut().push((b, l));
             l
-        });
-        matches!(l, Lasting::Keeps(_))
+        })
     };
+    let Lasting::RunsOut(iteration, in_eval) = known.unwrap_or_else(|| lasting_at(largest)) else {
+        return None;
+    };
+    let keeps = |b: u32| matches!(lasting_at(b), Lasting::Keeps(_));
     // Down from the largest in doubling steps until a batch keeps fitting (the answer is
     // usually a few percent below), then bisect between it and the last one that did not.
     let (mut bad, mut step) = (largest, 1);
@@ -2097,6 +2153,109 @@ mod tests {
         let b = largest_micro_batch(&with(331), &gpu, 0).unwrap();
         assert!(b < 329 && fits_full(b) && !fits_full(b + 1), "{b}");
         assert_eq!(largest_micro_batch(&with(1), &gpu, 0), Some(b));
+    }
+
+    #[test]
+    fn a_remembered_search_answers_as_a_fresh_one() {
+        // One memo across plans as the page makes them: the batch moving up and down (starts
+        // that fit below the answer, at it, above it where the need is not monotone, and that do
+        // not fit), another card, another setting and back. Each plan must be the fresh one.
+        let eager_bf16 = |n_layer, n_embd, block_size, vocab_size, ga| Config {
+            n_layer,
+            n_head: 8,
+            n_embd,
+            block_size,
+            vocab_size,
+            gradient_accumulation_steps: ga,
+            dtype: Dtype::Bfloat16,
+            compile: false,
+            ..Config::default()
+        };
+        let manual_char = Config { attention: crate::config::Attention::Manual, compile: false, ..Config::shakespeare_char() };
+        let cases = [
+            (Config { compile: false, gradient_accumulation_steps: 5, ..Config::default() }, "rtx-4070", vec![5, 6, 9, 8, 7, 1, 12]),
+            // Not monotone on a T4: 330 fits, 329 and 331 do not, and the answer from 330 is 330
+            // (`a_fitting_start_is_kept_when_the_search_falls_back_to_bisection`).
+            (manual_char, "t4", vec![331, 330, 329, 1, 330, 331]),
+            // Its largest batch (120) runs out of memory a few steps later: the search for the
+            // largest that keeps fitting is remembered too.
+            (eager_bf16(6, 768, 512, 65, 2), "rtx-4070", vec![4, 130, 121, 5, 4]),
+            // Nothing fits.
+            (Config { n_layer: 48, n_head: 25, n_embd: 1600, compile: false, ..Config::default() }, "rtx-4070", vec![12, 13, 1]),
+        ];
+        let mut memo = SearchMemo::default();
+        for (cfg, card, batches) in &cases {
+            let gpu = Gpu::find(card).unwrap();
+            // The same room on a Hopper card (a larger cuBLAS workspace), that card with other
+            // programs holding 1.5 GB, and a larger card.
+            let hopper = Gpu { id: format!("{card}-as-sm90"), compute_capability: (9, 0), ..gpu.clone() };
+            for (gpu, other_usage_bytes) in [(gpu, 0), (hopper.clone(), 0), (hopper, 1500 << 20), (Gpu::find("rtx-4090").unwrap(), 0)] {
+                for (i, &b) in batches.iter().enumerate() {
+                    let request = PlanRequest {
+                        config: Config { batch_size: b, ..cfg.clone() },
+                        gpus: vec![gpu.clone()],
+                        other_usage_bytes,
+                        with_fixes: false,
+                    };
+                    let (checks_before, lasting_before) = (memo.checks.len(), memo.lasting.len());
+                    let remembered = plan_remembering(&request, &mut memo).unwrap();
+                    assert_eq!(remembered, plan(&request).unwrap(), "{}, {other_usage_bytes} B used, batch {b}, {cfg:?}", gpu.id);
+                    // A start that does not fit repeats the earlier searches, but for at most one
+                    // batch: an earlier start that did not fit, which its search took as a miss
+                    // without simulating it.
+                    if i > 0 && remembered.cards[0].needed_bytes > remembered.cards[0].available_bytes {
+                        assert!(memo.checks.len() <= checks_before + 1, "{}, batch {b}: simulated again", gpu.id);
+                        assert_eq!(memo.lasting.len(), lasting_before, "{}, batch {b}: continued again", gpu.id);
+                    }
+                    // Where no batch fits, batch 1's fast peak says so: no exact check ran.
+                    if remembered.largest_micro_batch.is_none() {
+                        assert!(memo.checks.is_empty(), "{}, batch {b}", gpu.id);
+                    }
+                }
+            }
+        }
+        // Another setting empties it; the answer is still the fresh one.
+        let request = PlanRequest { config: Config { n_layer: 11, batch_size: 6, ..cases[0].0.clone() }, ..req(cases[0].0.clone()) };
+        let request = PlanRequest { with_fixes: false, ..request };
+        assert_eq!(plan_remembering(&request, &mut memo).unwrap(), plan(&request).unwrap());
+        assert!(memo.key.as_ref().is_some_and(|k| k.0.n_layer == 11));
+    }
+
+    #[test]
+    fn a_batch_needs_at_least_its_fast_peak_and_the_context() {
+        // The search rules out every batch when batch 1's fast peak and the context pass the
+        // room: that needs the exact need to be at least those, whatever the config and card.
+        let shapes = [(2, 2, 128, 64, 65), (6, 6, 384, 256, 65), (12, 12, 768, 1024, 50304), (4, 5, 320, 512, 50304)];
+        for (n_layer, n_head, n_embd, block_size, vocab_size) in shapes {
+            for dtype in [Dtype::Float32, Dtype::Float16, Dtype::Bfloat16] {
+                for (attention, compile, checkpoint) in [
+                    (crate::config::Attention::Flash, false, false),
+                    (crate::config::Attention::Manual, false, true),
+                    (crate::config::Attention::Flash, true, false),
+                ] {
+                    for (card, batch) in [("rtx-3060", 1), ("t4", 3), ("h100-80gb", 8)] {
+                        let gpu = Gpu::find(card).unwrap();
+                        let cfg = Config {
+                            n_layer,
+                            n_head,
+                            n_embd,
+                            block_size,
+                            vocab_size,
+                            batch_size: batch,
+                            dtype,
+                            attention,
+                            compile,
+                            activation_checkpointing: checkpoint,
+                            dropout: 0.1,
+                            gradient_accumulation_steps: 2,
+                            ..Config::default()
+                        };
+                        let need = need_exact(&cfg, &gpu).unwrap();
+                        assert!(need >= fast_peak(&cfg, &gpu) + gpu.context_bytes, "{card}: {need}, {cfg:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

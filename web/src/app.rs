@@ -1,7 +1,8 @@
 //! The page's components: controls, verdict, charts, fixes, share / export / import.
 //!
 //! One signal holds the whole state (a [`LinkState`]); everything else derives from it:
-//! - `computed` (a memo): core's plan without fixes plus the chart data ([`model::compute`]);
+//! - `computed` (a memo): core's plan without fixes plus the chart data
+//!   ([`model::compute_remembering`], whose search reuses the last input's when only the batch moved);
 //! - one effect draws the three charts into their containers and sets the performance mark
 //!   `vramfit:charts` (what `scripts/bench-page` times);
 //! - one effect writes the link into the address bar with `history.replaceState`;
@@ -676,7 +677,11 @@ pub fn App() -> impl IntoView {
     // What choosing a checkpoint cut short (the block), with the config it gave: shown while the
     // config is still that one.
     let crop_notice = RwSignal::new(None::<(String, Config)>);
-    let computed = Memo::new(move |_| state.with(model::compute));
+    // What the last plans' largest-batch searches simulated: a batch slider's steps share it.
+    let search_memo = StoredValue::new(vramfit_core::plan::SearchMemo::default());
+    let computed = Memo::new(move |_| {
+        state.with(|s| search_memo.try_update_value(|m| model::compute_remembering(s, m)).unwrap_or_else(|| model::compute(s)))
+    });
     let notes_open = RwSignal::new(false);
     // Every chart's figures rest on the same terms as the need: marked where one is an estimate.
     let chart_estimate =

@@ -391,8 +391,14 @@ pub fn request(state: &LinkState) -> PlanRequest {
 
 /// The plan and chart data for a state, or the config's error as one line.
 pub fn compute(state: &LinkState) -> Result<Computed, String> {
+    compute_remembering(state, &mut plan::SearchMemo::default())
+}
+
+/// [`compute`], the largest-batch search reusing what the last state's did when only the
+/// batch size moved (the page keeps `memo` across inputs; the answer is the same).
+pub fn compute_remembering(state: &LinkState, memo: &mut plan::SearchMemo) -> Result<Computed, String> {
     let req = request(state);
-    let plan = plan::plan(&req).map_err(|e| e.to_string())?;
+    let plan = plan::plan_remembering(&req, memo).map_err(|e| e.to_string())?;
     let gpu = req.gpus[0].clone();
     let series = batch_series(&req.config, &gpu, &plan);
     let timeline = reduce_timeline(&sim::timeline(&req.config, &gpu.target()), 400);
