@@ -999,8 +999,7 @@ pub fn keeping_pretrained_shape(fixes: Vec<Fix>, cfg: &Config) -> Vec<Fix> {
 /// [`fixes`] for a plan's config on its first card, reusing what the plan computed (its need
 /// and largest micro-batch) instead of simulating them again.
 pub fn fixes_of(plan: &Plan, gpu: &Gpu, other_usage: u64) -> Vec<Fix> {
-    let Some(card) = plan.cards.first() else { return Vec::new() };
-    fixes_given(&plan.config, gpu, other_usage, card.needed_bytes, Largest::Batch(plan.largest_micro_batch))
+    FixesInSteps::of(plan, gpu, other_usage).finish()
 }
 
 /// What a fixes computation knows of the config's largest micro-batch.
@@ -1102,61 +1101,186 @@ const BUSY_MICRO_BATCH_TOKENS: u64 = 4096;
 /// [`fixes`] when the config's exact need (`current`) is known: [`fixes_by_rank`], each fix
 /// that fits continued past the two simulated iterations (see [`RunsOut`]).
 fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
-    let available = gpu.usable_bytes.saturating_sub(other_usage);
-    let mut fixes = fixes_by_rank(cfg, gpu, other_usage, current, largest);
-    for f in fixes.iter_mut() {
-        f.needed_is_estimate = need_is_estimate(&notes(&f.config, gpu));
-        f.close_call = close_call(available as i64 - f.needed_bytes as i64, f.needed_bytes, f.needed_is_estimate);
+    FixesInSteps::new(Some(FixWork::new(cfg, gpu, other_usage, current, largest)), gpu, other_usage).finish()
+}
+
+/// A fixes computation its caller runs a step at a time ([`FixesInSteps::step`]), free to do
+/// other work between steps: each is a search, a few exact simulations, or the continuation of
+/// one fix that fits, where a whole list can take tens of them. The page runs one step per task
+/// of the browser's event loop, so input and paint never wait for a whole list. The list is
+/// [`fixes_of`]'s.
+pub struct FixesInSteps {
+    /// The kinds of fix still being looked for; `None` once they are ranked into `listed`.
+    work: Option<FixWork>,
+    gpu: Gpu,
+    available: u64,
+    listed: Vec<Fix>,
+    /// How far into `listed` the fixes that fit have been continued.
+    continued: usize,
+}
+
+impl FixesInSteps {
+    /// [`fixes_of`] in steps.
+    pub fn of(plan: &Plan, gpu: &Gpu, other_usage: u64) -> FixesInSteps {
+        let work = plan
+            .cards
+            .first()
+            .map(|card| FixWork::new(&plan.config, gpu, other_usage, card.needed_bytes, Largest::Batch(plan.largest_micro_batch)));
+        FixesInSteps::new(work, gpu, other_usage)
     }
-    for f in fixes.iter_mut().filter(|f| f.fits) {
-        if let Lasting::RunsOut(iteration, in_eval) = lasting_of(&f.config, gpu, available) {
-            f.runs_out_later = Some(RunsOut { iteration, in_eval, source: Source::Estimate });
+
+    fn new(work: Option<FixWork>, gpu: &Gpu, other_usage: u64) -> FixesInSteps {
+        let available = gpu.usable_bytes.saturating_sub(other_usage);
+        FixesInSteps { work, gpu: gpu.clone(), available, listed: Vec::new(), continued: 0 }
+    }
+
+    /// Runs the next step: the list once the last has run (empty if asked again).
+    pub fn step(&mut self) -> Option<Vec<Fix>> {
+        let (gpu, available) = (&self.gpu, self.available);
+        if let Some(work) = &mut self.work {
+            if work.step() {
+                self.listed = self.work.take().map(FixWork::ranked).unwrap_or_default();
+                for f in self.listed.iter_mut() {
+                    f.needed_is_estimate = need_is_estimate(&notes(&f.config, gpu));
+                    f.close_call = close_call(available as i64 - f.needed_bytes as i64, f.needed_bytes, f.needed_is_estimate);
+                }
+            }
+            return None;
+        }
+        let next = self.listed.iter().skip(self.continued).position(|f| f.fits).map(|i| i + self.continued);
+        if let Some(i) = next {
+            let f = &mut self.listed[i];
+            if let Lasting::RunsOut(iteration, in_eval) = lasting_of(&f.config, gpu, available) {
+                f.runs_out_later = Some(RunsOut { iteration, in_eval, source: Source::Estimate });
+            }
+            self.continued = i + 1;
+            return None;
+        }
+        // Those that keep fitting first, then those that run out later, then those that do not
+        // fit (a stable sort: each group keeps its order). A close call keeps its rank: a fix
+        // found by a search (the longest block that fits) is one by design, and "a smaller model
+        // as the last resort" must not move above it.
+        let mut fixes = std::mem::take(&mut self.listed);
+        self.continued = 0;
+        fixes.sort_by_key(|f| (!f.fits, f.runs_out_later.is_some()));
+        Some(fixes)
+    }
+
+    /// Runs every step left: the list.
+    pub fn finish(mut self) -> Vec<Fix> {
+        loop {
+            if let Some(fixes) = self.step() {
+                return fixes;
+            }
         }
     }
-    // Those that keep fitting first, then those that run out later, then those that do not fit
-    // (a stable sort: each group keeps its order). A close call keeps its rank: a fix found by
-    // a search (the longest block that fits) is one by design, and "a smaller model as the last
-    // resort" must not move above it.
-    fixes.sort_by_key(|f| (!f.fits, f.runs_out_later.is_some()));
-    fixes
+}
+
+/// The kinds of fix [`FixWork::step`] looks for, one per step, cheapest first: 1. expandable
+/// segments, 2. a split of the same sequences, the largest micro-batch (for 2b and 5c), 2b. a
+/// split close to them, 3. a smaller eval batch, 4. checkpointing, 5. mixed precision, 5b.
+/// compile, 5c. a larger micro-batch, 6. a shorter eval context, 7. a shorter block, 7b. heads a
+/// fused kernel takes, 8. fewer layers.
+const FIX_STEPS: u8 = 13;
+
+/// A fixes computation between its steps: the config and card, what the steps found so far,
+/// and what one kind found that a later one uses. Each step is a search or a few exact
+/// simulations, so a caller that yields between them (the page) never holds input and paint for
+/// a whole list.
+struct FixWork {
+    cfg: Config,
+    gpu: Gpu,
+    other_usage: u64,
+    /// The config's exact need.
+    current: u64,
+    largest_known: Largest,
+    /// The next step.
+    next: u8,
+    /// Fixes found, with their rank.
+    out: Vec<(u8, Fix)>,
+    /// The micro-batch of the split found by step 2, if any (2b offers another only if it is tiny).
+    split_batch: Option<u32>,
+    /// The largest micro-batch that fits, with its need where a search found it.
+    largest: Option<(u32, Option<u64>)>,
+}
+
+impl FixWork {
+    fn new(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest_known: Largest) -> FixWork {
+        let cfg = cfg.clone();
+        let gpu = gpu.clone();
+        FixWork { cfg, gpu, other_usage, current, largest_known, next: 0, out: Vec::new(), split_batch: None, largest: None }
+    }
+
+    /// Runs the next step; `true` once every step has run ([`FixWork::ranked`] is then the list).
+    fn step(&mut self) -> bool {
+        let step = self.next;
+        self.next = self.next.saturating_add(1);
+        if step == 0 && self.cfg.dtype == Dtype::Bfloat16 && !self.gpu.supports_bf16() {
+            // Every fix of such a config takes fp16 first: listed in one step.
+            self.out = fixes_bf16_unsupported(&self.cfg, &self.gpu, self.other_usage, self.current);
+            self.next = FIX_STEPS;
+        } else if step == 0 && self.current <= self.gpu.usable_bytes.saturating_sub(self.other_usage) {
+            self.next = FIX_STEPS;
+        } else if step < FIX_STEPS {
+            fix_step(self, step);
+        }
+        self.next >= FIX_STEPS
+    }
+
+    /// The fixes found, ranked: those that fit by kind, cheapest first, then those that do not
+    /// by need.
+    fn ranked(self) -> Vec<Fix> {
+        ranked(self.out)
+    }
 }
 
 /// The fixes by rank: those that fit by kind, cheapest first, then those that do not by need.
 fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest: Largest) -> Vec<Fix> {
+    let mut work = FixWork::new(cfg, gpu, other_usage, current, largest);
+    while !work.step() {}
+    work.ranked()
+}
+
+/// The fixes of a bf16 config on a card without bf16: fp16 autocast (same memory) is part of
+/// every fix, since a fix that keeps bf16 fixes nothing; each title says so. All of rank 0, the
+/// fp16 list's own order kept among those that fit.
+fn fixes_bf16_unsupported(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<(u8, Fix)> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
-    if cfg.dtype == Dtype::Bfloat16 && !gpu.supports_bf16() {
-        // bf16 cannot run on this card at all: fp16 autocast (same memory) is part of every fix,
-        // since a fix that keeps bf16 fixes nothing; each title says so.
-        let fp16 = Config { dtype: Dtype::Float16, ..cfg.clone() };
-        let need = need_exact(&fp16, gpu).unwrap_or(current);
-        let dtype_fix = Fix {
-            title: format!("dtype = 'float16' ({} has no bf16)", gpu.name),
-            // The tensors are bf16's sizes; the need is fp16's own simulation, whose reserve can
-            // differ (where the allocator places them).
-            cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); its tensors take what bf16's would".into(),
-            needed_bytes: need,
-            fits: need <= available,
-            config: fp16.clone(),
-            stock_nanogpt: true,
-            runs_out_later: None,
-            needed_is_estimate: false,
-            close_call: false,
-        };
-        let mut all = vec![(0, dtype_fix)];
-        if need > available {
-            // Already ranked: keep their order among those that fit.
-            for f in fixes_by_rank(&fp16, gpu, other_usage, need, Largest::Search) {
-                let title = format!("dtype = 'float16', {}", f.title);
-                all.push((0, Fix { title, ..f }));
-            }
+
+    // bf16 cannot run on this card at all: fp16 autocast (same memory) is part of every fix,
+    // since a fix that keeps bf16 fixes nothing; each title says so.
+    let fp16 = Config { dtype: Dtype::Float16, ..cfg.clone() };
+    let need = need_exact(&fp16, gpu).unwrap_or(current);
+    let dtype_fix = Fix {
+        title: format!("dtype = 'float16' ({} has no bf16)", gpu.name),
+        // The tensors are bf16's sizes; the need is fp16's own simulation, whose reserve can
+        // differ (where the allocator places them).
+        cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); its tensors take what bf16's would".into(),
+        needed_bytes: need,
+        fits: need <= available,
+        config: fp16.clone(),
+        stock_nanogpt: true,
+        runs_out_later: None,
+        needed_is_estimate: false,
+        close_call: false,
+    };
+    let mut all = vec![(0, dtype_fix)];
+    if need > available {
+        // Already ranked: keep their order among those that fit.
+        for f in fixes_by_rank(&fp16, gpu, other_usage, need, Largest::Search) {
+            let title = format!("dtype = 'float16', {}", f.title);
+            all.push((0, Fix { title, ..f }));
         }
-        return ranked(all);
     }
-    if current <= available {
-        return Vec::new();
-    }
+    all
+}
+
+/// Step `step` of a fixes computation (see [`FIX_STEPS`] for the kinds, in order).
+fn fix_step(work: &mut FixWork, step: u8) {
+    let FixWork { cfg, gpu, other_usage, current, largest_known, out, split_batch, largest, .. } = work;
+    let (cfg, gpu, other_usage, current) = (&*cfg, &*gpu, *other_usage, *current);
+    let available = gpu.usable_bytes.saturating_sub(other_usage);
     let search = Search::calibrated(cfg, gpu, other_usage, current);
-    let mut out: Vec<(u8, Fix)> = Vec::new();
     // `need`: the fix's exact need where a search has simulated it already.
     let mut push = |rank: u8, title: String, cost: String, config: Config, need: Option<u64>| {
         if config == *cfg {
@@ -1184,41 +1308,8 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
             }
         }
     };
-
-    // 1. expandable_segments, free: the allocator keeps reserved close to allocated.
-    if !cfg.expandable_segments {
-        push(
-            rank::FREE,
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
-            "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
-            Config { expandable_segments: true, ..cfg.clone() },
-            None,
-        );
-    }
-
-    // 2. Same tokens per iteration in smaller micro-batches: B' divides B*GA. An eval batch set
-    // above B' is lowered with it when that is what it takes (the eval batch is then the worst).
+    // Shared by the splits (2 and 2b) and the costs of others.
     let tokens = cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64;
-    let split = |b: u32, eval_batch: Option<u32>| {
-        let ga = tokens / b as u64;
-        (ga <= crate::config::MAX_ACCUM as u64).then(|| Config {
-            batch_size: b,
-            gradient_accumulation_steps: ga as u32,
-            eval_batch_size: eval_batch,
-            ..cfg.clone()
-        })
-    };
-    let divisors: Vec<u32> = (1..cfg.batch_size).rev().filter(|b| tokens.is_multiple_of(*b as u64)).collect();
-    let first_fitting = |divisors: &mut dyn Iterator<Item = &u32>, eval_of: &dyn Fn(u32) -> Option<u32>| {
-        divisors
-            .map_while(|&b| split(b, eval_of(b)))
-            .find_map(|c| check_exact(&c, gpu, available).and_then(Result::ok).map(|need| (c, need)))
-    };
-    let split_fix = first_fitting(&mut divisors.iter(), &|_| cfg.eval_batch_size).or_else(|| {
-        // Micro-batches at or above the eval batch gave the same configs as above.
-        let e = cfg.eval_batch_size?;
-        first_fitting(&mut divisors.iter().filter(|&&b| b < e), &|b| Some(e.min(b)))
-    });
     // Whether a micro-batch still keeps a GPU busy (or is not much smaller than the config's).
     let busy = |b: u32| b as u64 * cfg.block_size as u64 >= BUSY_MICRO_BATCH_TOKENS || b * 4 >= cfg.batch_size;
     let split_title = |c: &Config| {
@@ -1273,260 +1364,308 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
             _ => training,
         }
     };
-    let split_batch = split_fix.as_ref().map(|(c, _)| c.batch_size);
-    if let Some((c, need)) = split_fix {
-        let rank = match (busy(c.batch_size), c.eval_batch_size != cfg.eval_batch_size) {
-            // Training and estimate_loss both slower: after a fix that slows only the latter.
-            (true, true) => rank::SPLIT_EVAL,
-            (true, false) => rank::SPLIT,
-            (false, _) => rank::TINY_SPLIT,
-        };
-        push(rank, split_title(&c), split_cost(&c), c, Some(need));
-    }
-    // The largest micro-batch that fits (searched once, for 2b and 5c).
-    let largest = match largest {
-        Largest::Search => largest_micro_batch_with_need(cfg, gpu, other_usage, current).map(|(b, n)| (b, Some(n))),
-        Largest::Batch(b) => b.map(|b| (b, None)),
-        Largest::Known(known) => known.map(|(b, n)| (b, Some(n))),
-    };
-    // 2b. When no divisor of B*GA fits and keeps the GPU busy (B*GA = 491 divides only into
-    // 1 x 491), the split that fits closest to B*GA sequences per iteration.
-    let near =
-        largest.map(|(b, _)| b).filter(|&b| b < cfg.batch_size && split_batch.is_none_or(|s| !busy(s) && b >= 2 * s)).and_then(|b_kept| {
-            // Candidates (micro-batch, accumulation): the largest micro-batch at the config's
-            // accumulation when that is 1; with accumulation, gradients stay resident between
-            // micro-steps, so micro-batches up to the largest that fits with two (the tensors are
-            // the same for any accumulation from 2 on, their placement nearly so; where the search
-            // finds none, the need is not monotone there, and up to `b_kept`, each checked
-            // below). Every accumulation
-            // from the one that largest batch falls just short at, each with B*GA rounded to
-            // its nearest multiple, while the micro-batches stay busy.
-            let mut candidates: Vec<(u32, u64)> = Vec::new();
-            let b_max = if cfg.gradient_accumulation_steps == 1 {
-                candidates.push((b_kept, 1));
-                let with_accumulation = |b: u32| Config { batch_size: b, gradient_accumulation_steps: 2, ..cfg.clone() };
-                search.largest(1, b_kept, None, &with_accumulation).map_or(b_kept, |(b, _)| b)
-            } else {
-                b_kept
+    match step {
+        0 if !cfg.expandable_segments => {
+            // 1. expandable_segments, free: the allocator keeps reserved close to allocated.
+            push(
+                rank::FREE,
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
+                "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
+                Config { expandable_segments: true, ..cfg.clone() },
+                None,
+            );
+        }
+        1 => {
+            // 2. Same tokens per iteration in smaller micro-batches: B' divides B*GA. An eval batch set
+            // above B' is lowered with it when that is what it takes (the eval batch is then the worst).
+            let split = |b: u32, eval_batch: Option<u32>| {
+                let ga = tokens / b as u64;
+                (ga <= crate::config::MAX_ACCUM as u64).then(|| Config {
+                    batch_size: b,
+                    gradient_accumulation_steps: ga as u32,
+                    eval_batch_size: eval_batch,
+                    ..cfg.clone()
+                })
             };
-            let first = (tokens / b_max as u64).max(2);
-            for ga in (first..=crate::config::MAX_ACCUM as u64).take(4096) {
-                let b = ((tokens as f64 / ga as f64).round() as u64).clamp(1, b_max as u64) as u32;
-                if !busy(b) {
-                    break;
-                }
-                candidates.push((b, ga));
-                // The allocator can place an odd number of micro-steps' logits differently from
-                // two (see `sim::Run::iteration`), so `b_max`, found at two, may not fit at
-                // `ga`: the micro-batch below it too.
-                if b > 1 && busy(b - 1) {
-                    candidates.push((b - 1, ga));
-                }
+            let divisors: Vec<u32> = (1..cfg.batch_size).rev().filter(|b| tokens.is_multiple_of(*b as u64)).collect();
+            let first_fitting = |divisors: &mut dyn Iterator<Item = &u32>, eval_of: &dyn Fn(u32) -> Option<u32>| {
+                divisors
+                    .map_while(|&b| split(b, eval_of(b)))
+                    .find_map(|c| check_exact(&c, gpu, available).and_then(Result::ok).map(|need| (c, need)))
+            };
+            let split_fix = first_fitting(&mut divisors.iter(), &|_| cfg.eval_batch_size).or_else(|| {
+                // Micro-batches at or above the eval batch gave the same configs as above.
+                let e = cfg.eval_batch_size?;
+                first_fitting(&mut divisors.iter().filter(|&&b| b < e), &|b| Some(e.min(b)))
+            });
+            *split_batch = split_fix.as_ref().map(|(c, _)| c.batch_size);
+            if let Some((c, need)) = split_fix {
+                let rank = match (busy(c.batch_size), c.eval_batch_size != cfg.eval_batch_size) {
+                    // Training and estimate_loss both slower: after a fix that slows only the latter.
+                    (true, true) => rank::SPLIT_EVAL,
+                    (true, false) => rank::SPLIT,
+                    (false, _) => rank::TINY_SPLIT,
+                };
+                push(rank, split_title(&c), split_cost(&c), c, Some(need));
             }
-            // The fewest sequences off (counted in whole percent: 3 of 3,027 off in 36 micro-steps
-            // beats 1 off in 89), then the largest micro-batch; the first that fits, of the best
-            // few (picked one by one: a sort costs the page size).
-            let key = |&(b, ga): &(u32, u64)| ((b as u64 * ga).abs_diff(tokens) * 100 / tokens, u32::MAX - b);
-            for _ in 0..8 {
-                let at = (0..candidates.len()).min_by_key(|&i| key(&candidates[i]))?;
-                let (b, ga) = candidates.swap_remove(at);
-                let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, ..cfg.clone() };
-                if let Some(Ok(need)) = check_exact(&c, gpu, available) {
-                    return Some((c, need));
-                }
+        }
+        2 => {
+            // The largest micro-batch that fits (searched once, for 2b and 5c).
+            *largest = match *largest_known {
+                Largest::Search => largest_micro_batch_with_need(cfg, gpu, other_usage, current).map(|(b, n)| (b, Some(n))),
+                Largest::Batch(b) => b.map(|b| (b, None)),
+                Largest::Known(known) => known.map(|(b, n)| (b, Some(n))),
+            };
+        }
+        3 => {
+            let (split_batch, largest) = (*split_batch, *largest);
+            // 2b. When no divisor of B*GA fits and keeps the GPU busy (B*GA = 491 divides only into
+            // 1 x 491), the split that fits closest to B*GA sequences per iteration.
+            let near = largest
+                .map(|(b, _)| b)
+                .filter(|&b| b < cfg.batch_size && split_batch.is_none_or(|s| !busy(s) && b >= 2 * s))
+                .and_then(|b_kept| {
+                    // Candidates (micro-batch, accumulation): the largest micro-batch at the config's
+                    // accumulation when that is 1; with accumulation, gradients stay resident between
+                    // micro-steps, so micro-batches up to the largest that fits with two (the tensors are
+                    // the same for any accumulation from 2 on, their placement nearly so; where the search
+                    // finds none, the need is not monotone there, and up to `b_kept`, each checked
+                    // below). Every accumulation
+                    // from the one that largest batch falls just short at, each with B*GA rounded to
+                    // its nearest multiple, while the micro-batches stay busy.
+                    let mut candidates: Vec<(u32, u64)> = Vec::new();
+                    let b_max = if cfg.gradient_accumulation_steps == 1 {
+                        candidates.push((b_kept, 1));
+                        let with_accumulation = |b: u32| Config { batch_size: b, gradient_accumulation_steps: 2, ..cfg.clone() };
+                        search.largest(1, b_kept, None, &with_accumulation).map_or(b_kept, |(b, _)| b)
+                    } else {
+                        b_kept
+                    };
+                    let first = (tokens / b_max as u64).max(2);
+                    for ga in (first..=crate::config::MAX_ACCUM as u64).take(4096) {
+                        let b = ((tokens as f64 / ga as f64).round() as u64).clamp(1, b_max as u64) as u32;
+                        if !busy(b) {
+                            break;
+                        }
+                        candidates.push((b, ga));
+                        // The allocator can place an odd number of micro-steps' logits differently from
+                        // two (see `sim::Run::iteration`), so `b_max`, found at two, may not fit at
+                        // `ga`: the micro-batch below it too.
+                        if b > 1 && busy(b - 1) {
+                            candidates.push((b - 1, ga));
+                        }
+                    }
+                    // The fewest sequences off (counted in whole percent: 3 of 3,027 off in 36 micro-steps
+                    // beats 1 off in 89), then the largest micro-batch; the first that fits, of the best
+                    // few (picked one by one: a sort costs the page size).
+                    let key = |&(b, ga): &(u32, u64)| ((b as u64 * ga).abs_diff(tokens) * 100 / tokens, u32::MAX - b);
+                    for _ in 0..8 {
+                        let at = (0..candidates.len()).min_by_key(|&i| key(&candidates[i]))?;
+                        let (b, ga) = candidates.swap_remove(at);
+                        let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, ..cfg.clone() };
+                        if let Some(Ok(need)) = check_exact(&c, gpu, available) {
+                            return Some((c, need));
+                        }
+                    }
+                    None
+                });
+            if let Some((c, need)) = near {
+                let (b, ga) = (c.batch_size, c.gradient_accumulation_steps);
+                let sequences = b as u64 * ga as u64;
+                // Within a tenth of the sequences the optimizer's batch hardly changes.
+                let close = sequences.abs_diff(tokens) * 10 <= tokens;
+                let rank = match (close, busy(b)) {
+                    (true, true) => rank::SPLIT,
+                    (false, true) => rank::RESIZED,
+                    (_, false) => rank::TINY_SPLIT,
+                };
+                push(rank, split_title(&c), split_cost(&c), c, Some(need));
             }
-            None
-        });
-    if let Some((c, need)) = near {
-        let (b, ga) = (c.batch_size, c.gradient_accumulation_steps);
-        let sequences = b as u64 * ga as u64;
-        // Within a tenth of the sequences the optimizer's batch hardly changes.
-        let close = sequences.abs_diff(tokens) * 10 <= tokens;
-        let rank = match (close, busy(b)) {
-            (true, true) => rank::SPLIT,
-            (false, true) => rank::RESIZED,
-            (_, false) => rank::TINY_SPLIT,
-        };
-        push(rank, split_title(&c), split_cost(&c), c, Some(need));
-    }
-
-    // 3. A smaller eval batch (when evaluation is what does not fit).
-    // The need is far from monotone in the eval batch: an eval batch near the training one
-    // reuses the blocks training left cached, a smaller one needs blocks of new sizes, so
-    // batch 8 with eval batch 7-9 fits a 12 GB card where eval batches 1-6 do not. When the
-    // search finds nothing (eval batch 1 does not fit), the batches just below are tried.
-    let with_eval_batch = |e: u32| Config { eval_batch_size: Some(e), ..cfg.clone() };
-    let below = cfg.eval_batch().saturating_sub(1);
-    let fits_at = |e: u32| check_exact(&with_eval_batch(e), gpu, available).and_then(Result::ok).map(|need| (e, need));
-    let mut eval_fix = search
-        .largest(1, below, None, &with_eval_batch)
-        .or_else(|| (below.saturating_sub(EVAL_BATCH_SCAN - 1).max(1)..=below).rev().find_map(fits_at));
-    // The training micro-batch and its neighbours, where eval reuses training's blocks, when
-    // above what was found (eval batch 64 with batch 8: the scan below 64 finds nothing).
-    let b = cfg.batch_size;
-    let near: Vec<u32> = [b.saturating_add(1), b, b.saturating_sub(1)].into_iter().filter(|e| (1..=below).contains(e)).collect();
-    if let Some(better) = near.into_iter().filter(|e| eval_fix.is_none_or(|(f, _)| *e > f)).find_map(fits_at) {
-        eval_fix = Some(better);
-    }
-    if let Some((eb, need)) = eval_fix {
-        push(
-            rank::EVAL_SLOWER,
-            format!("eval_batch_size = {eb}"),
-            if eb == cfg.batch_size {
-                "estimate_loss runs more, smaller batches: the training batch, as stock train.py does".into()
-            } else {
-                "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into()
-            },
-            Config { eval_batch_size: Some(eb), ..cfg.clone() },
-            Some(need),
-        );
-    }
-
-    // 4. Activation checkpointing: keep only each block's input, recompute in backward.
-    if !cfg.activation_checkpointing {
-        push(
-            rank::RECOMPUTE,
-            "activation checkpointing per block".into(),
-            "about one extra forward per iteration (~30% more compute); train.py needs torch.utils.checkpoint around each block (vramfit train has it)".into(),
-            Config { activation_checkpointing: true, ..cfg.clone() },
-            None,
-        );
-    }
-
-    // 5. Mixed precision when running pure fp32.
-    if cfg.dtype == Dtype::Float32 {
-        let dtype = if gpu.supports_bf16() { Dtype::Bfloat16 } else { Dtype::Float16 };
-        push(
-            rank::FASTER,
-            format!("dtype = '{}'", dtype.name()),
-            "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
-            Config { dtype, ..cfg.clone() },
-            None,
-        );
-    }
-
-    // 5b. torch.compile: fused blocks save less and the loss keeps no fp32 copy of the logits.
-    if !cfg.compile {
-        push(
-            rank::COMPILE,
-            "compile = True".into(),
-            match cfg.attention {
-                crate::Attention::Flash => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an \
-                                            estimate: the compile model is fitted to three H100 runs with flash attention"
+        }
+        4 => {
+            // 3. A smaller eval batch (when evaluation is what does not fit).
+            // The need is far from monotone in the eval batch: an eval batch near the training one
+            // reuses the blocks training left cached, a smaller one needs blocks of new sizes, so
+            // batch 8 with eval batch 7-9 fits a 12 GB card where eval batches 1-6 do not. When the
+            // search finds nothing (eval batch 1 does not fit), the batches just below are tried.
+            let with_eval_batch = |e: u32| Config { eval_batch_size: Some(e), ..cfg.clone() };
+            let below = cfg.eval_batch().saturating_sub(1);
+            let fits_at = |e: u32| check_exact(&with_eval_batch(e), gpu, available).and_then(Result::ok).map(|need| (e, need));
+            let mut eval_fix = search
+                .largest(1, below, None, &with_eval_batch)
+                .or_else(|| (below.saturating_sub(EVAL_BATCH_SCAN - 1).max(1)..=below).rev().find_map(fits_at));
+            // The training micro-batch and its neighbours, where eval reuses training's blocks, when
+            // above what was found (eval batch 64 with batch 8: the scan below 64 finds nothing).
+            let b = cfg.batch_size;
+            let near: Vec<u32> = [b.saturating_add(1), b, b.saturating_sub(1)].into_iter().filter(|e| (1..=below).contains(e)).collect();
+            if let Some(better) = near.into_iter().filter(|e| eval_fix.is_none_or(|(f, _)| *e > f)).find_map(fits_at) {
+                eval_fix = Some(better);
+            }
+            if let Some((eb, need)) = eval_fix {
+                push(
+                    rank::EVAL_SLOWER,
+                    format!("eval_batch_size = {eb}"),
+                    if eb == cfg.batch_size {
+                        "estimate_loss runs more, smaller batches: the training batch, as stock train.py does".into()
+                    } else {
+                        "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into()
+                    },
+                    Config { eval_batch_size: Some(eb), ..cfg.clone() },
+                    Some(need),
+                );
+            }
+        }
+        5 if !cfg.activation_checkpointing => {
+            // 4. Activation checkpointing: keep only each block's input, recompute in backward.
+            push(
+                rank::RECOMPUTE,
+                "activation checkpointing per block".into(),
+                "about one extra forward per iteration (~30% more compute); train.py needs torch.utils.checkpoint around each \
+                 block (vramfit train has it)"
                     .into(),
-                // The compile model adds the attention matrices it expects manual attention to
-                // keep; the one compiled manual-attention config measured needed 13% more.
-                crate::Attention::Manual => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is a \
+                Config { activation_checkpointing: true, ..cfg.clone() },
+                None,
+            );
+        }
+        6 if cfg.dtype == Dtype::Float32 => {
+            // 5. Mixed precision when running pure fp32.
+            let dtype = if gpu.supports_bf16() { Dtype::Bfloat16 } else { Dtype::Float16 };
+            push(
+                rank::FASTER,
+                format!("dtype = '{}'", dtype.name()),
+                "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
+                Config { dtype, ..cfg.clone() },
+                None,
+            );
+        }
+        7 if !cfg.compile => {
+            // 5b. torch.compile: fused blocks save less and the loss keeps no fp32 copy of the logits.
+            push(
+                rank::COMPILE,
+                "compile = True".into(),
+                match cfg.attention {
+                    crate::Attention::Flash => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an \
+                                            estimate: the compile model is fitted to three H100 runs with flash attention"
+                        .into(),
+                    // The compile model adds the attention matrices it expects manual attention to
+                    // keep; the one compiled manual-attention config measured needed 13% more.
+                    crate::Attention::Manual => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is a \
                                              rough estimate: the compile model is fitted to flash attention, and the one compiled \
                                              manual-attention config measured needed 13% more than it says"
-                    .into(),
-            },
-            Config { compile: true, ..cfg.clone() },
-            None,
-        );
+                        .into(),
+                },
+                Config { compile: true, ..cfg.clone() },
+                None,
+            );
+        }
+        8 => {
+            let largest = *largest;
+            // 5c. A larger micro-batch that fits where this one does not: the need is not monotone in
+            // the batch size (whether the allocator splits a block depends on its size), so the search's
+            // boundary can lie above the current batch.
+            if let Some((b, need)) = largest.filter(|(b, _)| *b > cfg.batch_size) {
+                push(
+                    rank::PACKING,
+                    format!("batch_size = {b}"),
+                    format!(
+                        "{} sequences per iteration instead of {} (no slower per token); it fits only because the caching allocator \
+                     packs batch {b}'s blocks into fewer segments than batch {}'s, which the real allocator may not repeat exactly: \
+                     check the measured peak",
+                        params::thousands(b as u64 * cfg.gradient_accumulation_steps as u64),
+                        params::thousands(tokens),
+                        cfg.batch_size
+                    ),
+                    Config { batch_size: b, ..cfg.clone() },
+                    need,
+                );
+            }
+        }
+        9 => {
+            // 6. A shorter eval context (not 1 token: no language model is measured on that).
+            if let Some((et, need)) =
+                search.largest(2, cfg.eval_block().saturating_sub(1), None, &|t| Config { eval_block_size: Some(t), ..cfg.clone() })
+            {
+                push(
+                    rank::SHORTER_EVAL,
+                    format!("eval_block_size = {et}"),
+                    "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
+                    Config { eval_block_size: Some(et), ..cfg.clone() },
+                    Some(need),
+                );
+            }
+        }
+        10 => {
+            // 7. A shorter block for training too (a set eval context above it comes down with it). A
+            // block of 1 is no language model: not offered.
+            let shorter = |t: u32| Config { block_size: t, eval_block_size: cfg.eval_block_size.map(|e| e.min(t)), ..cfg.clone() };
+            if let Some((t, need)) = search.largest(2, cfg.block_size.saturating_sub(1), None, &shorter) {
+                let eval = match cfg.eval_block_size {
+                    Some(e) if e > t => format!(", eval_block_size = {t}"),
+                    _ => String::new(),
+                };
+                push(
+                    rank::SHORTER_CONTEXT,
+                    format!("block_size = {t}{eval}"),
+                    format!(
+                        "the model sees {t} tokens of context instead of {}, and an iteration trains on {} tokens instead of {}",
+                        cfg.block_size,
+                        params::thousands(tokens * t as u64),
+                        params::thousands(cfg.tokens_per_iter())
+                    ),
+                    shorter(t),
+                    Some(need),
+                );
+            }
+        }
+        11 => {
+            // 7b. Heads SDPA's fused kernels take, where its math path keeps (B,H,T,T) matrices.
+            if let Some(aligned) = aligned_heads(cfg, gpu) {
+                let head = aligned.n_embd / aligned.n_head;
+                let (title, what) = if aligned.n_embd == cfg.n_embd {
+                    (format!("n_head = {}", aligned.n_head), "the same parameters in other heads".to_string())
+                } else {
+                    (
+                        format!("n_embd = {}", aligned.n_embd),
+                        format!(
+                            "a model {} wide: {} instead of {} parameters",
+                            aligned.n_embd,
+                            params::count(&aligned).printed_millions(),
+                            params::count(cfg).printed_millions()
+                        ),
+                    )
+                };
+                push(
+                    rank::ALIGNED_HEADS,
+                    title,
+                    format!(
+                        "{what}; heads of {head}, which scaled_dot_product_attention's fused kernels take, instead of {} (its math path \
+                     keeps float32 (B,H,T,T) matrices)",
+                        cfg.n_embd / cfg.n_head.max(1)
+                    ),
+                    aligned,
+                    None,
+                );
+            }
+        }
+        12 => {
+            // 8. Last resort: fewer layers.
+            if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, &|l| Config { n_layer: l, ..cfg.clone() }) {
+                let smaller = Config { n_layer: l, ..cfg.clone() };
+                push(
+                    rank::SMALLER_MODEL,
+                    format!("n_layer = {l}"),
+                    format!(
+                        "a smaller model: {} instead of {} parameters",
+                        params::count(&smaller).printed_millions(),
+                        params::count(cfg).printed_millions()
+                    ),
+                    smaller,
+                    Some(need),
+                );
+            }
+        }
+        _ => {}
     }
-
-    // 5c. A larger micro-batch that fits where this one does not: the need is not monotone in
-    // the batch size (whether the allocator splits a block depends on its size), so the search's
-    // boundary can lie above the current batch.
-    if let Some((b, need)) = largest.filter(|(b, _)| *b > cfg.batch_size) {
-        push(
-            rank::PACKING,
-            format!("batch_size = {b}"),
-            format!(
-                "{} sequences per iteration instead of {} (no slower per token); it fits only because the caching allocator \
-                 packs batch {b}'s blocks into fewer segments than batch {}'s, which the real allocator may not repeat exactly: \
-                 check the measured peak",
-                params::thousands(b as u64 * cfg.gradient_accumulation_steps as u64),
-                params::thousands(tokens),
-                cfg.batch_size
-            ),
-            Config { batch_size: b, ..cfg.clone() },
-            need,
-        );
-    }
-
-    // 6. A shorter eval context (not 1 token: no language model is measured on that).
-    if let Some((et, need)) =
-        search.largest(2, cfg.eval_block().saturating_sub(1), None, &|t| Config { eval_block_size: Some(t), ..cfg.clone() })
-    {
-        push(
-            rank::SHORTER_EVAL,
-            format!("eval_block_size = {et}"),
-            "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
-            Config { eval_block_size: Some(et), ..cfg.clone() },
-            Some(need),
-        );
-    }
-
-    // 7. A shorter block for training too (a set eval context above it comes down with it). A
-    // block of 1 is no language model: not offered.
-    let shorter = |t: u32| Config { block_size: t, eval_block_size: cfg.eval_block_size.map(|e| e.min(t)), ..cfg.clone() };
-    if let Some((t, need)) = search.largest(2, cfg.block_size.saturating_sub(1), None, &shorter) {
-        let eval = match cfg.eval_block_size {
-            Some(e) if e > t => format!(", eval_block_size = {t}"),
-            _ => String::new(),
-        };
-        push(
-            rank::SHORTER_CONTEXT,
-            format!("block_size = {t}{eval}"),
-            format!(
-                "the model sees {t} tokens of context instead of {}, and an iteration trains on {} tokens instead of {}",
-                cfg.block_size,
-                params::thousands(tokens * t as u64),
-                params::thousands(cfg.tokens_per_iter())
-            ),
-            shorter(t),
-            Some(need),
-        );
-    }
-
-    // 7b. Heads SDPA's fused kernels take, where its math path keeps (B,H,T,T) matrices.
-    if let Some(aligned) = aligned_heads(cfg, gpu) {
-        let head = aligned.n_embd / aligned.n_head;
-        let (title, what) = if aligned.n_embd == cfg.n_embd {
-            (format!("n_head = {}", aligned.n_head), "the same parameters in other heads".to_string())
-        } else {
-            (
-                format!("n_embd = {}", aligned.n_embd),
-                format!(
-                    "a model {} wide: {} instead of {} parameters",
-                    aligned.n_embd,
-                    params::count(&aligned).printed_millions(),
-                    params::count(cfg).printed_millions()
-                ),
-            )
-        };
-        push(
-            rank::ALIGNED_HEADS,
-            title,
-            format!(
-                "{what}; heads of {head}, which scaled_dot_product_attention's fused kernels take, instead of {} (its math path \
-                 keeps float32 (B,H,T,T) matrices)",
-                cfg.n_embd / cfg.n_head.max(1)
-            ),
-            aligned,
-            None,
-        );
-    }
-
-    // 8. Last resort: fewer layers.
-    if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, &|l| Config { n_layer: l, ..cfg.clone() }) {
-        let smaller = Config { n_layer: l, ..cfg.clone() };
-        push(
-            rank::SMALLER_MODEL,
-            format!("n_layer = {l}"),
-            format!(
-                "a smaller model: {} instead of {} parameters",
-                params::count(&smaller).printed_millions(),
-                params::count(cfg).printed_millions()
-            ),
-            smaller,
-            Some(need),
-        );
-    }
-
-    ranked(out)
 }
 
 /// What a config's figures on `gpu` rest on: each figure validated, measured or estimated,
@@ -2153,6 +2292,36 @@ mod tests {
         let b = largest_micro_batch(&with(331), &gpu, 0).unwrap();
         assert!(b < 329 && fits_full(b) && !fits_full(b + 1), "{b}");
         assert_eq!(largest_micro_batch(&with(1), &gpu, 0), Some(b));
+    }
+
+    #[test]
+    fn fixes_in_steps_are_the_fixes_a_step_at_a_time() {
+        // The page runs one step per task of the browser's event loop: the list must be
+        // `fixes_of`'s, in one step per kind of fix and per fix that fits (bf16 on a card
+        // without it: its fp16 list in one).
+        let eager = Config { compile: false, gradient_accumulation_steps: 5, batch_size: 8, ..Config::default() };
+        let cases = [(eager.clone(), "rtx-4070", 0), (Config { batch_size: 16, ..eager.clone() }, "t4", 0), (eager, "rtx-3060", 2 << 30)];
+        for (cfg, card, other) in cases {
+            let gpu = Gpu::find(card).unwrap();
+            let p =
+                plan(&PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: other, with_fixes: false }).unwrap();
+            let all_at_once = fixes_of(&p, &gpu, other);
+            assert!(all_at_once.iter().filter(|f| f.fits).count() >= 2, "{card}: a case with fixes that fit");
+            let mut steps = FixesInSteps::of(&p, &gpu, other);
+            let mut taken = 1;
+            let list = loop {
+                if let Some(list) = steps.step() {
+                    break list;
+                }
+                taken += 1;
+                assert!(taken <= 100, "{card}: no end");
+            };
+            assert_eq!(list, all_at_once, "{card}");
+            let fitting = list.iter().filter(|f| f.fits).count();
+            let kinds = if gpu.supports_bf16() { FIX_STEPS as usize } else { 1 };
+            assert_eq!(taken, kinds + fitting + 1, "{card}: a step per kind, per fix that fits, and the sort");
+            assert_eq!(steps.step(), Some(Vec::new()), "{card}: asked again");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   `vramfit:charts` (what `scripts/bench-page` times);
 //! - one effect writes the link into the address bar with `history.replaceState`;
 //! - fixes are the slow part (tens of exact simulations), so they are computed 150 ms after the
-//!   state stops changing, keyed by the link they belong to.
+//!   state stops changing, keyed by the link they belong to, in steps that let the browser's
+//!   input and paint run between them.
 //!
 //! Text reaches the DOM only through Leptos text nodes and attributes (escaped); SVG strings
 //! come from [`crate::charts`], whose text plotters escapes.
@@ -25,6 +26,29 @@ use vramfit_core::{config, device, Attention, Config, Dtype, Gpu, Optimizer};
 
 fn location_href() -> String {
     web_sys::window().and_then(|w| w.location().href().ok()).unwrap_or_default()
+}
+
+/// How long the fixes computation runs its steps before it lets the browser's other work run:
+/// about a frame (a step itself can run longer: a search or a few exact simulations). Yielding
+/// after every step instead cost a list a few ms per step (timeouts nested that deep wait 4 ms).
+const FIXES_SLICE_MS: f64 = 12.0;
+
+/// Milliseconds on the page's clock (`performance.now()`).
+fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}
+
+/// Resolves in a later task of the browser's event loop (a zero-delay timeout), so that input
+/// and paint waiting meanwhile run first.
+async fn next_task() {
+    use wasm_bindgen_futures::js_sys::Promise;
+    let promise = Promise::new(&mut |resolve, _| {
+        let queued = web_sys::window().and_then(|w| w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0).ok());
+        if queued.is_none() {
+            let _ = resolve.call0(&wasm_bindgen::JsValue::NULL);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
 /// Moves keyboard focus to the element with this id, if there is one.
@@ -793,12 +817,17 @@ pub fn App() -> impl IntoView {
         mark("vramfit:charts");
     });
 
-    // Fixes, 150 ms after the state settles.
+    // Fixes, 150 ms after the state settles, in steps with the browser's other work between
+    // them (a whole list can take over 100 ms); a newer state stops a list still in the works.
     let fixes = RwSignal::new(None::<(String, Vec<Fix>)>);
+    let fixes_generation = StoredValue::new(0u64);
     Effect::new(move |pending: Option<Option<leptos::prelude::TimeoutHandle>>| {
         if let Some(Some(h)) = pending {
             h.clear();
         }
+        fixes_generation.update_value(|g| *g += 1);
+        let generation = fixes_generation.get_value();
+        let current = move || fixes_generation.try_get_value() == Some(generation);
         let key = state.with(link::encode);
         let needs_fixes = computed.with(|r| r.as_ref().is_ok_and(|c| !c.plan.cards[0].fits));
         if !needs_fixes {
@@ -810,11 +839,32 @@ pub fn App() -> impl IntoView {
         let (plan, gpu) = computed.with_untracked(|r| r.as_ref().ok().map(|c| (c.plan.clone(), c.gpu.clone())))?;
         set_timeout_with_handle(
             move || {
-                let mut list = vramfit_core::plan::fixes_of(&plan, &gpu, snapshot.other_usage_mib.saturating_mul(model::MIB));
-                if snapshot.init_from.is_some() {
-                    list = vramfit_core::plan::keeping_pretrained_shape(list, &plan.config);
-                }
-                fixes.set(Some((key, list)));
+                leptos::task::spawn_local(async move {
+                    let other = snapshot.other_usage_mib.saturating_mul(model::MIB);
+                    let mut steps = vramfit_core::plan::FixesInSteps::of(&plan, &gpu, other);
+                    let mut list = loop {
+                        let slice_start = now_ms();
+                        let done = loop {
+                            if let Some(list) = steps.step() {
+                                break Some(list);
+                            }
+                            if now_ms() - slice_start >= FIXES_SLICE_MS {
+                                break None;
+                            }
+                        };
+                        if let Some(list) = done {
+                            break list;
+                        }
+                        next_task().await;
+                        if !current() {
+                            return;
+                        }
+                    };
+                    if snapshot.init_from.is_some() {
+                        list = vramfit_core::plan::keeping_pretrained_shape(list, &plan.config);
+                    }
+                    fixes.set(Some((key, list)));
+                })
             },
             Duration::from_millis(150),
         )
