@@ -1106,9 +1106,9 @@ fn fixes_given(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest:
 
 /// A fixes computation its caller runs a step at a time ([`FixesInSteps::step`]), free to do
 /// other work between steps: each is a search, a few exact simulations, or the continuation of
-/// one fix that fits, where a whole list can take tens of them. The page runs one step per task
-/// of the browser's event loop, so input and paint never wait for a whole list. The list is
-/// [`fixes_of`]'s.
+/// one fix that fits, where a whole list can take tens of them. The page runs about 12 ms of
+/// steps per task of the browser's event loop, so input and paint never wait for a whole list.
+/// The list is [`fixes_of`]'s.
 pub struct FixesInSteps {
     /// The kinds of fix still being looked for; `None` once they are ranked into `listed`.
     work: Option<FixWork>,
