@@ -2296,7 +2296,7 @@ mod tests {
 
     #[test]
     fn fixes_in_steps_are_the_fixes_a_step_at_a_time() {
-        // The page runs one step per task of the browser's event loop: the list must be
+        // The page runs these steps a slice of time per task of the browser's event loop: the list must be
         // `fixes_of`'s, in one step per kind of fix and per fix that fits (bf16 on a card
         // without it: its fp16 list in one).
         let eager = Config { compile: false, gradient_accumulation_steps: 5, batch_size: 8, ..Config::default() };
