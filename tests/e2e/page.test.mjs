@@ -316,3 +316,31 @@ test('out-of-range input gets a notice, never a silent change or a flag the CLI 
   await page.close();
   assert.deepEqual(errors, []);
 });
+
+test('a page whose code cannot load or start says so instead of loading for ever', async () => {
+  // The wasm fails to download.
+  const missing = await browser.newPage();
+  await missing.route('**/*.wasm', (route) => route.fulfill({ status: 404, body: 'not found' }));
+  await missing.goto(server.url);
+  const fatal = missing.locator('#app > .fatal[role="alert"]');
+  await fatal.waitFor({ timeout: 10000 });
+  assert.match(await fatal.textContent(), /^vramfit could not start: .+Reload the page/);
+  assert.equal(await missing.locator('.loading').count(), 0);
+  await missing.close();
+  // A browser without WebAssembly (turned off, as iOS Lockdown Mode does).
+  const noWasm = await browser.newPage();
+  await noWasm.addInitScript(() => {
+    delete window.WebAssembly;
+  });
+  await noWasm.goto(server.url);
+  const said = noWasm.locator('#app > .fatal[role="alert"]');
+  await said.waitFor({ timeout: 10000 });
+  assert.match(await said.textContent(), /does not run WebAssembly/);
+  await noWasm.close();
+  // A page that starts is not touched: its loading text is gone and nothing says it failed.
+  const fine = await browser.newPage();
+  await fine.goto(server.url);
+  await waitForCharts(fine);
+  assert.equal(await fine.locator('.fatal').count(), 0);
+  await fine.close();
+});

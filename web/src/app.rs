@@ -439,7 +439,7 @@ fn exact_figures(c: &Computed) -> impl IntoView {
 /// estimate notes stay open or closed across rebuilds through `notes_open`.
 fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
     let v = model::verdict(&c.plan);
-    let class = if v.fits { "verdict fits" } else { "verdict no-fit" };
+    let class = format!("verdict {}", v.tone());
     let need_estimate = model::estimate_detail(&c.plan, model::NEED_FIGURES);
     let avail_estimate = model::estimate_detail(&c.plan, &["usable_bytes"]);
     let notes: Vec<(String, String)> =
@@ -570,7 +570,12 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
                 type="button"
                 class="apply"
                 aria-label=apply_label
-                on:click=move |_| {
+                on:click=move |ev| {
+                    // The second click of a double click: the list is rebuilt for the config the
+                    // first applied, and another fix may now sit under the pointer.
+                    if ev.detail() > 1 {
+                        return;
+                    }
                     let cfg = config.clone();
                     state.update(|s| s.config = cfg);
                     // The list (and this button) is rebuilt for the new config: keep keyboard
@@ -595,6 +600,10 @@ fn card_controls(signals: Signals) -> impl IntoView {
     // Not a signal: the box is redrawn when the card changes, never because of a keystroke alone
     // (a number box reads "" while "12." is typed, and writing that back would erase it).
     let custom_typed = StoredValue::new(String::new());
+    // Where an edit of the custom box began, for a box left holding a size it did not take
+    // ("1e9" passes through a 1 GiB card on the way): as every number box, back to that.
+    let custom_started = StoredValue::new(EditStart::now(signals));
+    let shown_gib = |s: &LinkState| format!("{}", (model::gpu_of(s).memory_bytes as f64 / model::GIB * 100.0).round() / 100.0);
     view! {
         <div class="field select">
             <label for="in-gpu">"GPU"</label>
@@ -632,7 +641,8 @@ fn card_controls(signals: Signals) -> impl IntoView {
                 name="custom_gib"
                 min="0.25"
                 max="4096"
-                step="0.25"
+                // Any size to 0.01 GiB: a step would make a card's own size (11.99) read invalid.
+                step="any"
                 prop:value=move || {
                     let typed = custom_typed.get_value();
                     let same_card = typed.trim().parse::<f64>().ok().and_then(|g| Gpu::find(&format!("custom-{g}")));
@@ -659,6 +669,16 @@ fn card_controls(signals: Signals) -> impl IntoView {
                             text.trim()
                         ))),
                     }
+                }
+                on:focus=move |_| custom_started.set_value(EditStart::now(signals))
+                on:change=move |ev| {
+                    let text = event_target_value(&ev);
+                    let taken = text.trim().parse::<f64>().ok().and_then(|g| Gpu::find(&format!("custom-{g}")));
+                    if !taken.is_some_and(|g| state.with_untracked(|s| s.gpu == g.id)) {
+                        custom_typed.set_value(String::new());
+                        custom_started.with_value(|start| undo_refused_edit(signals, &ev, "custom capacity", start, shown_gib));
+                    }
+                    custom_started.set_value(EditStart::now(signals));
                 }
             />
             <small>"Usable memory and CUDA context are estimated for custom cards."</small>
@@ -926,7 +946,7 @@ pub fn App() -> impl IntoView {
                     let (class, text) = computed.with(|r| match r {
                         Ok(c) => {
                             let v = model::verdict(&c.plan);
-                            (if v.fits { "fits" } else { "no-fit" }, format!("{} · {}", v.title, v.margin))
+                            (v.tone(), format!("{} · {}", v.title, v.margin))
                         }
                         Err(e) => ("no-fit", e.clone()),
                     });

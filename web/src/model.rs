@@ -29,6 +29,16 @@ pub fn format_gib(bytes: u64) -> String {
     }
 }
 
+/// A margin (headroom or shortfall): in GiB, or in MiB below a tenth of one, where two
+/// decimals of a GiB would read "0.00" for a few MiB.
+pub fn format_margin(bytes: u64) -> String {
+    if bytes < (GIB / 10.0) as u64 {
+        format!("{} MiB", vramfit_core::params::thousands(bytes.div_ceil(1 << 20)))
+    } else {
+        format!("{} GiB", format_gib(bytes))
+    }
+}
+
 /// A signed byte count as GiB with an explicit sign ("+0.51", "-1.20").
 pub fn format_signed_gib(bytes: i64) -> String {
     let sign = if bytes < 0 { '-' } else { '+' };
@@ -429,7 +439,7 @@ pub struct Verdict {
     pub fits: bool,
     /// "Fits", "Fits the first two steps" (see `later`), "Does not fit" or why it cannot run.
     pub title: String,
-    /// "1.20 GiB headroom" or "0.51 GiB short".
+    /// "1.20 GiB headroom", "0.51 GiB short" or "4 MiB headroom" (see [`format_margin`]).
     pub margin: String,
     /// "needs 10.49 GiB of 11.69 GiB available"
     pub detail: String,
@@ -442,6 +452,17 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// How the verdict is coloured: "fits", "later" (fits the simulated steps, and the
+    /// allocator model sees the reserve pass the card after them: a warning, not a green light)
+    /// or "no-fit".
+    pub fn tone(&self) -> &'static str {
+        match (self.fits, self.later.is_some()) {
+            (true, false) => "fits",
+            (true, true) => "later",
+            (false, _) => "no-fit",
+        }
+    }
+
     /// What a screen reader hears when the verdict changes: the title and the margin, not the
     /// whole section.
     pub fn announcement(&self) -> String {
@@ -459,9 +480,9 @@ pub fn verdict(plan: &Plan) -> Verdict {
         "Does not fit".to_string()
     };
     let mut margin = if card.headroom_bytes >= 0 {
-        format!("{} GiB headroom", format_gib(card.headroom_bytes as u64))
+        format!("{} headroom", format_margin(card.headroom_bytes as u64))
     } else {
-        format!("{} GiB short", format_gib(card.headroom_bytes.unsigned_abs()))
+        format!("{} short", format_margin(card.headroom_bytes.unsigned_abs()))
     };
     if card.bf16_unsupported {
         // The memory figure alone would read as "fits" under a "cannot run" title.
@@ -783,6 +804,18 @@ mod tests {
         assert!(tie.plan.train.nvidia_smi_bytes == card.needed_bytes && card.worst_window != "train", "{card:?}");
     }
 
+    /// A few MiB of headroom read as MiB, not as "0.00 GiB"; a tenth of a GiB and more as GiB.
+    #[test]
+    fn small_margins_are_given_in_mib() {
+        assert_eq!(format_margin(4 << 20), "4 MiB");
+        // Rounded up: a margin is never shown as 0 unless it is.
+        assert_eq!(format_margin((4 << 20) + 1), "5 MiB");
+        assert_eq!(format_margin(0), "0 MiB");
+        assert_eq!(format_margin(102 << 20), "102 MiB");
+        assert_eq!(format_margin(103 << 20), "0.10 GiB");
+        assert_eq!(format_margin(5 << 30), "5.00 GiB");
+    }
+
     #[test]
     fn verdict_reports_headroom_or_shortfall() {
         // Both sides of the card: batch 1 fits a 12 GB card with room to spare, batch 64 at a
@@ -795,7 +828,8 @@ mod tests {
             assert_eq!(v.title, if fits { "Fits" } else { "Does not fit" });
             // The margin is the gap between what is needed and what is available.
             let gap = card.needed_bytes.abs_diff(card.available_bytes);
-            assert_eq!(v.margin, format!("{} GiB {}", format_gib(gap), if fits { "headroom" } else { "short" }));
+            assert_eq!(v.margin, format!("{} {}", format_margin(gap), if fits { "headroom" } else { "short" }));
+            assert_eq!(v.tone(), if fits { "fits" } else { "no-fit" });
             assert!(v.detail.contains(&format_gib(card.needed_bytes)) && v.detail.contains(&format_gib(card.available_bytes)));
         }
         let small = compute(&state(Config { batch_size: 1, ..Config::default() })).unwrap();
@@ -862,6 +896,8 @@ mod tests {
         assert!(c.plan.cards[0].fits && !later.fits);
         let v = verdict(&c.plan);
         assert_eq!(v.title, "Fits the first two steps");
+        // Coloured as a warning, not as the green of a run that fits.
+        assert_eq!(v.tone(), "later");
         let said = v.later.expect("a warning");
         assert!(
             said.starts_with(&format!(
@@ -886,6 +922,7 @@ mod tests {
         let small = compute(&state(Config { batch_size: 4, ..cfg })).unwrap();
         assert!(small.plan.later.as_ref().is_none_or(|l| l.fits));
         assert_eq!(verdict(&small.plan).later, None);
+        assert_eq!(verdict(&small.plan).tone(), "fits");
         // Batch 4 is not the largest: the chart still marks where the largest runs out, and
         // nothing where the largest keeps fitting (the default compiled run).
         assert_eq!(small.series.lasting, Some(lasting));

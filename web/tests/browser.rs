@@ -142,9 +142,9 @@ async fn slider_moves_the_verdict_the_charts_and_the_link() {
     for id in ["chart-breakdown", "chart-batch", "chart-timeline"] {
         assert!(page.chart(id).starts_with("<svg"), "{id} not drawn");
     }
-    // The headroom or shortfall is printed in GiB.
+    // The headroom or shortfall is printed in GiB (in MiB under a tenth of one).
     let margin = page.text(".verdict-margin");
-    assert!(margin.starts_with(&vramfit_web::format_gib(want.plan.cards[0].headroom_bytes.unsigned_abs())), "{margin}");
+    assert!(margin.starts_with(&vramfit_web::model::format_margin(want.plan.cards[0].headroom_bytes.unsigned_abs())), "{margin}");
     let before = [page.chart("chart-breakdown"), page.chart("chart-batch"), page.chart("chart-timeline")];
     // Screen readers hear the verdict through one live region that outlives every redraw; the
     // estimate notes a user opened stay open.
@@ -483,6 +483,21 @@ async fn a_custom_card_follows_its_box_as_it_is_typed() {
     page.type_keys("custom_gib", "12.345").await;
     let input: HtmlInputElement = page.el("input[name=custom_gib]").dyn_into().unwrap();
     assert_eq!((input.value(), gpu().await), ("12.345".to_string(), "custom-12.35".to_string()));
+    // Committed, a size it takes stays.
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!(gpu().await, "custom-12.35");
+    // Left holding a size it did not take ("1e9" passes through a 1 GiB card on the way): back
+    // to the card from before the edit, and said so, as every number box does.
+    page.type_keys("custom_gib", "1e9").await;
+    assert_eq!(gpu().await, "custom-1");
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!((gpu().await, input.value()), ("custom-12.35".to_string(), "12.35".to_string()));
+    let notice = page.text(".input-error");
+    assert!(notice.contains("custom capacity: \"1e9\" was not taken; back to 12.35"), "{notice}");
+    // Any size to the hundredth is valid for the box itself (a step would flag 11.99).
+    assert_eq!(input.get_attribute("step").as_deref(), Some("any"));
 }
 
 #[wasm_bindgen_test]
