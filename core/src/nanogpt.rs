@@ -113,6 +113,12 @@ pub struct ConfigFile {
     /// config file all the same.
     #[serde(default)]
     pub sets_modelled: bool,
+    /// The dataset whose `data/<dataset>/meta.pkl` train.py takes vocab_size from, where the
+    /// file names one, sets no vocab_size and starts from scratch. `config.vocab_size` is then
+    /// what vramfit assumes without that file (65 for shakespeare_char, else train.py's 50304),
+    /// and a notice says so; a reader that can open the file (`vramfit plan`) reads it instead.
+    #[serde(default)]
+    pub vocab_from_dataset: Option<String>,
 }
 
 impl ConfigFile {
@@ -315,13 +321,19 @@ pub fn pretrained(name: &str) -> Option<&'static str> {
 /// train.py takes vocab_size from `data/<dataset>/meta.pkl` when the dataset has one (and the
 /// file does not set vocab_size); vramfit cannot read that file, so it knows nanoGPT's own
 /// datasets and says what it assumed for any other.
-fn apply_dataset_vocab(cfg: &mut Config, extra: &[(String, Value)], notices: &mut Vec<String>, set_on: &[(&'static str, usize)]) {
+/// Returns the dataset where its meta.pkl would decide ([`ConfigFile::vocab_from_dataset`]).
+fn apply_dataset_vocab(
+    cfg: &mut Config,
+    extra: &[(String, Value)],
+    notices: &mut Vec<String>,
+    set_on: &[(&'static str, usize)],
+) -> Option<String> {
     let Some((_, Value::Str(dataset))) = extra.iter().find(|(k, _)| k == "dataset") else {
-        return;
+        return None;
     };
     let from_checkpoint = extra.iter().any(|(k, v)| k == "init_from" && *v != Value::Str("scratch".into()));
     if from_checkpoint || set_on.iter().any(|(k, _)| *k == "vocab_size") {
-        return;
+        return None;
     }
     match dataset.as_str() {
         // nanoGPT's data/shakespeare_char/prepare.py writes 65 characters to meta.pkl.
@@ -339,6 +351,7 @@ fn apply_dataset_vocab(cfg: &mut Config, extra: &[(String, Value)], notices: &mu
             cfg.vocab_size
         )),
     }
+    Some(dataset.clone())
 }
 
 /// The modelled settings, under nanoGPT's names (and vramfit's for the ones nanoGPT lacks).
@@ -835,7 +848,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     if extra.iter().any(|(k, v)| k == "eval_only" && v.is_truthy()) {
         file_notes.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
     }
-    apply_dataset_vocab(&mut cfg, &extra, &mut file_notes, &set_on);
+    let vocab_from_dataset = apply_dataset_vocab(&mut cfg, &extra, &mut file_notes, &set_on);
     file_notes.append(&mut notices);
     let notices = file_notes;
 
@@ -861,7 +874,18 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         }
     }
     let (unreadable, unreadable_reasons) = unreadable.into_iter().unzip();
-    Ok((ConfigFile { config: cfg, extra, notices, unreadable, unreadable_reasons, recognised, first_statement, sets_modelled }, deferred))
+    let file = ConfigFile {
+        config: cfg,
+        extra,
+        notices,
+        unreadable,
+        unreadable_reasons,
+        recognised,
+        first_statement,
+        sets_modelled,
+        vocab_from_dataset,
+    };
+    Ok((file, deferred))
 }
 
 /// How a value's reason ends where Python would refuse the file before running any of it (a
@@ -2262,17 +2286,20 @@ weight_decay = 1e-1
     fn a_dataset_names_its_vocabulary_unless_the_file_does() {
         // A vocab_size in the file wins over the dataset's meta.pkl.
         let f = parse("dataset = 'shakespeare_char'\nvocab_size = 100\n").unwrap();
-        assert_eq!((f.config.vocab_size, f.notices.len()), (100, 0));
-        // GPT-2 BPE datasets have no meta.pkl: train.py's 50304, nothing to say.
+        assert_eq!((f.config.vocab_size, f.notices.len(), f.vocab_from_dataset), (100, 0, None));
+        // GPT-2 BPE datasets have no meta.pkl: train.py's 50304, nothing to say (a reader
+        // that finds one there reads it, as train.py would).
         let f = parse("dataset = 'openwebtext'\n").unwrap();
         assert_eq!((f.config.vocab_size, f.notices.len()), (50304, 0));
-        // Any other dataset: vramfit cannot read its meta.pkl, and says what it assumed.
+        assert_eq!(f.vocab_from_dataset.as_deref(), Some("openwebtext"));
+        // Any other dataset: the page cannot read its meta.pkl, and says what it assumed.
         let f = parse("dataset = 'my_chars'\n").unwrap();
         assert_eq!(f.config.vocab_size, 50304);
         assert!(f.notices[0].contains("data/my_chars/meta.pkl") && f.notices[0].contains("50304"), "{:?}", f.notices);
+        assert_eq!(f.vocab_from_dataset.as_deref(), Some("my_chars"));
         // A pretrained checkpoint brings its own vocabulary.
         let f = parse("dataset = 'shakespeare_char'\ninit_from = 'gpt2'\n").unwrap();
-        assert_eq!(f.config.vocab_size, 50257);
+        assert_eq!((f.config.vocab_size, f.vocab_from_dataset), (50257, None));
     }
 
     #[test]

@@ -264,6 +264,11 @@ fn check_loop_state(meta: &CheckpointMeta) -> Result<(), String> {
             meta.optimizer_steps, meta.iter_num
         ));
     }
+    // A cross-entropy is never negative, and a run never keeps a NaN or infinite loss as its
+    // best: a best below every real loss would stop the resumed run from saving ever again.
+    if let Some(best) = meta.best_val_loss.filter(|b| !(b.is_finite() && *b >= 0.0)) {
+        return Err(format!("best_val_loss is {best}, not a loss a run can have (a finite number >= 0)"));
+    }
     if let Some(s) = &meta.loss_scaler {
         if !(s.scale.is_finite() && s.scale > 0.0) {
             return Err(format!("the loss scale is {}, not a finite number > 0", s.scale));
@@ -412,14 +417,16 @@ mod tests {
         }
     }
 
-    /// Loop state no run can leave is refused by name, not restored: more optimizer steps than
-    /// iterations (u64::MAX overflowed AdamW's count), a loss scale of 0 or a good-step count
-    /// past the interval.
+    /// Loop state no run can leave is refused by name, not restored: a best loss below 0 or not
+    /// finite, more optimizer steps than iterations (u64::MAX overflowed AdamW's count), a loss
+    /// scale of 0 or a good-step count past the interval.
     #[test]
     fn impossible_loop_state_is_refused() {
         let path = dir("loop-state").join(FILE_NAME);
         type Doctor = fn(&mut CheckpointMeta);
-        let doctored: [(Doctor, &str); 4] = [
+        // (A NaN or infinite best cannot be written: JSON has no such number.)
+        let doctored: [(Doctor, &str); 5] = [
+            (|m| m.best_val_loss = Some(-1.0), "best_val_loss is -1, not a loss"),
             (|m| m.optimizer_steps = u64::MAX, "optimizer_steps (18446744073709551615) exceeds iter_num (7)"),
             (|m| m.optimizer_steps = 8, "optimizer_steps (8) exceeds iter_num (7)"),
             (|m| m.loss_scaler = Some(crate::optim::LossScaler { scale: 0.0, good_steps: 0 }), "loss scale is 0"),

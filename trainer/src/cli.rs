@@ -235,7 +235,7 @@ pub enum DeviceArg {
     Cuda,
 }
 
-fn parse_device(s: &str) -> Result<DeviceArg, String> {
+pub(crate) fn parse_device(s: &str) -> Result<DeviceArg, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "cpu" => Ok(DeviceArg::Cpu),
         "cuda" | "gpu" | "cuda:0" => Ok(DeviceArg::Cuda),
@@ -610,11 +610,11 @@ pub fn parse() -> Parsed {
             Parsed::Exit(2)
         }
         Err(err) if err.kind() == ErrorKind::InvalidUtf8 => {
-            crate::print_error(&not_utf8(&args).unwrap_or_else(|| one_line(&err.render().to_string())));
+            crate::print_error(&not_utf8(&args).unwrap_or_else(|| error_line(&err)));
             Parsed::Exit(2)
         }
         Err(err) => {
-            crate::print_error(&one_line(&err.render().to_string()));
+            crate::print_error(&error_line(&err));
             Parsed::Exit(2)
         }
     }
@@ -636,6 +636,22 @@ fn not_utf8(args: &[OsString]) -> Option<String> {
     })
 }
 
+/// A clap error as one line ([`one_line`]). The value it quotes is shown escaped first: a line
+/// break inside it (`--gpu $'h100\nx'`) would otherwise end the line [`one_line`] keeps
+/// before the reason.
+fn error_line(err: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let mut rendered = err.render().to_string();
+    for kind in [ContextKind::InvalidValue, ContextKind::InvalidArg] {
+        if let Some(ContextValue::String(v)) = err.get(kind) {
+            if v.contains(['\n', '\r']) {
+                rendered = rendered.replace(v.as_str(), &vramfit_core::shown_input(v, usize::MAX));
+            }
+        }
+    }
+    one_line(&rendered)
+}
+
 /// clap's multi-line message as one line: its first line, with a `tip:` line folded in.
 fn one_line(rendered: &str) -> String {
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -655,6 +671,19 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// A value with a line break in it is quoted escaped, and the reason after it is kept.
+    #[test]
+    fn a_value_with_a_line_break_keeps_its_reason() {
+        for (flag, value, reason) in
+            [("--gpu", "h100\nfoo", "unknown GPU"), ("--n-layer", "1\n2", "invalid digit"), ("--dtype", "float16\nx", "expected float32")]
+        {
+            let err = Cli::try_parse_from(["vramfit", "plan", flag, value]).expect_err("refused");
+            let line = error_line(&err);
+            let escaped = value.replace('\n', "\\n");
+            assert!(line.contains(&format!("'{escaped}'")) && line.contains(reason) && !line.contains('\n'), "{line}");
+        }
     }
 
     /// An argument that is not UTF-8 is named by the flag it belongs to.

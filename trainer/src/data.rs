@@ -212,6 +212,22 @@ fn short(v: &crate::pickle::Value) -> String {
     }
 }
 
+/// The `vocab_size` of nanoGPT's `meta.pkl` at `path`, the one key train.py reads from it (any
+/// prepare script's, characters or not); `None` if there is no such file.
+pub fn read_meta_vocab_size(path: &Path) -> Result<Option<u32>, String> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let shown = path.display();
+    let bytes = read_input_file(path, Some(MAX_META_BYTES)).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = crate::pickle::load(&bytes).map_err(|e| format!("{shown} is not a pickle vramfit can read: {e}"))?;
+    match meta.get("vocab_size") {
+        Some(crate::pickle::Value::Int(n)) if (1..=i64::from(u32::MAX)).contains(n) => Ok(Some(*n as u32)),
+        Some(v) => Err(format!("{shown}: vocab_size is {}, not a whole number of tokens", short(v))),
+        None => Err(format!("{shown} has no vocab_size, the key train.py reads from it")),
+    }
+}
+
 /// A meta.pkl of 1.1 M characters is about 20 MiB; a larger file is not one.
 const MAX_META_BYTES: u64 = 64 << 20;
 
@@ -596,6 +612,18 @@ mod tests {
             assert_eq!(read_meta(&fixtures.join(file)).unwrap(), Some(Vocabulary::Chars { chars: want.clone() }), "{file}");
         }
         assert_eq!(read_meta(&fixtures.join("no-such-meta.pkl")).unwrap(), None);
+        // What train.py reads of it: the vocab_size key.
+        for (file, want) in
+            [("meta_small.pkl", small.chars().count()), ("meta_protocol2.pkl", small.chars().count()), ("meta_large.pkl", 1500)]
+        {
+            assert_eq!(read_meta_vocab_size(&fixtures.join(file)).unwrap(), Some(want as u32), "{file}");
+        }
+        assert_eq!(read_meta_vocab_size(&fixtures.join("no-such-meta.pkl")).unwrap(), None);
+        let junk = std::env::temp_dir().join(format!("vramfit-meta-junk-{}.pkl", std::process::id()));
+        std::fs::write(&junk, b"not a pickle").unwrap();
+        let err = read_meta_vocab_size(&junk).unwrap_err();
+        assert!(err.contains("is not a pickle vramfit can read") && !err.contains('\n'), "{err}");
+        std::fs::remove_file(&junk).unwrap();
     }
 
     /// A meta.pkl vramfit cannot use as a character vocabulary is one line naming the file and

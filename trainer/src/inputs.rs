@@ -33,6 +33,10 @@ pub struct Inputs {
     /// The GPT-2 checkpoint the run starts from (`init_from` of the file, the command line or
     /// the link, the link last), or `None` from scratch.
     pub init_from: Option<String>,
+    /// The dataset whose meta.pkl train.py would take vocab_size from (the config file's or
+    /// the command line's `dataset`, which set no vocab_size): see
+    /// [`nanogpt::ConfigFile::vocab_from_dataset`].
+    pub vocab_from_dataset: Option<String>,
 }
 
 impl Inputs {
@@ -67,6 +71,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut notices = Vec::new();
     let mut unreadable = Vec::new();
     let mut link_sets = Vec::new();
+    let mut vocab_from_dataset = None;
     // The config file's values that are bad only as its final ones (see below), and its name.
     let mut file_errors: Vec<ConfigFileError> = Vec::new();
     let mut file_shown = String::new();
@@ -107,6 +112,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             notices.push(format!("{shown}: changes none of the settings vramfit reads (all at their defaults)"));
         }
         state.config = file.config;
+        vocab_from_dataset = file.vocab_from_dataset;
         extra = file.extra;
         unreadable = unreadable_lines(&shown.to_string(), file.unreadable, file.unreadable_reasons);
         notices.extend(file.notices.into_iter().map(|n| format!("{shown}: {n}")));
@@ -114,6 +120,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     if run.config.is_none() && !command_line.is_empty() {
         let given = nanogpt::parse_config_file(&command_line, &state.config).map_err(|e| format!("command line: {e}"))?;
         state.config = given.config;
+        vocab_from_dataset = given.vocab_from_dataset;
         extra = given.extra;
         unreadable = unreadable_lines("command line", given.unreadable, given.unreadable_reasons);
         notices.extend(given.notices.into_iter().map(|n| format!("command line: {n}")));
@@ -197,6 +204,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         unreadable,
         link_sets,
         init_from: state.init_from,
+        vocab_from_dataset,
     })
 }
 

@@ -14,10 +14,18 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     for (name, value) in &args.training_only {
         check_train_py_type(name, value)?;
     }
+    // The trainer's runtime plans `vramfit train`, which takes cpu or cuda: any other device
+    // would plan a run it refuses (PyTorch's plan notes a non-CUDA device instead).
+    if args.runtime == Some(Runtime::Trainer) {
+        if let Some((_, value)) = args.training_only.iter().find(|(name, _)| name == "device") {
+            crate::cli::parse_device(&setting_value(value)).map_err(|e| format!("--device={value}: {e} (as vramfit train takes it)"))?;
+        }
+    }
     let mut inputs = inputs::resolve(&args.run, &args.card)?;
     // Both runtimes: `train` also takes the checkpoint's shape (from --weights, or from
     // scratch without them).
     let pretrained = keep_pretrained_shape(&mut inputs)?;
+    read_dataset_vocab(&mut inputs, &args.run)?;
     refuse_what_train_py_stops_on(&inputs)?;
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
@@ -92,6 +100,31 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
         inputs.notices.push(notice);
     }
     Ok(true)
+}
+
+/// train.py takes vocab_size from `data/<dataset>/meta.pkl`, under the directory it runs in,
+/// where the config leaves it to the dataset: `plan` reads the same file from where it runs
+/// (core, which opens no files, assumed a size and noted it). A flag or the link that sets
+/// vocab_size decides instead, and the note on the dataset goes; so it does where a GPT-2
+/// checkpoint brings its vocabulary. No such file: core's assumption stands, noted.
+fn read_dataset_vocab(inputs: &mut inputs::Inputs, run: &crate::cli::RunArgs) -> Result<(), String> {
+    let Some(dataset) = inputs.vocab_from_dataset.clone() else { return Ok(()) };
+    let dataset_note = |n: &String| n.contains(": dataset = '") && n.contains("meta.pkl");
+    if run.vocab_size.is_some() || inputs.link_sets.contains(&"vocab_size") || inputs.init_from.is_some() {
+        inputs.notices.retain(|n| !dataset_note(n));
+        return Ok(());
+    }
+    let path = std::path::Path::new("data").join(&dataset).join(vramfit::data::META_FILE);
+    let Some(size) = vramfit::data::read_meta_vocab_size(&path)? else { return Ok(()) };
+    inputs.config.vocab_size = size;
+    inputs.config.validate().map_err(|e| format!("vocab_size {size} from {}: {e}", path.display()))?;
+    inputs.notices.retain(|n| !dataset_note(n));
+    let shown = vramfit_core::shown_input(&path.display().to_string(), 120);
+    inputs.notices.insert(
+        0,
+        format!("vocab_size {size}, from {shown} as train.py reads it (dataset = '{}')", vramfit_core::shown_input(&dataset, 60)),
+    );
+    Ok(())
 }
 
 /// Settings train.py would stop on, or that decide the model and could not be read: a plan

@@ -299,6 +299,13 @@ fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Res
     let card = plan.cards.first().map_or("the first card", |c| c.gpu.as_str());
     writeln!(out)?;
     writeln!(out, "Fixes for {card}")?;
+    // Fixes and the largest micro-batch are the first card's: a later card that does not fit
+    // must not read as covered by "none needed".
+    let short: Vec<&str> = plan.cards.iter().skip(1).filter(|c| !c.fits).map(|c| c.gpu.as_str()).collect();
+    if !short.is_empty() {
+        let (them, it) = if short.len() == 1 { ("does", "it") } else { ("do", "one") };
+        writeln!(out, "  ({} {them} not fit: give {it} first in --gpu for its fixes and largest micro-batch)", short.join(", "))?;
+    }
     let fits = plan.cards.first().is_some_and(|c| c.fits);
     let Some(fixes) = plan.fixes.as_deref().filter(|_| with_fixes) else {
         return writeln!(out, "  not computed (--no-fixes)");

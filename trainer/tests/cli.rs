@@ -244,6 +244,27 @@ fn several_gpus_are_all_checked() {
     assert_eq!(ids, ["rtx-4070", "custom-6"]);
 }
 
+/// Fixes are the first card's: a later card that does not fit is named under them, so a fitting
+/// first card's "none needed" does not read as covering it; where every card fits, nothing is.
+#[test]
+fn fixes_name_the_later_cards_that_do_not_fit() {
+    let text = |gpus: &str| {
+        let out = vramfit(&["plan", "--batch-size", "64", "--gpu", gpus]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let fixes = |t: &str| t.split("Fixes for ").nth(1).expect("a fixes section").to_string();
+    let both = fixes(&text("h100,12gb,8gb"));
+    assert!(both.starts_with("h100-80gb\n"), "{both}");
+    assert!(both.contains("(custom-12, custom-8 do not fit: give one first in --gpu for its fixes and largest micro-batch)"), "{both}");
+    assert!(both.contains("none needed: it fits"), "{both}");
+    let one = fixes(&text("h100,12gb"));
+    assert!(one.contains("(custom-12 does not fit: give it first in --gpu"), "{one}");
+    // The first card that does not fit gets the fixes; a later one that fits is not named.
+    let first = fixes(&text("12gb,h100"));
+    assert!(first.starts_with("custom-12\n") && !first.contains("does not fit: give"), "{first}");
+}
+
 /// Each card is marked by its own terms: on the measured H100 an eager fp16 plan rests on no
 /// estimate; an RTX 4070's context and workspace, and a T4's attention kernel, are estimates,
 /// and the notes say so for every card, in the text and in the JSON.
@@ -1228,4 +1249,54 @@ fn what_train_py_stops_on_is_an_error() {
     assert_eq!(plan_json(&["--config", file.to_str().unwrap()])["config"]["n_layer"], 6);
     let file = temp_file("continued_list.py", "n_embd = 256\nn_head = 4\nwandb_tags = [\"baseline\",\n    \"small\"]; n_layer = 3\n");
     assert_eq!(plan_json(&["--config", file.to_str().unwrap()])["config"]["n_layer"], 3);
+}
+
+/// A config file that names its own dataset takes vocab_size from `data/<dataset>/meta.pkl`
+/// where `plan` runs, as train.py does where it runs; a flag or the link that sets vocab_size
+/// wins, and then no note speaks of the dataset's vocabulary; without the file, the assumed
+/// 50304 stands and is noted; a file that is not a meta.pkl is one error line.
+#[test]
+fn a_datasets_meta_pkl_sets_the_vocabulary_where_plan_runs() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plan-dataset-meta");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data/mych")).unwrap();
+    std::fs::create_dir_all(dir.join("data/broken")).unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/meta_large.pkl");
+    std::fs::copy(&fixture, dir.join("data/mych/meta.pkl")).unwrap();
+    std::fs::write(dir.join("data/broken/meta.pkl"), "no pickle").unwrap();
+    for (name, dataset) in [("mych.py", "mych"), ("other.py", "other"), ("broken.py", "broken")] {
+        std::fs::write(dir.join(name), format!("dataset = '{dataset}'\nn_layer = 2\nn_head = 2\nn_embd = 64\nblock_size = 64\n")).unwrap();
+    }
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_vramfit")).current_dir(&dir).args(args).output().unwrap();
+    let vocab_and_notes = |args: &[&str]| {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (plan["config"]["vocab_size"].as_u64().unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // meta_large.pkl holds 1,500 characters (tests/data/make_meta.py).
+    let (vocab, notes) = vocab_and_notes(&["plan", "mych.py", "--json", "--no-fixes"]);
+    assert_eq!(vocab, 1500, "{notes}");
+    assert!(notes.contains("vocab_size 1500, from data/mych/meta.pkl as train.py reads it"), "{notes}");
+    assert!(!notes.contains("assumes"), "{notes}");
+    // Also for train.py's command line, dataset given there.
+    let (vocab, _) = vocab_and_notes(&["plan", "other.py", "--dataset=mych", "--json", "--no-fixes"]);
+    assert_eq!(vocab, 1500);
+    // A flag or the link decides over the file, and the dataset goes unmentioned.
+    for over in [&["--vocab-size", "77"][..], &["--link", "?v=1&V=77"][..]] {
+        let mut args = vec!["plan", "mych.py", "--json", "--no-fixes"];
+        args.extend_from_slice(over);
+        let (vocab, notes) = vocab_and_notes(&args);
+        assert_eq!(vocab, 77, "{over:?}");
+        assert!(!notes.contains("dataset = '"), "{over:?}: {notes}");
+    }
+    // No meta.pkl for this dataset: train.py's 50304, said as an assumption.
+    let (vocab, notes) = vocab_and_notes(&["plan", "other.py", "--json", "--no-fixes"]);
+    assert_eq!(vocab, 50304);
+    assert!(notes.contains("data/other/meta.pkl") && notes.contains("assumes 50304"), "{notes}");
+    // A file there that is not a pickle: one error line naming it.
+    let out = run(&["plan", "broken.py"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!((out.status.code(), err.lines().count()), (Some(2), 1), "{err}");
+    assert!(err.starts_with("error: data/broken/meta.pkl is not a pickle vramfit can read"), "{err}");
 }

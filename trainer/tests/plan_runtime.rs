@@ -231,3 +231,24 @@ fn trainer_on_cuda_plans_for_a_card() {
     let text = String::from_utf8_lossy(&vramfit(&args).stdout).into_owned();
     assert!(text.contains("(compute capability 7.5) has no native bfloat16"), "{text}");
 }
+
+/// A device `vramfit train` does not take is an error for the trainer's plan, not a plan of the
+/// CPU with a note that the setting does not change memory.
+#[test]
+fn the_trainers_plan_refuses_a_device_train_refuses() {
+    for device in ["--device=tpu", "--device=mps"] {
+        let mut args = vec!["plan", "--runtime", "trainer", device];
+        args.extend_from_slice(&SMALL);
+        let out = vramfit(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{device}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("error: {device}: expected cpu or cuda")), "{err}");
+    }
+    // cpu and cuda plan.
+    for device in ["--device=cpu", "--device=cuda"] {
+        let mut args = vec!["plan", "--runtime", "trainer", device, "--max-memory-mib", "64"];
+        args.extend_from_slice(&SMALL);
+        assert!(vramfit(&args).status.success(), "{device}");
+    }
+}
