@@ -46,6 +46,15 @@ pub fn draw(logits: &[f32], temperature: f64, top_k: usize, rng: &mut HostRng) -
 
 /// Runs `vramfit sample`; the samples go to stdout, separated by a line of dashes.
 pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
+    // The thread count, decided once, before candle's pools start: without RAYON_NUM_THREADS
+    // candle counts the cores (reading /proc/cpuinfo) at every matmul, about 13 times a token,
+    // which took two thirds of a sample's time. CANDLE_NUM_THREADS is honoured as by `train`.
+    let threads = match crate::cli::threads_from_env().map_err(input)? {
+        Some(n) => n as usize,
+        None => candle_core::utils::get_num_threads(),
+    };
+    std::env::set_var("CANDLE_NUM_THREADS", threads.to_string());
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     let device = make_device(args.device)?;
     let path = args.out_dir.join(checkpoint::FILE_NAME);
     if !path.exists() {

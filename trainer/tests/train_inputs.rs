@@ -63,6 +63,17 @@ fn bad_data_files() {
     assert!(!out.join("ckpt.safetensors").exists());
 }
 
+/// `sample` reads the thread count from the environment as `train` does (it decides it once,
+/// before candle's pools start): one that is not a count is an error, not every core.
+#[test]
+fn sample_refuses_a_thread_count_that_is_not_one() {
+    let dir = scratch("sample-threads");
+    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        let out = vramfit().env(var, "abc").args(["sample", "--out-dir", dir.to_str().unwrap()]).output().unwrap();
+        assert_has(&one_error_line(&out), &[&format!("{var}=abc is not a thread count")]);
+    }
+}
+
 #[test]
 fn bad_checkpoints() {
     let dir = scratch("bad-ckpt");

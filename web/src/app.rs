@@ -1327,6 +1327,18 @@ pub fn App() -> impl IntoView {
                             {batch_chart_estimate}
                         </p>
                         <div class="chart" id="chart-batch" tabindex="0" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
+                        {move || {
+                            computed.with(|r| {
+                                r.as_ref().ok().and_then(|c| c.series.dip()).map(|(lo, hi)| {
+                                    view! {
+                                        <p class="chart-caption batch-dip">
+                                            {format!("The need falls from batch {lo} to {hi}: ")}
+                                            "PyTorch's caching allocator splits a cached block or takes a new segment depending on each tensor's exact size, so a larger batch can pack into less reserved memory. This is what the allocator model predicts; near the card's edge, check such a batch on the card itself."
+                                        </p>
+                                    }
+                                })
+                            })
+                        }}
                         <h2>"Memory over one iteration"</h2>
                         <p class="chart-caption">
                             "Live tensor memory (each tensor rounded as the allocator rounds it, without placing blocks: within 1% of the allocated peak; no cached reserve) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and the estimate_loss after it (its first two eval batches: the later ones repeat the second). The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "

@@ -142,6 +142,13 @@ async fn slider_moves_the_verdict_the_charts_and_the_link() {
     for id in ["chart-breakdown", "chart-batch", "chart-timeline"] {
         assert!(page.chart(id).starts_with("<svg"), "{id} not drawn");
     }
+    // GPT-2 124M needs less at batch 13 than at 12 (allocator packing): the chart says why.
+    let dip = want.series.dip().expect("the default config's need dips");
+    assert!(
+        page.text(".batch-dip").starts_with(&format!("The need falls from batch {} to {}: ", dip.0, dip.1)),
+        "{}",
+        page.text(".batch-dip")
+    );
     // The headroom or shortfall is printed in GiB (in MiB under a tenth of one).
     let margin = page.text(".verdict-margin");
     assert!(margin.starts_with(&vramfit_web::model::format_margin(want.plan.cards[0].headroom_bytes.unsigned_abs())), "{margin}");
