@@ -946,7 +946,7 @@ pub fn App() -> impl IntoView {
                     let (class, text) = computed.with(|r| match r {
                         Ok(c) => {
                             let v = model::verdict(&c.plan);
-                            (v.tone(), format!("{} · {}", v.title, v.margin))
+                            (v.tone(), v.short)
                         }
                         Err(e) => ("no-fit", e.clone()),
                     });
@@ -988,6 +988,14 @@ pub fn App() -> impl IntoView {
                                     "(edited)"
                                 </option>
                             </select>
+                            {move || {
+                                computed.with(|r| {
+                                    r.as_ref()
+                                        .ok()
+                                        .and_then(|c| model::report_remark(model_id(), &c.plan))
+                                        .map(|remark| view! { <small class="report-remark">{remark}</small> })
+                                })
+                            }}
                         </div>
                         <div class="field select">
                             <label for="in-init_from">"init_from"</label>

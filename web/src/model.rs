@@ -88,6 +88,27 @@ pub fn model_presets() -> Vec<ModelPreset> {
     ]
 }
 
+/// What a report preset's report saw beside what the model says of the same run on the card
+/// chosen, so the preset's label (which quotes the report) is not left to contradict the verdict
+/// unexplained; `None` for the other presets. The comparison is the README's (Accuracy, the
+/// reports not settled).
+pub fn report_remark(preset: &str, plan: &Plan) -> Option<String> {
+    let mib = |b: u64| vramfit_core::params::thousands(b.div_ceil(1 << 20));
+    match preset {
+        "oom-30m" => Some(format!(
+            "The report read 4,464 MiB in nvidia-smi, at a moment it does not give. The model: {} MiB after the first iteration, {} MiB at the steady step (the H100 measured 4,206 and 4,998 MiB for this run), so it was likely read early, or its card's CUDA context is smaller than the H100's. README: Accuracy.",
+            mib(plan.first_iter.nvidia_smi_bytes),
+            mib(plan.train.nvidia_smi_bytes)
+        )),
+        "oom-77m" => Some(format!(
+            "The report trained, then ran out of memory in an evaluation. The model: {} MiB at the training step, {} MiB in the eval (compile's figures are estimates): compare them with the card's line. README: Accuracy.",
+            mib(plan.train.nvidia_smi_bytes.max(plan.first_iter.nvidia_smi_bytes)),
+            mib(plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes))
+        )),
+        _ => None,
+    }
+}
+
 /// The preset whose config equals `cfg`, if any (the select shows it).
 pub fn preset_of(cfg: &Config) -> Option<&'static str> {
     model_presets().into_iter().find(|p| p.config == *cfg).map(|p| p.id)
@@ -460,6 +481,9 @@ pub struct Verdict {
     /// What the allocator model says of the steps after the two simulated ones, where its
     /// reserve grows past the card (an estimate); `None` where it does not.
     pub later: Option<String>,
+    /// One short line for the sticky bar a phone keeps above the controls: the title and the
+    /// bare margin ("Fits · 0.20 GiB headroom, a close call"), without the explanations.
+    pub short: String,
 }
 
 impl Verdict {
@@ -490,11 +514,12 @@ pub fn verdict(plan: &Plan) -> Verdict {
     } else {
         "Does not fit".to_string()
     };
-    let mut margin = if card.headroom_bytes >= 0 {
+    let bare_margin = if card.headroom_bytes >= 0 {
         format!("{} headroom", format_margin(card.headroom_bytes as u64))
     } else {
         format!("{} short", format_margin(card.headroom_bytes.unsigned_abs()))
     };
+    let mut margin = bare_margin.clone();
     if card.bf16_unsupported {
         // The memory figure alone would read as "fits" under a "cannot run" title.
         margin = format!("memory alone: {margin}; dtype float16 runs on this card");
@@ -539,7 +564,13 @@ pub fn verdict(plan: &Plan) -> Verdict {
     });
     // A run the model sees stop after a few steps must not read as a plain "Fits" at a glance.
     let title = if later.is_some() { "Fits the first two steps".to_string() } else { title };
-    Verdict { fits: card.fits, title, margin, detail, where_peak, later }
+    let short = if card.bf16_unsupported {
+        format!("Cannot run: no bfloat16 on the {}", card.gpu_name)
+    } else {
+        let close = if card.close_call { ", a close call" } else { "" };
+        format!("{title} · {bare_margin}{close}")
+    };
+    Verdict { fits: card.fits, title, margin, detail, where_peak, later, short }
 }
 
 /// A plan figure (`Note::figure`, a key of `vramfit plan --json`) in words, for the page.
@@ -835,6 +866,21 @@ mod tests {
         assert_eq!(rising.dip(), Some((3, 4)));
     }
 
+    /// The report presets say what their report saw beside the model's figures for the run;
+    /// the others say nothing.
+    #[test]
+    fn report_presets_compare_the_report_with_the_model() {
+        for p in model_presets() {
+            let c = compute(&LinkState { gpu: "rtx-4070".into(), ..state(p.config.clone()) }).unwrap();
+            let remark = report_remark(p.id, &c.plan);
+            assert_eq!(remark.is_some(), p.id.starts_with("oom-"), "{}", p.id);
+            if let Some(r) = remark {
+                let steady = vramfit_core::params::thousands(c.plan.train.nvidia_smi_bytes.div_ceil(1 << 20));
+                assert!(r.contains(&format!("{steady} MiB")) && r.ends_with("README: Accuracy."), "{r}");
+            }
+        }
+    }
+
     /// A few MiB of headroom read as MiB, not as "0.00 GiB"; a tenth of a GiB and more as GiB.
     #[test]
     fn small_margins_are_given_in_mib() {
@@ -869,6 +915,7 @@ mod tests {
         let t4 = compute(&LinkState { gpu: "t4".into(), ..state(Config { batch_size: 1, ..Config::default() }) }).unwrap();
         let v = verdict(&t4.plan);
         assert!(v.title.contains("bfloat16"));
+        assert_eq!(v.short, format!("Cannot run: no bfloat16 on the {}", t4.plan.cards[0].gpu_name));
         assert!(v.margin.starts_with("memory alone: ") && v.margin.ends_with("dtype float16 runs on this card"), "{}", v.margin);
         // GPT-2 124M as train.py runs it (compile on, an estimate within 5%) on the 12 GB card
         // leaves under 5% of its need: a close call; batch 1 is far from one.
@@ -881,6 +928,10 @@ mod tests {
             verdict(&default.plan).margin
         );
         assert!(!verdict(&small.plan).margin.contains("close call"));
+        // The phone's bar: title and bare margin, the close call in two words.
+        let v = verdict(&default.plan);
+        assert_eq!(v.short, format!("Fits · {}, a close call", v.margin.split(" (").next().unwrap()));
+        assert_eq!(verdict(&small.plan).short, format!("Fits · {}", verdict(&small.plan).margin));
     }
 
     /// A run that does not fit names where it first passes the card when that is not the
