@@ -137,6 +137,9 @@ struct Signals {
     /// How many times the address (Back, Forward, a typed hash) has replaced the state: an
     /// edit that began before one has nothing to go back to.
     address_moves: StoredValue<u64>,
+    /// What followed the last edit untyped ([`model::followed`]), with the config it is about:
+    /// shown while the config is still that one.
+    follow_note: RwSignal<Option<(String, Config)>>,
 }
 
 /// Where a box's edit began: the whole state (a box may set what lies outside the config,
@@ -157,7 +160,13 @@ impl EditStart {
 /// <why>`) and keeps the last valid state, as the README promises. `started` is the config when
 /// the edit began (the box was focused), which the settings that follow an edit follow from
 /// ([`model::follow_edit`]).
-fn try_edit(Signals { state, input_error, .. }: Signals, label: &str, text: &str, started: &Config, edit: impl FnOnce(&mut LinkState)) {
+fn try_edit(
+    Signals { state, input_error, follow_note, .. }: Signals,
+    label: &str,
+    text: &str,
+    started: &Config,
+    edit: impl FnOnce(&mut LinkState),
+) {
     let before = state.get_untracked();
     let mut next = before.clone();
     edit(&mut next);
@@ -169,6 +178,7 @@ fn try_edit(Signals { state, input_error, .. }: Signals, label: &str, text: &str
             // Unchanged ("0." after "0", "012" after "12"): setting it would rewrite the box
             // under the caret while the user types.
             if next != before {
+                follow_note.set(model::followed(started, &next.config).map(|n| (n, next.config.clone())));
                 state.set(next);
             }
         }
@@ -184,7 +194,7 @@ fn try_edit(Signals { state, input_error, .. }: Signals, label: &str, text: &str
 /// rewritten here, since what it shows may be what it showed when the edit began (see
 /// [`shown_unless_editing`]), which would not redraw.
 fn undo_refused_edit(signals: Signals, ev: &leptos::ev::Event, label: &str, start: &EditStart, show: impl Fn(&LinkState) -> String) {
-    let Signals { state, input_error, keep_error, address_moves } = signals;
+    let Signals { state, input_error, keep_error, address_moves, .. } = signals;
     let text = event_target_value(ev);
     let input = event_target::<web_sys::HtmlInputElement>(ev);
     if address_moves.get_value() != start.address_moves {
@@ -714,7 +724,8 @@ pub fn App() -> impl IntoView {
     // The config when the dropout box was focused (see `undo_refused_edit`), and whether the
     // user is typing in it (see `shown_unless_editing`).
     let address_moves = StoredValue::new(0u64);
-    let signals = Signals { state, input_error, keep_error, address_moves };
+    let follow_note = RwSignal::new(None::<(String, Config)>);
+    let signals = Signals { state, input_error, keep_error, address_moves, follow_note };
     let dropout_started = StoredValue::new(EditStart::now(signals));
     let dropout_editing = RwSignal::new(false);
     let dropout_shown = shown_unless_editing(dropout_editing, move || state.with(|s| link::dropout_text(s.config.dropout)));
@@ -1297,6 +1308,11 @@ pub fn App() -> impl IntoView {
                 </form>
                 <div class="results">
                     {move || input_error.get().map(|e| view! { <p class="error input-error" role="alert">{e}</p> })}
+                    {move || {
+                        follow_note
+                            .with(|n| n.as_ref().filter(|(_, c)| state.with(|s| s.config == *c)).map(|(n, _)| n.clone()))
+                            .map(|n| view! { <p class="notice follow-note" role="status">{n}</p> })
+                    }}
                     {move || {
                         computed
                             .with(|r| r.as_ref().ok().and_then(|c| state.with(|s| model::capacity_warning(s, c))))

@@ -167,6 +167,22 @@ pub fn follow_edit(started: &Config, before: &Config, after: &mut Config) {
     }
 }
 
+/// What followed an edit without being typed ([`follow_edit`]), in words, for the page to say:
+/// n_head moved to a divisor of the new n_embd. `started` is the config when the edit began.
+pub fn followed(started: &Config, after: &Config) -> Option<String> {
+    (after.n_embd != started.n_embd && after.n_head != started.n_head).then(|| {
+        format!(
+            "n_head {} → {}: n_embd {} splits into {} heads of {} (the divisor nearest the {} heads before)",
+            started.n_head,
+            after.n_head,
+            after.n_embd,
+            after.n_head,
+            after.n_embd / after.n_head.max(1),
+            started.n_head
+        )
+    })
+}
+
 /// What a number box holds, read as a whole number up to `max`, or why it is not one (the
 /// page shows `label: "text" <why>`). A browser's number box reports text it cannot read as a
 /// number ("abc") as empty.
@@ -879,6 +895,24 @@ mod tests {
                 assert!(r.contains(&format!("{steady} MiB")) && r.ends_with("README: Accuracy."), "{r}");
             }
         }
+    }
+
+    /// Typing n_embd 1024 over 768 moves 12 heads to 8 (1024's divisor nearest 12, ties to the
+    /// smaller): the page says so; an n_embd that 12 divides, or another setting, says nothing.
+    #[test]
+    fn a_head_count_that_follows_n_embd_is_said() {
+        let started = Config::default();
+        let mut after = Config { n_embd: 1024, ..started.clone() };
+        follow_edit(&started, &started, &mut after);
+        assert_eq!(after.n_head, 8);
+        assert_eq!(
+            followed(&started, &after).as_deref(),
+            Some("n_head 12 → 8: n_embd 1024 splits into 8 heads of 128 (the divisor nearest the 12 heads before)")
+        );
+        let mut same = Config { n_embd: 960, ..started.clone() };
+        follow_edit(&started, &started, &mut same);
+        assert_eq!((same.n_head, followed(&started, &same)), (12, None));
+        assert_eq!(followed(&started, &Config { n_layer: 3, ..started.clone() }), None);
     }
 
     /// A few MiB of headroom read as MiB, not as "0.00 GiB"; a tenth of a GiB and more as GiB.

@@ -647,3 +647,19 @@ async fn back_and_forward_follow_the_address() {
     settle().await;
     assert_eq!((link_config().await.n_layer, layers.value()), (3, "3".to_string()));
 }
+
+/// n_head follows an n_embd it does not divide, and the page says so while that config stands.
+#[wasm_bindgen_test]
+async fn a_head_count_that_follows_n_embd_is_said() {
+    let page = mount_with("?v=1").await;
+    page.type_keys("n_embd", "1024").await;
+    assert_eq!((link_config().await.n_embd, link_config().await.n_head), (1024, 8));
+    assert!(
+        page.text(".follow-note").starts_with("n_head 12 → 8: n_embd 1024 splits into 8 heads of 128"),
+        "{}",
+        page.text(".follow-note")
+    );
+    // Another change of config leaves it behind.
+    page.type_keys("n_layer", "6").await;
+    assert!(!page.has(".follow-note"));
+}
