@@ -208,7 +208,22 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if matches!(source, DataSource::Bin { .. }) && args.tokenizer.is_some() {
         return Err(input("--tokenizer applies to text files; train.bin / val.bin hold token ids already"));
     }
-    let data = Dataset::load(&source).map_err(input)?;
+    let data = Dataset::load(&source).map_err(|e| {
+        // A resumed run reads the path its checkpoint names, as it was given: relative to
+        // where that run started, which need not be here.
+        let stored = match &source {
+            DataSource::Text { path, .. } => Some(path),
+            DataSource::Bin { dir } => Some(dir),
+            DataSource::Builtin { .. } => None,
+        };
+        match stored.filter(|p| args.data.is_none() && resume.is_some() && p.is_relative()) {
+            Some(_) => input(format!(
+                "{e} (the checkpoint names its data relative to the directory its run started in: resume from there, or \
+                 pass --data)"
+            )),
+            None => input(e),
+        }
+    })?;
     if let Some(ckpt) = &resume {
         if data.vocab != ckpt.meta.vocab {
             // A checkpoint from before vramfit read meta.pkl took these .bin files for GPT-2 tokens.

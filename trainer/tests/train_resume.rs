@@ -144,6 +144,30 @@ fn a_moved_run_directory_resumes_in_place() {
     assert!(!first.exists(), "the resumed run wrote to the old directory");
 }
 
+/// A checkpoint names its data as the run was given it; resumed from another directory, a
+/// relative path is not found there, and the error says where it was relative to.
+#[test]
+fn resuming_elsewhere_names_where_the_data_path_is_relative_to() {
+    let parent = scratch("resume-elsewhere");
+    let run = parent.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("tiny.txt"), "a small text to learn from, repeated. ".repeat(40)).unwrap();
+    let out = vramfit()
+        .current_dir(&run)
+        .args(["train", "--data", "tiny.txt", "--out-dir", "o", "--max-iters", "2"])
+        .args(TINY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let elsewhere =
+        vramfit().current_dir(&parent).args(["train", "--resume", "--out-dir", "run/o", "--max-iters", "4"]).args(TINY).output().unwrap();
+    let err = one_error_line(&elsewhere);
+    assert!(err.contains("cannot read data file tiny.txt") && err.contains("relative to the directory its run started in"), "{err}");
+    // From where it started, it resumes.
+    let there = vramfit().current_dir(&run).args(["train", "--resume", "--out-dir", "o", "--max-iters", "4"]).args(TINY).output().unwrap();
+    assert!(there.status.success(), "{}", text(&there.stderr));
+}
+
 /// The memory savers change what is kept, not what is computed: the same run with activation
 /// checkpointing, chunked loss and chunked eval logs the same losses (up to float summation order).
 #[test]
