@@ -181,6 +181,21 @@ where
     Ok(())
 }
 
+/// Label rows are 12-pixel text: a label whose row comes this close to the capacity line is
+/// moved off it (the line struck through "11.49" on the default page).
+const LABEL_ROW: i32 = 14;
+
+/// The top of a label row of [`LABEL_ROW`] pixels wanted at `top`, moved off a horizontal line at
+/// `line` (2 pixels wide) if it would touch it: to just above the line when `above`, else below.
+fn off_line(top: i32, line: i32, above: bool) -> i32 {
+    let touches = top - 2 <= line && line <= top + LABEL_ROW + 2;
+    match (touches, above) {
+        (false, _) => top,
+        (true, true) => line - 3 - LABEL_ROW,
+        (true, false) => line + 4,
+    }
+}
+
 /// The y range: the highest value or the capacity, whichever is larger, plus room for labels.
 fn y_top(max_value: u64, capacity: u64) -> f64 {
     (max_value.max(capacity) as f64 / GIB * 1.15).max(0.01)
@@ -219,7 +234,10 @@ pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str)
             }
             chart.draw_series(rects).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, base as f64 / GIB));
-            root.draw(&Text::new(format_gib(base), (px, top - 3), font(12.0).pos(Pos::new(HPos::Center, VPos::Bottom)))).map_err(err)?;
+            // Above the bar, and above the capacity line where that runs through the label.
+            let (_, cap_y) = chart.backend_coord(&(x, available as f64 / GIB));
+            let label_top = off_line(top - 3 - LABEL_ROW, cap_y, true);
+            root.draw(&Text::new(format_gib(base), (px, label_top), font(12.0).pos(Pos::new(HPos::Center, VPos::Top)))).map_err(err)?;
             let (_, bottom) = chart.backend_coord(&(x, 0.0));
             root.draw(&Text::new(name.to_string(), (px, bottom + 6), font(13.0).pos(Pos::new(HPos::Center, VPos::Top)))).map_err(err)?;
         }
@@ -275,15 +293,19 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             } else {
                 format!("largest that fits: {lf}")
             };
-            (lf, 2, label, 40)
+            (lf, 2, label, 40, 0.6)
         });
-        let lasting_label = series.lasting.map(|k| (k, 1, format!("keeps fitting after a few steps: {k} (estimate)"), 56));
-        for (b, width, label, dy) in fit_label.into_iter().chain(lasting_label) {
+        // The batch that keeps fitting lies below the largest: its label runs leftwards sooner,
+        // away from the largest's line (rightwards it ran through it).
+        let lasting_label = series.lasting.map(|k| (k, 1, format!("keeps fitting after a few steps: {k} (estimate)"), 56, 0.45));
+        let (_, cap_y) = chart.backend_coord(&(x0, available as f64 / GIB));
+        for (b, width, label, dy, leftwards_from) in fit_label.into_iter().chain(lasting_label) {
             let x = b as f64;
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(width)))).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, ymax));
-            let (anchor, dx) = if x > max_b * 0.6 { (HPos::Right, -4) } else { (HPos::Left, 4) };
-            root.draw(&Text::new(label, (px + dx, top + dy), font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
+            let (anchor, dx) = if x > max_b * leftwards_from { (HPos::Right, -4) } else { (HPos::Left, 4) };
+            let label_top = off_line(top + dy, cap_y, false);
+            root.draw(&Text::new(label, (px + dx, label_top), font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
         }
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.2))), EVAL.stroke_width(2))).map_err(err)?;
@@ -291,7 +313,11 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         let (cb, cn) = series.current;
         chart.draw_series(std::iter::once(Circle::new((cb as f64, clamp(cn)), 5, INK.filled()))).map_err(err)?;
         let (px, py) = chart.backend_coord(&(cb as f64, clamp(cn)));
-        root.draw(&Text::new(format!("now: {cb}"), (px + 8, py + 4), font(12.0).pos(Pos::new(HPos::Left, VPos::Top)))).map_err(err)?;
+        // Up and to the left of the point: the need is the higher curve there, and the curves
+        // rise with the batch, so that corner is clear of both (below right, they ran through
+        // it); off the capacity line.
+        let label_top = off_line(py - 6 - LABEL_ROW, cap_y, true);
+        root.draw(&Text::new(format!("now: {cb}"), (px - 8, label_top), font(12.0).pos(Pos::new(HPos::Right, VPos::Top)))).map_err(err)?;
         // Legend for the two curves, top left inside the plot.
         for (i, (name, color)) in [("training", TRAIN), ("eval", EVAL)].into_iter().enumerate() {
             let y = MARGIN_TOP as i32 + 8 + 16 * i as i32;
@@ -411,6 +437,45 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// The top of each `<text>` holding `needle`, as plotters writes it (y is its baseline with
+    /// a top-anchored label: the top plus about the font's ascent).
+    fn text_ys(svg: &str, needle: &str) -> Vec<f64> {
+        svg.match_indices("<text ")
+            .map(|(i, _)| &svg[i..i + svg[i..].find("</text>").unwrap()])
+            .filter(|t| t.contains(needle))
+            .map(|t| attr(t, "y"))
+            .collect()
+    }
+
+    #[test]
+    fn labels_step_off_the_capacity_line() {
+        // Clear of it: where it was asked for.
+        assert_eq!(off_line(100, 50, true), 100);
+        assert_eq!(off_line(100, 200, false), 100);
+        // Touching it: above or below, never on it.
+        for line in 98..=116 {
+            let above = off_line(100, line, true);
+            assert!(above + LABEL_ROW < line, "{line}: {above}");
+            let below = off_line(100, line, false);
+            assert!(below > line, "{line}: {below}");
+        }
+        // The default page: the training bar's total (11.49 GiB) sits just under the 11.69 GiB
+        // line; its label is drawn above the line, the other bars' totals above their bars.
+        let c = compute(&LinkState::default()).unwrap();
+        let avail = c.available();
+        let svg = breakdown_svg(&c.plan, avail, c.gpu.context_bytes, &c.gpu.name).unwrap();
+        let cap_y = polylines_in(&svg, CAPACITY)[0][0].1;
+        let train_total = format_gib(c.plan.train.nvidia_smi_bytes);
+        let ys = text_ys(&svg, &format!("\n{train_total}\n"));
+        assert_eq!(ys.len(), 1, "{svg}");
+        assert!(ys[0] < cap_y - 2.0, "label baseline {} vs line {cap_y}", ys[0]);
+        // The batch chart's "now" label is above the current point, off the line.
+        let svg = batch_svg(&c.series, avail).unwrap();
+        let cap_y = polylines_in(&svg, CAPACITY)[0][0].1;
+        let now_y = text_ys(&svg, "now: 12")[0];
+        assert!(now_y < cap_y - 2.0 || now_y - 12.0 > cap_y + 2.0, "now at {now_y}, line at {cap_y}");
     }
 
     #[test]
