@@ -382,7 +382,8 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
         "" => Err("empty value".into()),
-        _ => Err("expected 0 or 1".into()),
+        // Links write 0 and 1; the words are read too, and the message says so.
+        _ => Err("expected 0 or 1 (or true/false, yes/no, on/off)".into()),
     }
 }
 
@@ -939,6 +940,8 @@ pub(crate) mod tests {
         assert!(d.notices.iter().any(|n| n.starts_with("ignored L=0 (n_layer): must be at least 1")));
         assert!(d.notices.iter().any(|n| n.starts_with("ignored xyz=1: unknown key")));
         assert!(d.notices.iter().any(|n| n.starts_with("ignored EB= (eval_batch_size): empty value")));
+        // A switch names every spelling it reads (not only the 0 and 1 links write).
+        assert!(d.notices.contains(&"ignored bias=maybe: expected 0 or 1 (or true/false, yes/no, on/off)".to_string()), "{:#?}", d.notices);
         // Negative and fractional numbers say so.
         let d = decode("v=1&B=-3&GA=2.5");
         assert!(d.notices.contains(&"ignored B=-3 (batch_size): cannot be negative".to_string()), "{:#?}", d.notices);

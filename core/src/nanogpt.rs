@@ -518,6 +518,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // A map, not a list of every assignment: a pasted file of 100,000 lines once froze the page
     // for 22 s, each lookup passing every earlier line.
     let mut env: BTreeMap<String, Value> = BTreeMap::new();
+    // Names assigned a value that could not be read, with why: a later use of one names that
+    // reason, not "unknown name" (`big = 10**30` was assigned; only its value is out of reach).
+    let mut unread: BTreeMap<String, String> = BTreeMap::new();
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
     // Settings that shape the model (and init_from) last assigned inside a conditional block,
@@ -757,7 +760,14 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             // Python evaluates every value before it assigns any (`a, b = b, a`).
             let values: Vec<Result<Value, String>> = {
                 let lookup = |n: &str| env.get(n).cloned().or_else(|| config_value(&cfg, n));
-                targets.iter().map(|(_, expr)| expr.as_ref().map_err(Clone::clone).and_then(|e| evaluate(e, &lookup))).collect()
+                let unread_named = |e: String| match e.strip_prefix("unknown name ").and_then(|n| unread.get_key_value(n)) {
+                    Some((n, why)) => format!("{n} has no value vramfit could read ({why})"),
+                    None => e,
+                };
+                targets
+                    .iter()
+                    .map(|(_, expr)| expr.as_ref().map_err(Clone::clone).and_then(|e| evaluate(e, &lookup)).map_err(unread_named))
+                    .collect()
             };
             for ((name, expr), value) in targets.into_iter().zip(values) {
                 // Why the value cannot be read, quoting its expression where it has one of its own.
@@ -782,6 +792,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 }
                 match value {
                     Ok(value) => {
+                        unread.remove(name);
                         if is_known_extra(name) {
                             unreadable.retain(|(n, _)| n != name);
                             conditional.retain(|(k, _)| *k != name);
@@ -800,6 +811,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     Err(e) => {
                         let why = unreadable_because(e);
                         notices.push(format!("line {line}: ignored {name}: {why}"));
+                        // An earlier value is gone too: Python would have assigned this one.
+                        env.remove(name);
+                        unread.insert(name.to_string(), format!("line {line}: {why}"));
                         if is_known_extra(name) {
                             mark_unreadable(&mut unreadable, name, format!("line {line}: {why}"));
                         }
@@ -2172,6 +2186,22 @@ weight_decay = 1e-1
 
     fn parse(text: &str) -> Result<ConfigFile, ConfigFileError> {
         parse_config_file(text, &Config::default())
+    }
+
+    /// A name assigned a value vramfit cannot read is no unknown name: a use of it says why it
+    /// has no value, and an earlier value of it is not used in its place (Python would have
+    /// assigned the new one).
+    #[test]
+    fn a_name_whose_value_could_not_be_read_says_why_where_it_is_used() {
+        let err = parse("big = 10**30\nn_layer = 4 if big > 0 else 5\n").unwrap_err().to_string();
+        assert!(err.contains("big has no value vramfit could read (line 1: cannot read `10**30`"), "{err}");
+        let err = parse("a = 5\na = 10**30\nn_layer = a\n").unwrap_err().to_string();
+        assert!(err.contains("a has no value vramfit could read (line 2:"), "{err}");
+        // Assigned again readably, it is an ordinary name.
+        assert_eq!(parse("a = 10**30\na = 3\nn_layer = a\n").unwrap().config.n_layer, 3);
+        // A name never assigned is still unknown.
+        let err = parse("n_layer = nothing_here\n").unwrap_err().to_string();
+        assert!(err.contains("unknown name nothing_here"), "{err}");
     }
 
     /// Statements that change a setting without a plain assignment: an augmented assignment is
