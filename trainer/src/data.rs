@@ -154,12 +154,8 @@ pub const META_FILE: &str = "meta.pkl";
 /// is not GPT-2 tokens. vramfit's character vocabulary is one character per id, in order (as
 /// `prepare.py`'s `sorted(set(data))` makes it); a meta.pkl that is not is refused.
 pub fn read_meta(path: &Path) -> Result<Option<Vocabulary>, String> {
-    if !path.exists() {
-        return Ok(None);
-    }
+    let Some(meta) = load_meta(path)? else { return Ok(None) };
     let shown = path.display();
-    let bytes = read_input_file(path, Some(MAX_META_BYTES)).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let meta = crate::pickle::load(&bytes).map_err(|e| format!("{shown} is not a pickle vramfit can read: {e}"))?;
     let Some(crate::pickle::Value::Dict(itos)) = meta.get("itos") else {
         return Err(format!(
             "{shown} has no itos (the id -> character map nanoGPT's char-level prepare.py writes): vramfit reads only those \
@@ -212,15 +208,21 @@ fn short(v: &crate::pickle::Value) -> String {
     }
 }
 
-/// The `vocab_size` of nanoGPT's `meta.pkl` at `path`, the one key train.py reads from it (any
-/// prepare script's, characters or not); `None` if there is no such file.
-pub fn read_meta_vocab_size(path: &Path) -> Result<Option<u32>, String> {
+/// The unpickled `meta.pkl` at `path`, or `None` if there is no such file.
+fn load_meta(path: &Path) -> Result<Option<crate::pickle::Value>, String> {
     if !path.exists() {
         return Ok(None);
     }
     let shown = path.display();
     let bytes = read_input_file(path, Some(MAX_META_BYTES)).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let meta = crate::pickle::load(&bytes).map_err(|e| format!("{shown} is not a pickle vramfit can read: {e}"))?;
+    crate::pickle::load(&bytes).map(Some).map_err(|e| format!("{shown} is not a pickle vramfit can read: {e}"))
+}
+
+/// The `vocab_size` of nanoGPT's `meta.pkl` at `path`, the one key train.py reads from it (any
+/// prepare script's, characters or not); `None` if there is no such file.
+pub fn read_meta_vocab_size(path: &Path) -> Result<Option<u32>, String> {
+    let Some(meta) = load_meta(path)? else { return Ok(None) };
+    let shown = path.display();
     match meta.get("vocab_size") {
         Some(crate::pickle::Value::Int(n)) if (1..=i64::from(u32::MAX)).contains(n) => Ok(Some(*n as u32)),
         Some(v) => Err(format!("{shown}: vocab_size is {}, not a whole number of tokens", short(v))),
