@@ -339,7 +339,11 @@ fn apply_dataset_vocab(
         // nanoGPT's data/shakespeare_char/prepare.py writes 65 characters to meta.pkl.
         "shakespeare_char" => {
             cfg.vocab_size = 65;
-            notices.push("dataset = 'shakespeare_char': vocab_size 65, from its meta.pkl as train.py reads it".into());
+            notices.push(
+                "dataset = 'shakespeare_char': vocab_size 65, the characters nanoGPT's prepare.py writes to its meta.pkl \
+                 (train.py reads it there)"
+                    .into(),
+            );
         }
         // GPT-2 BPE datasets without a meta.pkl: train.py's 50304.
         "openwebtext" | "shakespeare" => {}
@@ -518,9 +522,11 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // A map, not a list of every assignment: a pasted file of 100,000 lines once froze the page
     // for 22 s, each lookup passing every earlier line.
     let mut env: BTreeMap<String, Value> = BTreeMap::new();
-    // Names assigned a value that could not be read, with why: a later use of one names that
-    // reason, not "unknown name" (`big = 10**30` was assigned; only its value is out of reach).
-    let mut unread: BTreeMap<String, String> = BTreeMap::new();
+    // Names assigned a value that could not be read, with the line: a later use of one points
+    // there, not to an "unknown name" (`big = 10**30` was assigned; only its value is out of
+    // reach). Only the line: quoting that line's reason would nest a chain of such names
+    // (x1 = x0, x2 = x1, ...) into messages that grow with the square of the file.
+    let mut unread: BTreeMap<String, usize> = BTreeMap::new();
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
     // Settings that shape the model (and init_from) last assigned inside a conditional block,
@@ -761,7 +767,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             let values: Vec<Result<Value, String>> = {
                 let lookup = |n: &str| env.get(n).cloned().or_else(|| config_value(&cfg, n));
                 let unread_named = |e: String| match e.strip_prefix("unknown name ").and_then(|n| unread.get_key_value(n)) {
-                    Some((n, why)) => format!("{n} has no value vramfit could read ({why})"),
+                    Some((n, at)) => format!("{n} has no value vramfit could read (see line {at})"),
                     None => e,
                 };
                 targets
@@ -813,7 +819,8 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                         notices.push(format!("line {line}: ignored {name}: {why}"));
                         // An earlier value is gone too: Python would have assigned this one.
                         env.remove(name);
-                        unread.insert(name.to_string(), format!("line {line}: {why}"));
+                        extra.retain(|(k, _)| k != name);
+                        unread.insert(name.to_string(), line);
                         if is_known_extra(name) {
                             mark_unreadable(&mut unreadable, name, format!("line {line}: {why}"));
                         }
@@ -2194,9 +2201,16 @@ weight_decay = 1e-1
     #[test]
     fn a_name_whose_value_could_not_be_read_says_why_where_it_is_used() {
         let err = parse("big = 10**30\nn_layer = 4 if big > 0 else 5\n").unwrap_err().to_string();
-        assert!(err.contains("big has no value vramfit could read (line 1: cannot read `10**30`"), "{err}");
+        assert!(err.ends_with("cannot read `4 if big > 0 else 5`: big has no value vramfit could read (see line 1)"), "{err}");
         let err = parse("a = 5\na = 10**30\nn_layer = a\n").unwrap_err().to_string();
-        assert!(err.contains("a has no value vramfit could read (line 2:"), "{err}");
+        assert!(err.contains("a has no value vramfit could read (see line 2)"), "{err}");
+        // A chain of them: each message points one line back, whatever the chain's length.
+        let chain: String = std::iter::once("x0 = 10**30\n".to_string()).chain((1..200).map(|i| format!("x{i} = x{}\n", i - 1))).collect();
+        let f = parse(&format!("{chain}max_iters = 5\n")).unwrap();
+        assert!(f.notices.iter().all(|n| n.len() < 120), "{:?}", f.notices.iter().map(String::len).max());
+        // A known setting's earlier value is not kept in its place either.
+        let f = parse("dataset = 'mine'\ndataset = 10**30\n").unwrap();
+        assert_eq!((f.get("dataset"), f.unreadable.as_slice()), (None, &["dataset".to_string()][..]));
         // Assigned again readably, it is an ordinary name.
         assert_eq!(parse("a = 10**30\na = 3\nn_layer = a\n").unwrap().config.n_layer, 3);
         // A name never assigned is still unknown.

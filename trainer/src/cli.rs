@@ -226,6 +226,9 @@ pub struct SampleArgs {
     /// cpu or cuda [default: cpu].
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceArg>,
+    /// CPU threads [default: CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else all cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
+    pub threads: Option<u32>,
 }
 
 /// `--device`.
@@ -642,10 +645,12 @@ fn not_utf8(args: &[OsString]) -> Option<String> {
 fn error_line(err: &clap::Error) -> String {
     use clap::error::{ContextKind, ContextValue};
     let mut rendered = err.render().to_string();
-    for kind in [ContextKind::InvalidValue, ContextKind::InvalidArg] {
+    for kind in [ContextKind::InvalidValue, ContextKind::InvalidArg, ContextKind::InvalidSubcommand] {
         if let Some(ContextValue::String(v)) = err.get(kind) {
             if v.contains(['\n', '\r']) {
-                rendered = rendered.replace(v.as_str(), &vramfit_core::shown_input(v, usize::MAX));
+                // Only where clap quotes it: a value of a bare line break would otherwise escape
+                // the line breaks of clap's own message too.
+                rendered = rendered.replace(&format!("'{v}'"), &format!("'{}'", vramfit_core::shown_input(v, usize::MAX)));
             }
         }
     }
@@ -676,14 +681,22 @@ mod tests {
     /// A value with a line break in it is quoted escaped, and the reason after it is kept.
     #[test]
     fn a_value_with_a_line_break_keeps_its_reason() {
-        for (flag, value, reason) in
-            [("--gpu", "h100\nfoo", "unknown GPU"), ("--n-layer", "1\n2", "invalid digit"), ("--dtype", "float16\nx", "expected float32")]
-        {
+        for (flag, value, reason) in [
+            ("--gpu", "h100\nfoo", "unknown GPU"),
+            ("--n-layer", "1\n2", "invalid digit"),
+            ("--dtype", "float16\nx", "expected float32"),
+            ("--dtype", "\n", "expected float32"),
+        ] {
             let err = Cli::try_parse_from(["vramfit", "plan", flag, value]).expect_err("refused");
             let line = error_line(&err);
             let escaped = value.replace('\n', "\\n");
             assert!(line.contains(&format!("'{escaped}'")) && line.contains(reason) && !line.contains('\n'), "{line}");
+            assert!(!line.contains("For more information"), "{line}");
         }
+        // A subcommand with a line break in it.
+        let err = Cli::try_parse_from(["vramfit", "plan\nx"]).expect_err("refused");
+        let line = error_line(&err);
+        assert!(line.contains("'plan\\nx'") && !line.contains('\n'), "{line}");
     }
 
     /// An argument that is not UTF-8 is named by the flag it belongs to.

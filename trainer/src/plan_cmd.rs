@@ -18,15 +18,19 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     // would plan a run it refuses (PyTorch's plan notes a non-CUDA device instead).
     if args.runtime == Some(Runtime::Trainer) {
         if let Some((_, value)) = args.training_only.iter().find(|(name, _)| name == "device") {
-            crate::cli::parse_device(&setting_value(value)).map_err(|e| format!("--device={value}: {e} (as vramfit train takes it)"))?;
+            crate::cli::parse_device(&setting_value(value))
+                .map_err(|e| format!("--device={}: {e} (as vramfit train takes it)", vramfit_core::shown_input(value, 40)))?;
         }
     }
     let mut inputs = inputs::resolve(&args.run, &args.card)?;
     // Both runtimes: `train` also takes the checkpoint's shape (from --weights, or from
     // scratch without them).
     let pretrained = keep_pretrained_shape(&mut inputs)?;
-    read_dataset_vocab(&mut inputs, &args.run)?;
     refuse_what_train_py_stops_on(&inputs)?;
+    // `vramfit train` takes its vocabulary from --data, not from a dataset's meta.pkl.
+    if args.runtime != Some(Runtime::Trainer) {
+        read_dataset_vocab(&mut inputs, &args.run)?;
+    }
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -103,27 +107,56 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
 }
 
 /// train.py takes vocab_size from `data/<dataset>/meta.pkl`, under the directory it runs in,
-/// where the config leaves it to the dataset: `plan` reads the same file from where it runs
-/// (core, which opens no files, assumed a size and noted it). A flag or the link that sets
-/// vocab_size decides instead, and the note on the dataset goes; so it does where a GPT-2
-/// checkpoint brings its vocabulary. No such file: core's assumption stands, noted.
+/// when it starts from scratch: `plan` reads the same file from where it runs (core, which
+/// opens no files, assumed a size and noted it; that note is replaced by what was found here).
+/// A flag or the link that sets vocab_size decides instead, and the dataset goes unmentioned;
+/// so it does where a GPT-2 checkpoint brings its vocabulary. A vocab_size the config file sets
+/// is planned as vramfit reads config files, with a note where this directory's meta.pkl says
+/// otherwise (train.py has no vocab_size setting: the file's would not reach its model).
 fn read_dataset_vocab(inputs: &mut inputs::Inputs, run: &crate::cli::RunArgs) -> Result<(), String> {
-    let Some(dataset) = inputs.vocab_from_dataset.clone() else { return Ok(()) };
     let dataset_note = |n: &String| n.contains(": dataset = '") && n.contains("meta.pkl");
     if run.vocab_size.is_some() || inputs.link_sets.contains(&"vocab_size") || inputs.init_from.is_some() {
         inputs.notices.retain(|n| !dataset_note(n));
         return Ok(());
     }
+    let named = inputs.extra.iter().find_map(|(k, v)| match (k.as_str(), v) {
+        ("dataset", vramfit_core::nanogpt::Value::Str(d)) => Some(d.clone()),
+        _ => None,
+    });
+    let Some(dataset) = inputs.vocab_from_dataset.clone().or(named) else { return Ok(()) };
     let path = std::path::Path::new("data").join(&dataset).join(vramfit::data::META_FILE);
-    let Some(size) = vramfit::data::read_meta_vocab_size(&path)? else { return Ok(()) };
-    inputs.config.vocab_size = size;
-    inputs.config.validate().map_err(|e| format!("vocab_size {size} from {}: {e}", path.display()))?;
-    inputs.notices.retain(|n| !dataset_note(n));
-    let shown = vramfit_core::shown_input(&path.display().to_string(), 120);
-    inputs.notices.insert(
-        0,
-        format!("vocab_size {size}, from {shown} as train.py reads it (dataset = '{}')", vramfit_core::shown_input(&dataset, 60)),
-    );
+    let (shown_path, shown_set) = (vramfit_core::shown_input(&path.display().to_string(), 120), vramfit_core::shown_input(&dataset, 60));
+    let found = vramfit::data::read_meta_vocab_size(&path)?;
+    let assumed = inputs.config.vocab_size;
+    let note = match (found, inputs.vocab_from_dataset.is_some()) {
+        // The config file set vocab_size itself.
+        (Some(size), false) if size != assumed => Some(format!(
+            "dataset = '{shown_set}': {shown_path} says vocab_size {size}, which is what train.py builds (it has no vocab_size \
+             setting); planned with the config file's {assumed}"
+        )),
+        (_, false) => None,
+        (Some(size), true) => {
+            inputs.config.vocab_size = size;
+            inputs.config.validate().map_err(|e| format!("vocab_size {size} from {shown_path}: {e}"))?;
+            Some(format!("vocab_size {size}, from {shown_path} as train.py reads it (dataset = '{shown_set}')"))
+        }
+        // Nothing here: core's assumption, said as what it is (GPT-2's BPE datasets have no
+        // meta.pkl, and train.py's 50304 needs no word).
+        (None, true) if dataset == "openwebtext" || dataset == "shakespeare" => None,
+        (None, true) => Some(format!(
+            "dataset = '{shown_set}': no {shown_path} under this directory; planned with vocab_size {assumed} ({}; set vocab_size \
+             if yours differs)",
+            if dataset == "shakespeare_char" {
+                "the 65 characters nanoGPT's prepare.py writes there"
+            } else {
+                "what train.py uses without one"
+            }
+        )),
+    };
+    if let Some(note) = note {
+        inputs.notices.retain(|n| !dataset_note(n));
+        inputs.notices.insert(0, note);
+    }
     Ok(())
 }
 

@@ -48,8 +48,10 @@ pub fn draw(logits: &[f32], temperature: f64, top_k: usize, rng: &mut HostRng) -
 pub fn run(args: &SampleArgs) -> Result<u8, Failure> {
     // The thread count, decided once, before candle's pools start: without RAYON_NUM_THREADS
     // candle counts the cores (reading /proc/cpuinfo) at every matmul, about 13 times a token,
-    // which took two thirds of a sample's time. CANDLE_NUM_THREADS is honoured as by `train`.
-    let threads = match crate::cli::threads_from_env().map_err(input)? {
+    // which took two thirds of a sample's time. --threads and CANDLE_NUM_THREADS are honoured
+    // as by `train`.
+    let env_threads = if args.threads.is_none() { crate::cli::threads_from_env().map_err(input)? } else { None };
+    let threads = match args.threads.or(env_threads) {
         Some(n) => n as usize,
         None => candle_core::utils::get_num_threads(),
     };

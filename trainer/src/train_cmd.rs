@@ -216,7 +216,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             DataSource::Bin { dir } => Some(dir),
             DataSource::Builtin { .. } => None,
         };
-        match stored.filter(|p| args.data.is_none() && resume.is_some() && p.is_relative()) {
+        // (Only where it is not there: a file found and refused has its own reason.)
+        match stored.filter(|p| args.data.is_none() && resume.is_some() && p.is_relative() && !p.exists()) {
             Some(_) => input(format!(
                 "{e} (the checkpoint names its data relative to the directory its run started in: resume from there, or \
                  pass --data)"

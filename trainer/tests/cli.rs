@@ -1290,10 +1290,24 @@ fn a_datasets_meta_pkl_sets_the_vocabulary_where_plan_runs() {
         assert_eq!(vocab, 77, "{over:?}");
         assert!(!notes.contains("dataset = '"), "{over:?}: {notes}");
     }
-    // No meta.pkl for this dataset: train.py's 50304, said as an assumption.
+    // No meta.pkl for this dataset here: train.py's 50304, said as what it is.
     let (vocab, notes) = vocab_and_notes(&["plan", "other.py", "--json", "--no-fixes"]);
     assert_eq!(vocab, 50304);
-    assert!(notes.contains("data/other/meta.pkl") && notes.contains("assumes 50304"), "{notes}");
+    assert!(notes.contains("no data/other/meta.pkl under this directory; planned with vocab_size 50304"), "{notes}");
+    assert!(!notes.contains("cannot read"), "{notes}");
+    // shakespeare_char without its data here: nanoGPT's 65 characters, not "from its meta.pkl".
+    std::fs::write(dir.join("char.py"), "dataset = 'shakespeare_char'\n").unwrap();
+    let (vocab, notes) = vocab_and_notes(&["plan", "char.py", "--json", "--no-fixes"]);
+    assert_eq!(vocab, 65);
+    assert!(notes.contains("no data/shakespeare_char/meta.pkl under this directory; planned with vocab_size 65"), "{notes}");
+    // A config file's own vocab_size is planned, and a meta.pkl here that says otherwise is noted.
+    std::fs::write(dir.join("own.py"), "dataset = 'mych'\nvocab_size = 100\nn_layer = 2\nn_head = 2\nn_embd = 64\n").unwrap();
+    let (vocab, notes) = vocab_and_notes(&["plan", "own.py", "--json", "--no-fixes"]);
+    assert_eq!(vocab, 100);
+    assert!(notes.contains("data/mych/meta.pkl says vocab_size 1500, which is what train.py builds"), "{notes}");
+    // The trainer's plan is for `vramfit train`, whose vocabulary comes from --data.
+    let (vocab, _) = vocab_and_notes(&["plan", "mych.py", "--runtime", "trainer", "--json"]);
+    assert_eq!(vocab, 50304);
     // A file there that is not a pickle: one error line naming it.
     let out = run(&["plan", "broken.py"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -68,9 +68,17 @@ fn bad_data_files() {
 #[test]
 fn sample_refuses_a_thread_count_that_is_not_one() {
     let dir = scratch("sample-threads");
-    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
-        let out = vramfit().env(var, "abc").args(["sample", "--out-dir", dir.to_str().unwrap()]).output().unwrap();
+    for (var, other) in [("CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"), ("RAYON_NUM_THREADS", "CANDLE_NUM_THREADS")] {
+        let out = vramfit().env(var, "abc").env_remove(other).args(["sample", "--out-dir", dir.to_str().unwrap()]).output().unwrap();
         assert_has(&one_error_line(&out), &[&format!("{var}=abc is not a thread count")]);
+        // --threads decides over the environment, as for train (then the missing checkpoint).
+        let out = vramfit()
+            .env(var, "abc")
+            .env_remove(other)
+            .args(["sample", "--threads", "1", "--out-dir", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_has(&one_error_line(&out), &["no checkpoint at"]);
     }
 }
 

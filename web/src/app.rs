@@ -792,6 +792,8 @@ pub fn App() -> impl IntoView {
         // The query is the live state: setting it unchanged would clear a number box's complaint.
         if state.with_untracked(|s| *s != read.state) {
             address_moves.update_value(|n| *n += 1);
+            // What followed an edit is not news when Back returns to its config.
+            follow_note.set(None);
             state.set(read.state);
         }
         link_notices.set(read.notices);

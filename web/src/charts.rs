@@ -299,12 +299,18 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         // away from the largest's line (rightwards it ran through it).
         let lasting_label = series.lasting.map(|k| (k, 1, format!("keeps fitting after a few steps: {k} (estimate)"), 56, 0.45));
         let (_, cap_y) = chart.backend_coord(&(x0, available as f64 / GIB));
+        // Each label below the one before it if moving it off the line brought them together.
+        let mut above: Option<i32> = None;
         for (b, width, label, dy, leftwards_from) in fit_label.into_iter().chain(lasting_label) {
             let x = b as f64;
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(width)))).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, ymax));
             let (anchor, dx) = if x > max_b * leftwards_from { (HPos::Right, -4) } else { (HPos::Left, 4) };
-            let label_top = off_line(top + dy, cap_y, false);
+            let mut label_top = off_line(top + dy, cap_y, false);
+            if let Some(prev) = above.filter(|prev| label_top < prev + LABEL_ROW + 2) {
+                label_top = off_line(prev + LABEL_ROW + 2, cap_y, false);
+            }
+            above = Some(label_top);
             root.draw(&Text::new(label, (px + dx, label_top), font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
         }
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
@@ -317,7 +323,12 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         // rise with the batch, so that corner is clear of both (below right, they ran through
         // it); off the capacity line.
         let label_top = off_line(py - 6 - LABEL_ROW, cap_y, true);
-        root.draw(&Text::new(format!("now: {cb}"), (px - 8, label_top), font(12.0).pos(Pos::new(HPos::Right, VPos::Top)))).map_err(err)?;
+        let now = format!("now: {cb}");
+        // Rightwards where leftwards would reach the y axis's labels (a point near batch 1);
+        // 7 pixels a character is the label font's widest.
+        let leftwards = px - 8 - 7 * now.len() as i32 >= MARGIN_LEFT as i32;
+        let (anchor, x) = if leftwards { (HPos::Right, px - 8) } else { (HPos::Left, px + 8) };
+        root.draw(&Text::new(now, (x, label_top), font(12.0).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
         // Legend for the two curves, top left inside the plot.
         for (i, (name, color)) in [("training", TRAIN), ("eval", EVAL)].into_iter().enumerate() {
             let y = MARGIN_TOP as i32 + 8 + 16 * i as i32;
@@ -476,6 +487,25 @@ mod tests {
         let cap_y = polylines_in(&svg, CAPACITY)[0][0].1;
         let now_y = text_ys(&svg, "now: 12")[0];
         assert!(now_y < cap_y - 2.0 || now_y - 12.0 > cap_y + 2.0, "now at {now_y}, line at {cap_y}");
+        // The two batch markers' labels never share a row, wherever the capacity line runs: a
+        // series that fits throughout puts it just below where they sit.
+        let mut series = c.series.clone();
+        series.lasting = Some(series.largest_fit.unwrap() - 1);
+        for gib in [4.0, 20.0, 21.0, 22.0, 23.0, 24.0, 26.0, 30.0, 40.0] {
+            let svg = batch_svg(&series, (gib * GIB) as u64).unwrap();
+            let fit = text_ys(&svg, "largest that fits")[0];
+            let lasting = text_ys(&svg, "keeps fitting after a few steps")[0];
+            assert!((fit - lasting).abs() >= LABEL_ROW as f64, "{gib} GiB: {fit} and {lasting}");
+        }
+        // At batch 1 the "now" label runs rightwards, clear of the y axis's labels.
+        let one = compute(&state_at_batch(1)).unwrap();
+        let svg = batch_svg(&one.series, one.available()).unwrap();
+        let x = svg.match_indices("<text ").map(|(i, _)| &svg[i..i + svg[i..].find("</text>").unwrap()]).find(|t| t.contains("now: 1\n"));
+        assert!(x.is_some_and(|t| attr(t, "x") > MARGIN_LEFT as f64 && t.contains("text-anchor=\"start\"")), "{x:?}");
+    }
+
+    fn state_at_batch(batch_size: u32) -> LinkState {
+        LinkState { config: vramfit_core::Config { batch_size, ..Default::default() }, ..LinkState::default() }
     }
 
     #[test]

@@ -94,14 +94,17 @@ pub fn model_presets() -> Vec<ModelPreset> {
 /// reports not settled).
 pub fn report_remark(preset: &str, plan: &Plan) -> Option<String> {
     let mib = |b: u64| vramfit_core::params::thousands(b.div_ceil(1 << 20));
+    let card = plan.cards.first().map_or("card", |c| c.gpu_name.as_str());
     match preset {
         "oom-30m" => Some(format!(
-            "The report read 4,464 MiB in nvidia-smi, at a moment it does not give. The model: {} MiB after the first iteration, {} MiB at the steady step (the H100 measured 4,206 and 4,998 MiB for this run), so it was likely read early, or its card's CUDA context is smaller than the H100's. README: Accuracy.",
+            "On an RTX 4070 the report read 4,464 MiB in nvidia-smi, at a moment it does not give. The model on the {}: {} MiB after the first iteration, {} MiB at the steady step (the H100 measured 4,206 and 4,998 MiB for this run), so it was likely read early, or that card's CUDA context is smaller than the H100's. README: Accuracy.",
+            card,
             mib(plan.first_iter.nvidia_smi_bytes),
             mib(plan.train.nvidia_smi_bytes)
         )),
         "oom-77m" => Some(format!(
-            "The report trained, then ran out of memory in an evaluation. The model: {} MiB at the training step, {} MiB in the eval (compile's figures are estimates): compare them with the card's line. README: Accuracy.",
+            "On an RTX 4070 the report trained, then ran out of memory in an evaluation. The model on the {}: {} MiB at the training step, {} MiB in the eval (compile's figures are estimates). README: Accuracy.",
+            card,
             mib(plan.train.nvidia_smi_bytes.max(plan.first_iter.nvidia_smi_bytes)),
             mib(plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes))
         )),
@@ -893,6 +896,8 @@ mod tests {
             if let Some(r) = remark {
                 let steady = vramfit_core::params::thousands(c.plan.train.nvidia_smi_bytes.div_ceil(1 << 20));
                 assert!(r.contains(&format!("{steady} MiB")) && r.ends_with("README: Accuracy."), "{r}");
+                // The model's figures are named by the card they are for.
+                assert!(r.contains(&format!("The model on the {}:", c.plan.cards[0].gpu_name)), "{r}");
             }
         }
     }
