@@ -454,7 +454,12 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
                 None if value.trim().to_ascii_lowercase().starts_with("custom-") => {
                     return Err("a custom size is 0.25 to 4096 GiB (custom-<GiB>)".into())
                 }
-                None => return Err("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)".into()),
+                // A name that fits several cards says which (as `--gpu` does); a link still
+                // takes only a preset's id.
+                None => match Gpu::lookup(value) {
+                    Err(e) if e.contains(" names ") => return Err(format!("{e} (a link takes its preset id)")),
+                    _ => return Err("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)".into()),
+                },
             };
         }
         Field::OtherUsage => {
@@ -1075,6 +1080,11 @@ pub(crate) mod tests {
             assert_eq!(notices, [format!("ignored gpu={size}: a custom size is 0.25 to 4096 GiB (custom-<GiB>)")]);
         }
         assert!(decode("?v=1&gpu=nvidia").notices[0].ends_with("unknown GPU (a preset id such as rtx-4070, or custom-<GiB>)"));
+        // A name of several cards says which, as --gpu does.
+        assert_eq!(
+            decode("?v=1&gpu=a100").notices,
+            ["ignored gpu=a100: \"a100\" names 2 cards: a100-40gb, a100-80gb; give one of them (a link takes its preset id)"]
+        );
     }
 
     #[test]

@@ -295,6 +295,13 @@ fn number_control(
         let text = event_target_value(&ev);
         if !model::parse_whole(&text, max).is_ok_and(|v| v == state.with_untracked(get)) {
             started.with_value(|start| undo_refused_edit(signals, &ev, label, start, |s| get(s).to_string()));
+        } else {
+            // Taken, written another way ("00012", "1e1"): the box shows it as the page does. (The
+            // state did not change, so nothing else would rewrite it.)
+            let shown = state.with_untracked(get).to_string();
+            if text != shown {
+                event_target::<web_sys::HtmlInputElement>(&ev).set_value(&shown);
+            }
         }
         // Committed (Enter keeps the focus): the next edit goes back to here.
         remember();

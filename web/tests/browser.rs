@@ -663,3 +663,17 @@ async fn a_head_count_that_follows_n_embd_is_said() {
     page.type_keys("n_layer", "6").await;
     assert!(!page.has(".follow-note"));
 }
+
+/// A value taken but written another way ("00012") is shown as the page writes it once its box
+/// is left: nothing else rewrites it, since the state is what it was.
+#[wasm_bindgen_test]
+async fn a_value_written_another_way_is_shown_as_taken() {
+    let page = mount_with("?v=1").await;
+    page.type_keys("batch_size", "00012").await;
+    let input: HtmlInputElement = page.el("input[name=batch_size]").dyn_into().unwrap();
+    assert_eq!(input.value(), "00012", "not rewritten while typed in");
+    dispatch(&input, "change");
+    settle().await;
+    assert_eq!((link_config().await.batch_size, input.value()), (12, "12".to_string()));
+    assert!(!page.has(".input-error"), "{}", page.text(".input-error"));
+}
