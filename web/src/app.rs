@@ -620,6 +620,7 @@ fn card_controls(signals: Signals) -> impl IntoView {
     // Where an edit of the custom box began, for a box left holding a size it did not take
     // ("1e9" passes through a 1 GiB card on the way): as every number box, back to that.
     let custom_started = StoredValue::new(EditStart::now(signals));
+    // The card's size as the box shows it (the custom ids keep 0.01 GiB).
     let shown_gib = |s: &LinkState| format!("{}", (model::gpu_of(s).memory_bytes as f64 / model::GIB * 100.0).round() / 100.0);
     view! {
         <div class="field select">
@@ -666,7 +667,7 @@ fn card_controls(signals: Signals) -> impl IntoView {
                     if same_card.is_some_and(|g| state.with(|s| s.gpu == g.id)) {
                         typed
                     } else {
-                        format!("{}", (custom_gib() * 100.0).round() / 100.0)
+                        state.with(shown_gib)
                     }
                 }
                 // Follows each keystroke, as the other number boxes do; a partial or bad entry

@@ -33,10 +33,15 @@ pub fn format_gib(bytes: u64) -> String {
 /// decimals of a GiB would read "0.00" for a few MiB.
 pub fn format_margin(bytes: u64) -> String {
     if bytes < (GIB / 10.0) as u64 {
-        format!("{} MiB", vramfit_core::params::thousands(bytes.div_ceil(1 << 20)))
+        format!("{} MiB", format_mib(bytes))
     } else {
         format!("{} GiB", format_gib(bytes))
     }
+}
+
+/// Bytes as whole MiB with thousands separators ("4,464"), rounded up: a few bytes are never 0.
+pub fn format_mib(bytes: u64) -> String {
+    vramfit_core::params::thousands(bytes.div_ceil(1 << 20))
 }
 
 /// A signed byte count as GiB with an explicit sign ("+0.51", "-1.20").
@@ -93,7 +98,7 @@ pub fn model_presets() -> Vec<ModelPreset> {
 /// unexplained; `None` for the other presets. The comparison is the README's (Accuracy, the
 /// reports not settled).
 pub fn report_remark(preset: &str, plan: &Plan) -> Option<String> {
-    let mib = |b: u64| vramfit_core::params::thousands(b.div_ceil(1 << 20));
+    let mib = format_mib;
     let card = plan.cards.first().map_or("card", |c| c.gpu_name.as_str());
     match preset {
         "oom-30m" => Some(format!(
@@ -894,7 +899,7 @@ mod tests {
             let remark = report_remark(p.id, &c.plan);
             assert_eq!(remark.is_some(), p.id.starts_with("oom-"), "{}", p.id);
             if let Some(r) = remark {
-                let steady = vramfit_core::params::thousands(c.plan.train.nvidia_smi_bytes.div_ceil(1 << 20));
+                let steady = format_mib(c.plan.train.nvidia_smi_bytes);
                 assert!(r.contains(&format!("{steady} MiB")) && r.ends_with("README: Accuracy."), "{r}");
                 // The model's figures are named by the card they are for.
                 assert!(r.contains(&format!("The model on the {}:", c.plan.cards[0].gpu_name)), "{r}");
