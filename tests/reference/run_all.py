@@ -134,6 +134,7 @@ def provenance(method, args, wall_s, rows):
     }
     if method == "cuda":
         prov["cuda_jobs"] = max(1, args.cuda_jobs)
+        prov["compile_jobs"] = max(1, args.compile_jobs)
         # device facts as seen by the measured processes (the parent never touches CUDA)
         env = next((r.get("environment") for r in rows if r and r.get("environment")), None) or {}
         for k in ("device_name", "capability", "total_memory", "cuda_runtime", "cudnn",
@@ -209,6 +210,9 @@ def main():
     ap.add_argument("--cuda-jobs", type=int, default=1,
                     help="cuda: eager configs measured N processes at a time (default 1); each "
                          "row records how many ran at once in concurrent_processes")
+    ap.add_argument("--compile-jobs", type=int, default=1,
+                    help="cuda: compile=True configs measured N processes at a time (default 1), "
+                         "recorded in concurrent_processes like --cuda-jobs")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="cuda: start no new config after this many seconds (the rest become 'skipped')")
     ap.add_argument("--measure-arg", action="append",
@@ -298,16 +302,25 @@ def main():
             if not args.quiet:
                 print(f"[{time.time() - t0:6.1f}s] snapshot {sid}: {r['status']} -> {snap}"
                       + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
-        for i in later:
+        def compiled(i):
             c = cfgs[i]
             # torch.compile needs ~1-2 min (train and eval graphs): start it only with room left
-            rows[i] = run_one(args.python, c, "cuda", tmo(), extra=extra) if budget_left(100) else skipped(c)
-            if not args.quiet:
-                r = rows[i]
-                print(f"[{time.time() - t0:6.1f}s] {c['id']}: {r['status']} "
-                      f"train={fmt_mib(r.get('train_peak_allocated_bytes'))} "
-                      f"eval={fmt_mib(r.get('eval_peak_allocated_bytes'))} MiB"
-                      + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
+            r = run_one(args.python, c, "cuda", tmo(), extra=extra) if budget_left(100) else skipped(c)
+            r["concurrent_processes"] = max(1, args.compile_jobs)
+            return r
+
+        if args.compile_jobs > 1:
+            # inductor compiles on the CPU, so on a many-core machine several configs can compile
+            # at once; the peak counters stay per process, as with --cuda-jobs
+            with cf.ThreadPoolExecutor(max_workers=args.compile_jobs) as ex:
+                futs = {ex.submit(compiled, i): i for i in later}
+                for f in cf.as_completed(futs):
+                    rows[futs[f]] = f.result()
+                    report(rows[futs[f]])
+        else:
+            for i in later:
+                rows[i] = compiled(i)
+                report(rows[i])
     else:
         with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
             futs = {ex.submit(run_one, args.python, c, args.method, args.timeout, None, extra): i
@@ -331,7 +344,7 @@ def main():
         # keep the original run's provenance; record this partial run as an update
         with open(out) as f:
             old_prov = json.load(f)["provenance"]
-        upd = {k: prov[k] for k in ("date_utc", "command", "total_wall_s", "torch")}
+        upd = {k: prov.get(k) for k in ("date_utc", "command", "total_wall_s", "torch", "device_name", "driver", "compile_jobs")}
         upd["ids"] = [c["id"] for c in cfgs]
         prov = {**old_prov, "n_rows": len(rows), "updates": old_prov.get("updates", []) + [upd]}
     doc = {"provenance": prov, "rows": rows}
