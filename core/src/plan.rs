@@ -1545,14 +1545,14 @@ fn fix_step(work: &mut FixWork, step: u8) {
                 "compile = True".into(),
                 match cfg.attention {
                     crate::Attention::Flash => "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an \
-                                            estimate: the compile model's training steps were 2.8% under to 13.5% over 62 compiled \
+                                            estimate: the compile model's training steps were 2.8% under to 25.6% over 80 compiled \
                                             flash-attention runs measured on an H100 and an H200"
                         .into(),
-                    // Manual attention's (B,H,T,T) tensors are modelled too: 13 compiled configs
+                    // Manual attention's (B,H,T,T) tensors are modelled too: 19 compiled configs
                     // measured on an H200.
                     crate::Attention::Manual => {
                         "a minute or so of compilation at start; needs Triton (Linux or WSL). The new figure is an \
-                                             estimate: the compile model's training steps were 0.7% under to 16.3% over 13 compiled \
+                                             estimate: the compile model's training steps were 3.6% under to 16.3% over 19 compiled \
                                              manual-attention runs measured on an H200"
                             .into()
                     }
@@ -1819,9 +1819,9 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
             source: Source::Estimate,
             detail: "compile=True uses a coarse model (bytes saved per element of B*T*C fitted per dtype, autocast's saved weight \
                      casts, three B*T*V tensors at the loss and a fourth where inductor pads an unaligned vocabulary), checked \
-                     against 75 compiled configs measured on an H100 and an H200, 32 of them held out: training steps 2.8% under \
-                     to 16.3% over (the held-out ones within 4.2%), evals within 5% in nine of ten but up to 34% under in \
-                     small-vocabulary ones; the first compiled call of each graph (the first iteration, the first eval) needs up \
+                     against 99 compiled configs measured on an H100 and an H200, 56 of them held out: training steps 3.6% under \
+                     to 25.6% over, 7 in 8 within 5%; evals within 5% in 7 in 8, but up to 34% under in small-vocabulary \
+                     ones; the first compiled call of each graph (the first iteration, the first eval) needs up \
                      to 65% more in small models, where compilation allocates while it runs (README: Accuracy; an estimate)"
                 .into(),
         });
@@ -1832,7 +1832,7 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
                 detail: "compile=True with manual attention: to the flash-attention model each layer adds the softmax's \
                          (B,H,T,T) output kept for backward in fp32 (with dropout also its mask and the dropped probabilities), \
                          the scores while they are computed and two such matrices in backward (13 compiled manual-attention \
-                         configs measured on an H200: training steps 0.7% under to 16.3% over)"
+                         configs measured on an H200: training steps 3.6% under to 16.3% over)"
                     .into(),
             });
         }

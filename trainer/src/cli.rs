@@ -475,7 +475,7 @@ pub struct RunArgs {
     /// flash or manual [default: flash].
     #[arg(long, value_name = "KIND", value_parser = parse_attention)]
     pub attention: Option<Attention>,
-    /// torch.compile: true or false (a coarse model checked against 75 compiled runs on an H100 and an H200; an estimate) [default: true].
+    /// torch.compile: true or false (a coarse model checked against 99 compiled runs on an H100 and an H200; an estimate) [default: true].
     #[arg(long, value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub compile: Option<bool>,
     /// Recompute each block in backward: true or false [default: false].
