@@ -3,9 +3,10 @@
 JSON file per method:  {"provenance": {...}, "rows": [...]}.
 
   cpu-fake (default): parallel workers (-j), output data/cpu-fake.json
-  cuda              : sequential on one GPU unless --cuda-jobs N (N fresh processes at once: the
-                      peak counters are per process, so only the rows' mem_get_info points see
-                      the others), output data/cuda-<gpu>.json unless --out;
+  cuda              : sequential on one GPU unless --cuda-jobs N or, for compile=True configs,
+                      --compile-jobs N (N fresh processes at once: the peak counters are per
+                      process, so only the rows' mem_get_info points see the others), output
+                      data/cuda-<gpu>.json unless --out;
                       --snapshot-ids A,B,... adds one extra run per listed id with
                       torch.cuda.memory history recorded, pickled to <outdir>/snap-<id>.pickle
 
@@ -201,7 +202,7 @@ def main():
     ap.add_argument("--out", help="output JSON (default <outdir>/<method>.json, cuda: <outdir>/cuda-<gpu>.json)")
     ap.add_argument("--outdir", default=os.path.join(HERE, "data"), help="directory for the default output name")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
-                    help="parallel workers for cpu methods (cuda is always sequential)")
+                    help="parallel workers for cpu methods (cuda: see --cuda-jobs and --compile-jobs)")
     ap.add_argument("--ids", help="comma-separated subset of config ids")
     ap.add_argument("--skip-gpu-only", action="store_true", help="skip configs tagged gpu_only (compile)")
     ap.add_argument("--snapshot-ids", default="", help="cuda: ids to re-run with memory history recorded")
@@ -274,16 +275,15 @@ def main():
                       f"eval={fmt_mib(r.get('eval_peak_allocated_bytes'))} MiB"
                       + (f" ERROR {str(r.get('error'))[:300]}" if r["status"] == "error" else ""), flush=True)
 
-        if args.cuda_jobs > 1:
-            with cf.ThreadPoolExecutor(max_workers=args.cuda_jobs) as ex:
-                futs = {ex.submit(eager, i): i for i in order}
+        def run_rows(indices, run, jobs):
+            """rows[i] = run(i) for every index, `jobs` fresh processes at a time, each reported."""
+            with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+                futs = {ex.submit(run, i): i for i in indices}
                 for f in cf.as_completed(futs):
                     rows[futs[f]] = f.result()
                     report(rows[futs[f]])
-        else:
-            for i in order:
-                rows[i] = eager(i)
-                report(rows[i])
+
+        run_rows(order, eager, args.cuda_jobs)
         for sid in [s for s in args.snapshot_ids.split(",") if s]:
             c = next((c for c in cfgs if c["id"] == sid), None)
             if c is None:
@@ -309,18 +309,9 @@ def main():
             r["concurrent_processes"] = max(1, args.compile_jobs)
             return r
 
-        if args.compile_jobs > 1:
-            # inductor compiles on the CPU, so on a many-core machine several configs can compile
-            # at once; the peak counters stay per process, as with --cuda-jobs
-            with cf.ThreadPoolExecutor(max_workers=args.compile_jobs) as ex:
-                futs = {ex.submit(compiled, i): i for i in later}
-                for f in cf.as_completed(futs):
-                    rows[futs[f]] = f.result()
-                    report(rows[futs[f]])
-        else:
-            for i in later:
-                rows[i] = compiled(i)
-                report(rows[i])
+        # inductor compiles on the CPU, so on a many-core machine several configs can compile at
+        # once; the peak counters stay per process, as with --cuda-jobs
+        run_rows(later, compiled, args.compile_jobs)
     else:
         with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
             futs = {ex.submit(run_one, args.python, c, args.method, args.timeout, None, extra): i
