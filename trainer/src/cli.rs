@@ -103,7 +103,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceArg>,
     /// CPU threads (sets CANDLE_NUM_THREADS and RAYON_NUM_THREADS for this run).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_u32_in(s, 1, MAX_THREADS as u32))]
     pub threads: Option<u32>,
     /// If the pre-flight predicts the run will not fit, train a smaller micro-batch that fits, with
     /// more gradient accumulation to keep the tokens per iteration (the note says if they change).
@@ -208,17 +208,17 @@ pub struct SampleArgs {
     pub prompt: Option<String>,
     /// Samples to draw.
     #[arg(long = "num-samples", alias = "num_samples", value_name = "N", default_value_t = 3,
-        value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        value_parser = |s: &str| parse_u32_in(s, 1, 10_000))]
     pub num_samples: u32,
     /// Tokens generated per sample.
     #[arg(long = "max-new-tokens", alias = "max_new_tokens", value_name = "N", default_value_t = 300,
-        value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        value_parser = |s: &str| parse_u32_in(s, 1, 1_000_000))]
     pub max_new_tokens: u32,
     /// Divides the logits: below 1 is more conservative, above 1 more random.
     #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = parse_temperature)]
     pub temperature: f64,
     /// Sample only among the K most likely tokens.
-    #[arg(long = "top-k", alias = "top_k", value_name = "K", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long = "top-k", alias = "top_k", value_name = "K", default_value_t = 200, value_parser = |s: &str| parse_u32_in(s, 1, u32::MAX))]
     pub top_k: u32,
     /// Seed of the sampling.
     #[arg(long, value_name = "N", default_value_t = 1337, value_parser = parse_count)]
@@ -227,7 +227,7 @@ pub struct SampleArgs {
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceArg>,
     /// CPU threads [default: CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else all cores].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_u32_in(s, 1, MAX_THREADS as u32))]
     pub threads: Option<u32>,
 }
 
@@ -265,6 +265,29 @@ fn parse_whole(s: &str, min: u64) -> Result<u64, String> {
         Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(format!("expected a whole number <= {}", u64::MAX)),
         _ => Err(format!("expected a whole number >= {min}")),
     }
+}
+
+/// A config setting's whole number, its range left to core's validation (which names the
+/// setting); spaces around it are taken, as every other flag takes them.
+fn parse_setting(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) => Ok(n),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(format!("expected a whole number <= {}", u32::MAX)),
+        _ => Err("expected a whole number".into()),
+    }
+}
+
+/// A whole number in `min..=max`.
+fn parse_u32_in(s: &str, min: u32, max: u32) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from {min} to {max}")),
+    }
+}
+
+/// A number, its range left to core's validation.
+fn parse_number(s: &str) -> Result<f64, String> {
+    s.trim().parse::<f64>().map_err(|_| "expected a number".into())
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {
@@ -319,7 +342,7 @@ pub struct PlanArgs {
     #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL|NORM", value_parser = parse_clip_on, action = clap::ArgAction::Set)]
     pub grad_clip: Option<bool>,
     /// trainer runtime: CPU threads of the matmuls [default: CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else all cores].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64))]
+    #[arg(long, value_name = "N", value_parser = |s: &str| parse_u32_in(s, 1, MAX_THREADS as u32))]
     pub threads: Option<u32>,
     /// trainer runtime: memory to check the run against, in MiB [default: the machine's available memory; with --device=cuda the card's (--gpu) less the trainer's CUDA context and --other-usage-mib].
     #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_memory_limit)]
@@ -434,40 +457,40 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     pub link: Option<String>,
     /// Transformer blocks [default: 12].
-    #[arg(long = "n-layer", alias = "n_layer", value_name = "N")]
+    #[arg(long = "n-layer", alias = "n_layer", value_name = "N", value_parser = parse_setting)]
     pub n_layer: Option<u32>,
     /// Attention heads; must divide n-embd [default: 12].
-    #[arg(long = "n-head", alias = "n_head", value_name = "N")]
+    #[arg(long = "n-head", alias = "n_head", value_name = "N", value_parser = parse_setting)]
     pub n_head: Option<u32>,
     /// Model width [default: 768].
-    #[arg(long = "n-embd", alias = "n_embd", value_name = "N")]
+    #[arg(long = "n-embd", alias = "n_embd", value_name = "N", value_parser = parse_setting)]
     pub n_embd: Option<u32>,
     /// Context length in tokens [default: 1024].
-    #[arg(long = "block-size", alias = "block_size", value_name = "N")]
+    #[arg(long = "block-size", alias = "block_size", value_name = "N", value_parser = parse_setting)]
     pub block_size: Option<u32>,
     /// Vocabulary size [default: 50304].
-    #[arg(long = "vocab-size", alias = "vocab_size", value_name = "N")]
+    #[arg(long = "vocab-size", alias = "vocab_size", value_name = "N", value_parser = parse_setting)]
     pub vocab_size: Option<u32>,
     /// Biases in Linear and LayerNorm layers: true or false [default: false].
     #[arg(long, value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub bias: Option<bool>,
     /// Dropout probability in [0, 1) [default: 0.0].
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_parser = parse_number)]
     pub dropout: Option<f64>,
     /// Micro-batch size: sequences per forward/backward [default: 12].
-    #[arg(long = "batch-size", alias = "batch_size", value_name = "N")]
+    #[arg(long = "batch-size", alias = "batch_size", value_name = "N", value_parser = parse_setting)]
     pub batch_size: Option<u32>,
     /// Micro-steps per optimizer step [default: 40].
-    #[arg(long = "gradient-accumulation-steps", alias = "gradient_accumulation_steps", value_name = "N")]
+    #[arg(long = "gradient-accumulation-steps", alias = "gradient_accumulation_steps", value_name = "N", value_parser = parse_setting)]
     pub gradient_accumulation_steps: Option<u32>,
     /// Sequences per estimate_loss forward [default: batch-size].
-    #[arg(long = "eval-batch-size", alias = "eval_batch_size", value_name = "N")]
+    #[arg(long = "eval-batch-size", alias = "eval_batch_size", value_name = "N", value_parser = parse_setting)]
     pub eval_batch_size: Option<u32>,
     /// Context length estimate_loss uses [default: block-size].
-    #[arg(long = "eval-block-size", alias = "eval_block_size", value_name = "N")]
+    #[arg(long = "eval-block-size", alias = "eval_block_size", value_name = "N", value_parser = parse_setting)]
     pub eval_block_size: Option<u32>,
     /// Batches per split in estimate_loss [default: 200].
-    #[arg(long = "eval-iters", alias = "eval_iters", value_name = "N")]
+    #[arg(long = "eval-iters", alias = "eval_iters", value_name = "N", value_parser = parse_setting)]
     pub eval_iters: Option<u32>,
     /// float32, float16 or bfloat16 [default: bfloat16].
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
@@ -683,7 +706,7 @@ mod tests {
     fn a_value_with_a_line_break_keeps_its_reason() {
         for (flag, value, reason) in [
             ("--gpu", "h100\nfoo", "unknown GPU"),
-            ("--n-layer", "1\n2", "invalid digit"),
+            ("--n-layer", "1\n2", "expected a whole number"),
             ("--dtype", "float16\nx", "expected float32"),
             ("--dtype", "\n", "expected float32"),
         ] {

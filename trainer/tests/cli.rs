@@ -474,6 +474,24 @@ fn a_model_number_names_its_card() {
     assert_ne!(card("4070"), card("custom-4070"));
 }
 
+/// Spaces around a number are taken by every flag, as they were already by --other-usage-mib
+/// and --learning-rate (the config's sizes and dropout refused " 12" with clap's "invalid digit
+/// found in string").
+#[test]
+fn numbers_with_spaces_around_them_are_taken_by_every_flag() {
+    let spaced =
+        plan_json_text(&["--batch-size", " 9", "--n-layer", "6 ", "--dropout", " 0.1 ", "--eval-batch-size", "\t4", "--threads", " 2"]);
+    assert_eq!(
+        spaced,
+        plan_json_text(&["--batch-size", "9", "--n-layer", "6", "--dropout", "0.1", "--eval-batch-size", "4", "--threads", "2"])
+    );
+    // Out-of-range values are still refused: by core's validation, naming the setting, or by
+    // the flag's own range.
+    assert!(assert_one_error_line(&["plan", "--n-layer", " 0"]).contains("n_layer must be at least 1 (got 0)"));
+    assert!(assert_one_error_line(&["plan", "--threads", "0"]).contains("expected a whole number from 1 to"));
+    assert!(assert_one_error_line(&["plan", "--n-layer", "4294967296"]).contains("expected a whole number <= 4294967295"));
+}
+
 /// A flag given twice takes its last value, so a printed fix can be appended to the command.
 #[test]
 fn a_fix_appended_to_the_command_wins() {
