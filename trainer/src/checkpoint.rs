@@ -299,6 +299,31 @@ pub fn check_matches_config(ckpt: &Checkpoint, path: &Path) -> Result<(), String
             expected.total
         ));
     }
+    // Each tensor by name against the shape its config gives it (the counts above can agree
+    // while a shape does not, and that would only show once the model is built and loaded,
+    // after the run has started printing), and each optimizer moment against its tensor.
+    let expected: std::collections::HashMap<String, Vec<usize>> = vramfit_core::params::param_tensors(&ckpt.meta.config)
+        .iter()
+        .flat_map(|t| {
+            let dims: Vec<usize> = if t.rank == 1 { vec![t.shape[0] as usize] } else { vec![t.shape[0] as usize, t.shape[1] as usize] };
+            (0..t.count).map(move |i| (t.name.replace("{i}", &i.to_string()), dims.clone()))
+        })
+        .collect();
+    let unusable = |why: String| Err(format!("{} is not a usable vramfit checkpoint: {why}", path.display()));
+    for (k, (name, tensor)) in ckpt.meta.param_names.iter().zip(&ckpt.params).enumerate() {
+        match expected.get(name) {
+            None => return unusable(format!("it holds a tensor {name:?} its config has no place for")),
+            Some(dims) if dims.as_slice() != tensor.dims() => {
+                return unusable(format!("its {name} is {:?}, but its config makes it {dims:?}", tensor.dims()));
+            }
+            Some(_) => {}
+        }
+        for (which, moments) in [("exp_avg", &ckpt.exp_avg), ("exp_avg_sq", &ckpt.exp_avg_sq)] {
+            if let Some(m) = moments.get(k).filter(|m| m.dims() != tensor.dims()) {
+                return unusable(format!("its optimizer {which} of {name} is {:?}, the tensor {:?}", m.dims(), tensor.dims()));
+            }
+        }
+    }
     // A character vocabulary is the data's distinct characters in order (encoding searches it),
     // and the model has an id for each: anything else samples garbage.
     if let crate::data::Vocabulary::Chars { chars } = &ckpt.meta.vocab {

@@ -82,6 +82,39 @@ fn sample_refuses_a_thread_count_that_is_not_one() {
     }
 }
 
+/// A checkpoint whose tensors hold the right counts in the wrong shapes (wte transposed, or an
+/// optimizer moment) is refused before the run prints anything: it used to print its model and
+/// data lines first, then fail loading the weights.
+#[test]
+fn a_checkpoint_with_a_reshaped_tensor_is_refused_before_anything_is_printed() {
+    let dir = scratch("reshaped-ckpt");
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    let path = dir.join("ckpt.safetensors");
+    let cpu = candle_core::Device::Cpu;
+    let transpose = |t: &candle_core::Tensor| t.t().unwrap().contiguous().unwrap();
+    for (tamper, expect) in [(0, "its transformer.wte.weight is [16, "), (1, "its optimizer exp_avg of transformer.wte.weight is [16, ")] {
+        let mut ckpt = vramfit::checkpoint::load(&path, &cpu).unwrap();
+        assert!(ckpt.meta.optimizer_steps > 0 && ckpt.meta.param_names[0] == "transformer.wte.weight");
+        if tamper == 0 {
+            ckpt.params[0] = transpose(&ckpt.params[0]);
+        } else {
+            ckpt.exp_avg[0] = transpose(&ckpt.exp_avg[0]);
+        }
+        let bad = scratch(&format!("reshaped-ckpt-{tamper}"));
+        vramfit::checkpoint::save(&bad.join("ckpt.safetensors"), &ckpt).unwrap();
+        let resumed = run(&["train", "--out-dir", bad.to_str().unwrap(), "--resume", "--max-iters", "4"]);
+        assert!(resumed.stdout.is_empty(), "{}", String::from_utf8_lossy(&resumed.stdout));
+        assert_has(&one_error_line(&resumed), &["not a usable vramfit checkpoint", expect]);
+        if tamper == 0 {
+            let sampled = run(&["sample", "--out-dir", bad.to_str().unwrap()]);
+            assert!(sampled.stdout.is_empty());
+            assert_has(&one_error_line(&sampled), &[expect]);
+        }
+    }
+    // The untouched one still resumes.
+    train_ok(&dir, &["--resume", "--max-iters", "4"]);
+}
+
 #[test]
 fn bad_checkpoints() {
     let dir = scratch("bad-ckpt");
