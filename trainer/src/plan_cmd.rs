@@ -8,6 +8,9 @@ use vramfit_core::plan::{self, PlanRequest};
 /// Runs `vramfit plan`; returns the text for stdout, or one line saying what was wrong.
 pub fn run(args: &PlanArgs) -> Result<String, String> {
     if args.list_gpus {
+        // The rest of the command line is still read: a bad config file, link or setting is an
+        // error here too, not skipped without a word.
+        inputs::resolve(&args.run, &args.card)?;
         let presets = device::presets();
         return if args.json { to_json(&presets) } else { Ok(report::gpu_list(&presets)) };
     }

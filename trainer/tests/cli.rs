@@ -459,6 +459,11 @@ fn bad_command_line_is_one_error_line() {
         assert!(line.contains(value) && !line.contains("unexpected argument"), "{line}");
     }
     assert!(assert_one_error_line(&["plan", "--gpu", "a100"]).contains("a100-40gb, a100-80gb"));
+    // --list-gpus reads the rest of the command line too: a config file it cannot read is an
+    // error, not skipped.
+    let line = assert_one_error_line(&["plan", "--list-gpus", "--config", "/nonexistent/train_x.py"]);
+    assert!(line.contains("train_x.py"), "{line}");
+    assert!(assert_one_error_line(&["plan", "--list-gpus", "--link", "?zz=1"]).contains("zz"));
     // A model number vramfit has no preset for is not a size (an 8 GB RTX 4060 was once planned
     // as a 4,060 GiB card, and fitted).
     let line = assert_one_error_line(&["plan", "--gpu", "4060"]);
