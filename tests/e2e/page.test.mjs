@@ -120,6 +120,11 @@ test('a link, a slider, a fix and the reopened link agree with vramfit plan --js
   for (const id of ['chart-breakdown', 'chart-batch', 'chart-timeline']) {
     assert.ok((await page.locator(`#${id} svg`).count()) === 1, `${id} drawn`);
   }
+  // What the page cites as "Accuracy" is on the page: the footer links to it, it outlives the
+  // app's mount, and no text points to a README the page does not have.
+  assert.equal(await page.locator('footer a[href="#accuracy"]').count(), 1);
+  assert.ok(await page.locator('#accuracy h2').isVisible());
+  assert.ok(!(await page.locator('body').innerText()).includes('README'));
 
   // Move the n_layer slider to 6.
   const draws = await page.evaluate(() => performance.getEntriesByName('vramfit:charts').length);

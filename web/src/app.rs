@@ -459,8 +459,13 @@ fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
     let class = format!("verdict {}", v.tone());
     let need_estimate = model::estimate_detail(&c.plan, model::NEED_FIGURES);
     let avail_estimate = model::estimate_detail(&c.plan, &["usable_bytes"]);
-    let notes: Vec<(String, String)> =
-        c.plan.notes.iter().filter(|n| n.source == device::Source::Estimate).map(|n| (n.figure.clone(), n.detail.clone())).collect();
+    let notes: Vec<(String, String)> = c
+        .plan
+        .notes
+        .iter()
+        .filter(|n| n.source == device::Source::Estimate)
+        .map(|n| (n.figure.clone(), model::on_page(&n.detail)))
+        .collect();
     let no_estimates = notes.is_empty();
     view! {
         <section class=class>
@@ -1552,7 +1557,9 @@ pub fn App() -> impl IntoView {
                 <p>
                     "Memory model: "
                     <code>"vramfit-core"</code>
-                    ", validated against PyTorch's own counters on an H100 and an H200 (README: Accuracy); figures marked estimate rest on terms not measured for this config or card. Same numbers as "
+                    ", validated against PyTorch's own counters on an H100 and an H200 ("
+                    <a href="#accuracy">"Accuracy"</a>
+                    "); figures marked estimate rest on terms not measured for this config or card. Same numbers as "
                     <code>"vramfit plan --link"</code>
                     "."
                 </p>

@@ -93,6 +93,11 @@ pub fn model_presets() -> Vec<ModelPreset> {
     ]
 }
 
+/// Core's notes cite the README's Accuracy section, which the page carries below the app.
+pub fn on_page(detail: &str) -> String {
+    detail.replace("README: Accuracy", "Accuracy below")
+}
+
 /// What a report preset's report saw beside what the model says of the same run on the card
 /// chosen, so the preset's label (which quotes the report) is not left to contradict the verdict
 /// unexplained; `None` for the other presets. The comparison is the README's (Accuracy, the
@@ -102,13 +107,13 @@ pub fn report_remark(preset: &str, plan: &Plan) -> Option<String> {
     let card = plan.cards.first().map_or("card", |c| c.gpu_name.as_str());
     match preset {
         "oom-30m" => Some(format!(
-            "On an RTX 4070 the report read 4,464 MiB in nvidia-smi, at a moment it does not give. The model on the {}: {} MiB after the first iteration, {} MiB at the steady step (the H100 measured 4,206 and 4,998 MiB for this run), so it was likely read early, or that card's CUDA context is smaller than the H100's. README: Accuracy.",
+            "On an RTX 4070 the report read 4,464 MiB in nvidia-smi, at a moment it does not give. The model on the {}: {} MiB after the first iteration, {} MiB at the steady step (the H100 measured 4,206 and 4,998 MiB for this run), so it was likely read early, or that card's CUDA context is smaller than the H100's. Accuracy below.",
             card,
             mib(plan.first_iter.nvidia_smi_bytes),
             mib(plan.train.nvidia_smi_bytes)
         )),
         "oom-77m" => Some(format!(
-            "On an RTX 4070 the report trained, then ran out of memory in an evaluation. The model on the {}: {} MiB at the training step, {} MiB in the eval (compile's figures are estimates). README: Accuracy.",
+            "On an RTX 4070 the report trained, then ran out of memory in an evaluation. The model on the {}: {} MiB at the training step, {} MiB in the eval (compile's figures are estimates). Accuracy below.",
             card,
             mib(plan.train.nvidia_smi_bytes.max(plan.first_iter.nvidia_smi_bytes)),
             mib(plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes))
@@ -552,7 +557,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
         // `plan::close_call`, the same for `vramfit plan`).
         if card.close_call {
             let error = plan::need_error(estimate_detail(plan, NEED_FIGURES).is_some());
-            margin = format!("{margin} (a close call: under {:.0}% of the need; README: Accuracy)", error * 100.0);
+            margin = format!("{margin} (a close call: under {:.0}% of the need; Accuracy below)", error * 100.0);
         }
     }
     let detail = format!(
@@ -612,13 +617,13 @@ pub fn figure_label(figure: &str) -> &str {
 
 /// Whether a plan figure (a `Note::figure`) is an estimate, with why (notes joined).
 pub fn estimate_detail(plan: &Plan, figures: &[&str]) -> Option<String> {
-    plan::estimate_detail(&plan.notes, figures)
+    plan::estimate_detail(&plan.notes, figures).map(|d| on_page(&d))
 }
 
 /// Why a fix's need is an estimate, from the fixed config's own notes on the card (adding
 /// compile makes it one; the plan's notes are the unfixed config's).
 pub fn fix_estimate_detail(fix: &plan::Fix, gpu: &Gpu) -> Option<String> {
-    fix.needed_is_estimate.then(|| plan::estimate_detail(&plan::notes(&fix.config, gpu), NEED_FIGURES)).flatten()
+    fix.needed_is_estimate.then(|| plan::estimate_detail(&plan::notes(&fix.config, gpu), NEED_FIGURES)).flatten().map(|d| on_page(&d))
 }
 
 /// The plan figures (`Note::figure`) a breakdown segment rests on: the reserve is replayed from
@@ -901,7 +906,7 @@ mod tests {
             assert_eq!(remark.is_some(), p.id.starts_with("oom-"), "{}", p.id);
             if let Some(r) = remark {
                 let steady = format_mib(c.plan.train.nvidia_smi_bytes);
-                assert!(r.contains(&format!("{steady} MiB")) && r.ends_with("README: Accuracy."), "{r}");
+                assert!(r.contains(&format!("{steady} MiB")) && r.ends_with("Accuracy below."), "{r}");
                 // The model's figures are named by the card they are for.
                 assert!(r.contains(&format!("The model on the {}:", c.plan.cards[0].gpu_name)), "{r}");
             }
@@ -968,7 +973,7 @@ mod tests {
         let card = &default.plan.cards[0];
         assert!(card.fits && (card.headroom_bytes as f64) < 0.05 * card.needed_bytes as f64, "the case is close");
         assert!(
-            verdict(&default.plan).margin.ends_with("(a close call: under 5% of the need; README: Accuracy)"),
+            verdict(&default.plan).margin.ends_with("(a close call: under 5% of the need; Accuracy below)"),
             "{}",
             verdict(&default.plan).margin
         );
@@ -1107,6 +1112,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The page has no README beside it: what cites the README's Accuracy section (core's notes,
+    /// the estimate reasons, the close-call margin) points to the page's own Accuracy section.
+    #[test]
+    fn the_page_cites_its_own_accuracy_section() {
+        let compiled = compute(&LinkState { gpu: "rtx-4070".into(), ..state(Config::default()) }).unwrap();
+        assert!(compiled.plan.notes.iter().any(|n| n.detail.contains("README: Accuracy")), "the case: core cites the README");
+        let why = estimate_detail(&compiled.plan, NEED_FIGURES).expect("compile is an estimate");
+        assert!(why.contains("Accuracy below") && !why.contains("README"), "{why}");
+        let fixed = compiled.plan.fixes.clone().unwrap_or_default();
+        for f in fixed.iter().filter(|f| f.needed_is_estimate) {
+            let why = fix_estimate_detail(f, &Gpu::find("rtx-4070").unwrap()).unwrap();
+            assert!(!why.contains("README"), "{why}");
+        }
+        assert_eq!(on_page("x (README: Accuracy; an estimate)"), "x (Accuracy below; an estimate)");
     }
 
     #[test]
