@@ -2715,8 +2715,8 @@ impl<'c, 't> Run<'c, 't> {
     // wte, saved for lm_head's backward); the loss keeps no fp32 copy of the logits, and the
     // backward's peak holds three B*T*V tensors in the compute dtype (the logits, their gradient
     // and one more) and a fourth where inductor pads an unaligned vocabulary. Seed 45's 32
-    // configs were measured before these terms were fitted and held out. Everything here is an
-    // estimate, labelled as such wherever it is shown.
+    // configs were measured before these terms were fitted and held out, seed 46's 24 drawn
+    // after. Everything here is an estimate, labelled as such wherever it is shown.
 
     /// The compiled forward: embeddings, blocks and loss as one graph.
     fn compiled_forward(&mut self, mode: Mode) -> HeadSaved {
@@ -2819,7 +2819,8 @@ impl<'c, 't> Run<'c, 't> {
 
     /// Compiled manual attention still materialises the (B,H,T,T) scores (a matmul's output)
     /// and the softmax's probabilities; `probs_saved`: the probabilities are among the block's
-    /// saved bytes already. Not measured (the compile rows are flash attention): an estimate.
+    /// saved bytes already. Checked only through the 19 compiled manual-attention runs' peaks
+    /// (README: Accuracy): an estimate.
     fn compiled_attention_matrices(&mut self, d: &Dims, probs_saved: bool) {
         if !d.manual {
             return;
@@ -2869,10 +2870,10 @@ impl<'c, 't> Run<'c, 't> {
         // A vocabulary that is not a multiple of 8 (2-byte) or 4 (fp32) elements: inductor's
         // pad_mm pads lm_head's backward matmuls, a zero-padded copy of the logits' gradient
         // (torch/_inductor/fx_passes/pad_mm.py). It pads only a matmul it deems compute-bound,
-        // and then only where its own timing of both says so. On the H200 it padded 22 of the
-        // 24 such configs whose B*T*V shows (cuda-h200-compiled-seed43/44/45); not n_embd 16
-        // (too skinny to be compute-bound) nor one of n_embd 192. The model pads from n_embd 32
-        // up, erring high where the timing says no.
+        // and then only where its own timing of both says so. On the H200 it padded all but
+        // three of the configs whose B*T*V shows (cuda-h200-compiled-seed43..46): n_embd 16 (too
+        // skinny to be compute-bound), and one each of n_embd 160 and 192 (its timing). The
+        // model pads from n_embd 33 up, erring high where the timing says no.
         let padded = if !d.v.is_multiple_of(compiled_alignment(&d)) && d.c > COMPILED_PAD_MIN_EMBD {
             self.mem.alloc(d.bt() * d.v.next_multiple_of(compiled_alignment(&d)) * d.cb, Category::LogitsAndLoss)
         } else {
@@ -3134,10 +3135,10 @@ impl<'c, 't> Run<'c, 't> {
     }
 }
 
-/// Bytes one compiled block keeps for its backward: 37 bytes per element of B*T*C at 2-byte
-/// compute precision, scaled with it (fitted to the H100 compile rows, all flash attention; an
-/// estimate), and with manual attention its (B,H,T,T) probabilities, which the softmax's
-/// backward needs, and a dropout mask of a byte per element (not measured: a lower bound).
+/// Bytes one compiled block keeps for its backward besides autocast's weight casts: fitted bytes
+/// per element of B*T*C (below), flash attention's log-sum-exp, or with manual attention the
+/// softmax's fp32 (B,H,T,T) output (and with dropout its mask and the dropped probabilities).
+/// Fitted to compiled runs on an H100 and an H200 (README: Accuracy): an estimate.
 fn compiled_saved_bytes(d: &Dims) -> u64 {
     let per_element = if d.autocast { COMPILED_SAVED_BYTES_AUTOCAST } else { COMPILED_SAVED_BYTES_FP32 };
     let dropout = if d.dropout { COMPILED_SAVED_BYTES_DROPOUT } else { 0 };
@@ -3160,7 +3161,8 @@ const COMPILED_SAVED_BYTES_AUTOCAST: u64 = 37;
 const COMPILED_SAVED_BYTES_FP32: u64 = 66;
 const COMPILED_SAVED_BYTES_DROPOUT: u64 = 3;
 
-/// At or below this n_embd lm_head's matmuls are taken as too skinny for pad_mm to pad.
+/// At or below this n_embd lm_head's matmuls are taken as too skinny for pad_mm to pad (16 was
+/// not padded, 80 was; no unaligned vocabulary large enough to show came between).
 const COMPILED_PAD_MIN_EMBD: u64 = 32;
 
 /// pad_mm's alignment in elements: 8 for 2-byte types, 4 for float32.
