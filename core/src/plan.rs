@@ -1831,7 +1831,7 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
                 source: Source::Estimate,
                 detail: "compile=True with manual attention: to the flash-attention model each layer adds the softmax's \
                          (B,H,T,T) output kept for backward in fp32 (with dropout also its mask and the dropped probabilities), \
-                         the scores while they are computed and two such matrices in backward (13 compiled manual-attention \
+                         the scores while they are computed and two such matrices in backward (19 compiled manual-attention \
                          configs measured on an H200: training steps 3.6% under to 16.3% over)"
                     .into(),
             });
