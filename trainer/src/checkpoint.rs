@@ -47,7 +47,13 @@ pub struct CheckpointMeta {
     pub iter_num: u64,
     /// Whether the evaluation scheduled at `iter_num` (if any) already ran before saving.
     pub evaluated: bool,
+    /// train.py's `best_val_loss`: the val loss at the last save where always_save_checkpoint
+    /// saves at every evaluation, the lowest one otherwise. It decides the next save.
     pub best_val_loss: Option<f32>,
+    /// The lowest val loss any evaluation of the run measured, across resumes (absent in
+    /// checkpoints written before it was kept: `best_val_loss` stands in for it).
+    #[serde(default)]
+    pub lowest_val_loss: Option<f32>,
     /// State of the batch-sampling RNG (SplitMix64) at `iter_num`.
     pub rng_state: u64,
     /// AdamW steps taken (0: no moments saved).
@@ -269,6 +275,9 @@ fn check_loop_state(meta: &CheckpointMeta) -> Result<(), String> {
     if let Some(best) = meta.best_val_loss.filter(|b| !(b.is_finite() && *b >= 0.0)) {
         return Err(format!("best_val_loss is {best}, not a loss a run can have (a finite number >= 0)"));
     }
+    if let Some(lowest) = meta.lowest_val_loss.filter(|b| !(b.is_finite() && *b >= 0.0)) {
+        return Err(format!("lowest_val_loss is {lowest}, not a loss a run can have (a finite number >= 0)"));
+    }
     if let Some(s) = &meta.loss_scaler {
         if !(s.scale.is_finite() && s.scale > 0.0) {
             return Err(format!("the loss scale is {}, not a finite number > 0", s.scale));
@@ -362,6 +371,7 @@ mod tests {
                 iter_num: 7,
                 evaluated: true,
                 best_val_loss: Some(1.25),
+                lowest_val_loss: Some(1.125),
                 rng_state: u64::MAX - 3,
                 optimizer_steps: steps,
                 param_names: vec!["w".into(), "b".into()],
@@ -450,8 +460,9 @@ mod tests {
         let path = dir("loop-state").join(FILE_NAME);
         type Doctor = fn(&mut CheckpointMeta);
         // (A NaN or infinite best cannot be written: JSON has no such number.)
-        let doctored: [(Doctor, &str); 5] = [
+        let doctored: [(Doctor, &str); 6] = [
             (|m| m.best_val_loss = Some(-1.0), "best_val_loss is -1, not a loss"),
+            (|m| m.lowest_val_loss = Some(-0.5), "lowest_val_loss is -0.5, not a loss"),
             (|m| m.optimizer_steps = u64::MAX, "optimizer_steps (18446744073709551615) exceeds iter_num (7)"),
             (|m| m.optimizer_steps = 8, "optimizer_steps (8) exceeds iter_num (7)"),
             (|m| m.loss_scaler = Some(crate::optim::LossScaler { scale: 0.0, good_steps: 0 }), "loss scale is 0"),

@@ -109,7 +109,8 @@ pub struct TrainArgs {
     /// more gradient accumulation to keep the tokens per iteration (the note says if they change).
     #[arg(long = "auto-fit", alias = "auto_fit")]
     pub auto_fit: bool,
-    /// Memory the pre-flight may plan for, in MiB [default: what the machine has available].
+    /// Memory the pre-flight may plan for, in MiB: at most what the machine has available (a
+    /// larger value is capped, with a note) [default: what the machine has available].
     #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_memory_limit)]
     pub max_memory_mib: Option<u64>,
     /// Optimizer steps to take [default: 600; with --config: 600000].

@@ -3,7 +3,7 @@
 //! (`src/lib.rs`); this binary parses flags and reports.
 //!
 //! Exit codes: 0 success, 2 bad input (one `error: ...` line on stderr), 1 output or training
-//! failure, 130 training stopped by Ctrl-C (after saving a checkpoint).
+//! failure, 130 training stopped by Ctrl-C, SIGTERM or SIGHUP (after saving a checkpoint).
 
 mod cli;
 mod inputs;

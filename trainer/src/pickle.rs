@@ -139,8 +139,20 @@ const MAX_DEPTH: usize = 64;
 /// as often as it likes (references in Python, copies here).
 const MAX_COPIED_BYTES: usize = 64 << 20;
 
+/// The opcodes of pickle protocols 0 and 1 (`pickletools`' list), the only ones a pickle
+/// without a PROTO opcode can hold: a file that starts with another byte, or reaches one
+/// before any PROTO, is not a pickle at all.
+const PROTOCOL_0_AND_1_OPCODES: &[u8] = b"().012FIJKLMNPQRSTUVXabcdeghijlopqrstu}]G";
+
 /// Decodes a whole pickle to its value; one line saying what is wrong otherwise.
 pub fn load(bytes: &[u8]) -> Result<Value, String> {
+    match bytes.first() {
+        None => return Err("it is empty".into()),
+        Some(&first) if first != 0x80 && !PROTOCOL_0_AND_1_OPCODES.contains(&first) => {
+            return Err(format!("it is not a pickle (no pickle starts with byte 0x{first:02x})"))
+        }
+        _ => {}
+    }
     let mut at = 0usize;
     let mut stack: Vec<Slot> = Vec::new();
     let mut memo: HashMap<u64, Option<Value>> = HashMap::new();
@@ -341,6 +353,9 @@ pub fn load(bytes: &[u8]) -> Result<Value, String> {
                 return Err(format!("it asks to import or call Python code (opcode 0x{op:02x}); vramfit reads plain data only"))
             }
             // Protocols 0 and 1 start without PROTO and use text opcodes vramfit does not read.
+            other if !saw_proto && !PROTOCOL_0_AND_1_OPCODES.contains(&other) => {
+                return Err(format!("it is not a pickle (byte {} is 0x{other:02x}, which no pickle without a PROTO opcode holds)", at - 1))
+            }
             other if !saw_proto => {
                 return Err(format!(
                     "it is a protocol 0 or 1 pickle (opcode 0x{other:02x}); vramfit reads protocols 2 to 5: save it with pickle.dump(..., protocol=2) or later (Python 3's default)"
@@ -409,6 +424,14 @@ mod tests {
         // `pickle.dumps({'a': 1}, protocol=0)`: says how to save one vramfit reads.
         let text = load(b"(dp0\nVa\np1\nI1\ns.").unwrap_err();
         assert!(text.contains("protocol 0 or 1 pickle") && text.contains("protocol=2"), "{text}");
+        // Not pickles at all, empty, a text file, a byte no protocol-0/1 pickle holds: said so,
+        // with no advice to save them again in another protocol.
+        assert_eq!(load(b"").unwrap_err(), "it is empty");
+        for not_one in [&b"vocab_size = 21\n"[..], b"\x82\x01\x02", b"K\x01\x82."] {
+            let err = load(not_one).unwrap_err();
+            assert!(err.starts_with("it is not a pickle") && !err.contains("protocol="), "{err}");
+        }
+        // Text that happens to start with an opcode is still refused (here a memo it never set).
         assert!(load(b"hello world").is_err());
         assert!(load(b"\x80\x04h\x05.").unwrap_err().contains("memo entry 5"));
     }

@@ -104,7 +104,10 @@ pub fn small_default() -> (Config, TrainSettings) {
 pub struct Summary {
     /// Iterations completed (the next one to run).
     pub iter_num: u64,
+    /// train.py's best_val_loss (see [`CheckpointMeta::best_val_loss`]).
     pub best_val_loss: Option<f32>,
+    /// The lowest val loss measured, this run and the runs it resumed.
+    pub lowest_val_loss: Option<f32>,
     /// The last evaluation's (train, val) loss.
     pub last_eval: Option<(f32, f32)>,
     /// The iteration it evaluated (an interrupted run may have trained on since).
@@ -209,6 +212,7 @@ struct LoopState {
     iter_num: u64,
     evaluated: bool,
     best_val_loss: Option<f32>,
+    lowest_val_loss: Option<f32>,
     rng: HostRng,
     /// f16 training's loss scaling (`None` otherwise).
     scaler: Option<LossScaler>,
@@ -228,6 +232,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             iter_num: meta.iter_num,
             evaluated: meta.evaluated,
             best_val_loss: meta.best_val_loss,
+            lowest_val_loss: meta.lowest_val_loss.or(meta.best_val_loss),
             rng: HostRng::new(meta.rng_state),
             scaler: (model.compute_dtype() == DType::F16).then(|| meta.loss_scaler.unwrap_or_default()),
         },
@@ -236,6 +241,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             iter_num: 0,
             evaluated: false,
             best_val_loss: None,
+            lowest_val_loss: None,
             rng: HostRng::new(settings.seed ^ 0x0062_6174_6368_6573),
             scaler: (model.compute_dtype() == DType::F16).then(LossScaler::new),
         },
@@ -258,6 +264,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                 return Ok(Summary {
                     iter_num: state.iter_num,
                     best_val_loss: state.best_val_loss,
+                    lowest_val_loss: state.lowest_val_loss,
                     last_eval,
                     last_eval_iter,
                     interrupted: true,
@@ -272,6 +279,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
             return Ok(Summary {
                 iter_num: state.iter_num,
                 best_val_loss: state.best_val_loss,
+                lowest_val_loss: state.lowest_val_loss,
                 last_eval,
                 last_eval_iter,
                 interrupted: true,
@@ -310,6 +318,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                     divergence_advice(settings)
                 ));
             }
+            state.lowest_val_loss = Some(state.lowest_val_loss.map_or(val_loss, |l| l.min(val_loss)));
             let improved = state.best_val_loss.is_none_or(|best| val_loss < best);
             if improved || settings.always_save_checkpoint {
                 state.best_val_loss = Some(val_loss);
@@ -368,6 +377,7 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
     Ok(Summary {
         iter_num: state.iter_num,
         best_val_loss: state.best_val_loss,
+        lowest_val_loss: state.lowest_val_loss,
         last_eval,
         last_eval_iter,
         interrupted: false,
@@ -535,6 +545,7 @@ fn save(
             iter_num: state.iter_num,
             evaluated: state.evaluated,
             best_val_loss: state.best_val_loss,
+            lowest_val_loss: state.lowest_val_loss,
             rng_state: state.rng.state(),
             optimizer_steps: steps,
             param_names: model.params().iter().map(|(n, _)| n.clone()).collect(),

@@ -283,6 +283,9 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         mixed_precision: (vramfit::train::compute_dtype(&cfg, &device) != candle_core::DType::F32).then_some(cfg.dtype),
     };
     let available = available_memory(&device, args.max_memory_mib);
+    if let Some(note) = capped_limit_note(available, args.max_memory_mib) {
+        crate::print_note(&note);
+    }
     // The trainer model was measured on CPU; on CUDA its figures are estimates (see plan --runtime trainer).
     let basis = if device.is_cpu() { Basis::Measured } else { Basis::Estimate };
     let checked = preflight(&cfg, &trainer_opts, available, args.auto_fit, basis).map_err(input)?;
@@ -331,13 +334,16 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     drop(weights);
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&interrupt);
+    // Ctrl-C, and (ctrlc's `termination` feature) SIGTERM and SIGHUP on Unix.
     ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
             // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
             std::process::exit(130);
         }
-        let _ =
-            writeln!(std::io::stderr(), "\ninterrupt: stopping after this iteration or evaluation batch (Ctrl-C again to quit at once)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "\ninterrupt: stopping after this iteration or evaluation batch (Ctrl-C or the signal again to quit at once)"
+        );
     })
     .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
 
@@ -404,8 +410,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             _ => String::new(),
         };
         lines.push(format!(
-            "val loss {val:.4} nats{when} (best {:.4}); a model that ignores context scores the unigram entropy, {entropy:.4}",
-            summary.best_val_loss.unwrap_or(val)
+            "val loss {val:.4} nats{when} (lowest {:.4}); a model that ignores context scores the unigram entropy, {entropy:.4}",
+            summary.lowest_val_loss.unwrap_or(val)
         ));
     }
     match &summary.checkpoint {
@@ -463,6 +469,18 @@ fn available_memory(device: &Device, max_memory_mib: Option<u64>) -> u64 {
     let threads = u32::try_from(candle_core::utils::get_num_threads()).unwrap_or(u32::MAX);
     let machine = if device.is_cpu() { available_cpu_bytes(threads) } else { free_device_bytes(device) };
     machine.unwrap_or(u64::MAX).min(limit)
+}
+
+/// A note when `--max-memory-mib` asked for more than the machine has: the pre-flight plans
+/// for what is there (a run planned past it would be killed or run out of memory).
+fn capped_limit_note(available: u64, max_memory_mib: Option<u64>) -> Option<String> {
+    let asked = max_memory_mib?;
+    (asked.saturating_mul(1 << 20) > available).then(|| {
+        format!(
+            "--max-memory-mib {asked} is more than this machine has available: the pre-flight plans for {:.1} MiB",
+            available as f64 / (1u64 << 20) as f64
+        )
+    })
 }
 
 /// Free memory on the CUDA device (cudarc's `cuMemGetInfo` through candle's context), after the
@@ -926,9 +944,14 @@ fn check_resume_has_work(iter_num: u64, evaluated: bool, max_iters: u64) -> Resu
     Ok(())
 }
 
+/// "1 layer", "12 layers".
+fn counted(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 fn describe_vocab(v: &Vocabulary) -> String {
     match v {
-        Vocabulary::Chars { chars } => format!("{} characters", chars.chars().count()),
+        Vocabulary::Chars { chars } => counted(chars.chars().count() as u64, "character"),
         Vocabulary::Gpt2 => "GPT-2 BPE".into(),
     }
 }
@@ -939,9 +962,9 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
     let device_name =
         if device.is_cpu() { format!("cpu ({threads} thread{})", if threads == 1 { "" } else { "s" }) } else { "cuda:0".to_string() };
     say(format!(
-        "model: {} layers, {} heads, {} wide, block {}, vocab {}: {:.2}M parameters ({} as nanoGPT prints)",
-        cfg.n_layer,
-        cfg.n_head,
+        "model: {}, {}, {} wide, block {}, vocab {}: {:.2}M parameters ({} as nanoGPT prints)",
+        counted(cfg.n_layer.into(), "layer"),
+        counted(cfg.n_head.into(), "head"),
         cfg.n_embd,
         cfg.block_size,
         cfg.vocab_size,
@@ -992,8 +1015,8 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         say(format!("note: PyTorch settings the trainer does not have, not applied: {}", unused.join(", ")));
     }
     if let Some(ckpt) = resume {
-        let best = ckpt.meta.best_val_loss.map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));
-        say(format!("resuming from iteration {} (best val loss {best})", ckpt.meta.iter_num));
+        let lowest = ckpt.meta.lowest_val_loss.or(ckpt.meta.best_val_loss).map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));
+        say(format!("resuming from iteration {} (lowest val loss so far {lowest})", ckpt.meta.iter_num));
     }
 }
 
@@ -1020,6 +1043,29 @@ mod tests {
             assert_eq!(String::from_utf8_lossy(&out.stdout), dir, "{word}");
         }
         assert_eq!(shell_word(Path::new("runs/out-2.1")), "runs/out-2.1");
+    }
+
+    /// A limit above what the machine has is capped with a note that says so; one within it,
+    /// none given, or a machine whose memory is unknown (unlimited) gives none.
+    #[test]
+    fn a_memory_limit_above_the_machines_is_capped_with_a_note() {
+        let mib = 1u64 << 20;
+        let note = capped_limit_note(1000 * mib, Some(4_000_000)).expect("a note");
+        assert!(note.contains("--max-memory-mib 4000000") && note.contains("1000.0 MiB"), "{note}");
+        assert_eq!(capped_limit_note(1000 * mib, Some(1000)), None);
+        assert_eq!(capped_limit_note(1000 * mib, Some(999)), None);
+        assert_eq!(capped_limit_note(1000 * mib, None), None);
+        assert_eq!(capped_limit_note(u64::MAX, Some(u64::MAX >> 20)), None);
+        // What train passes: the machine's memory, or the limit where that is lower.
+        assert!(available_memory(&Device::Cpu, Some(1)) <= mib);
+    }
+
+    #[test]
+    fn counts_of_one_are_singular() {
+        assert_eq!(counted(1, "layer"), "1 layer");
+        assert_eq!(counted(12, "head"), "12 heads");
+        assert_eq!(describe_vocab(&Vocabulary::Chars { chars: "a".into() }), "1 character");
+        assert_eq!(describe_vocab(&Vocabulary::Chars { chars: "aé".into() }), "2 characters");
     }
 
     fn fresh(args: &[&str]) -> (Config, TrainSettings, bool) {

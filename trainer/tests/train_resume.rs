@@ -92,7 +92,7 @@ fn ctrl_c_saves_and_resume_finishes_identically() {
     // Its only evaluation was at iteration 0 (eval_interval 1000): the summary says so.
     let stdout = text(&out.stdout);
     assert!(stdout.contains(&format!("interrupted at iteration {}", meta.iter_num)), "{stdout}");
-    assert!(stdout.contains(" nats at iteration 0, its last evaluation (best "), "{stdout}");
+    assert!(stdout.contains(" nats at iteration 0, its last evaluation (lowest "), "{stdout}");
 
     train_ok(&split, &["--resume"]);
     let (_, a) = checkpoint_tensors(&straight);
@@ -247,4 +247,55 @@ fn resume_says_when_the_data_changed() {
     let stderr = text(&moved.stderr);
     assert!(stderr.contains("is not the data this checkpoint was trained on"), "{stderr}");
     assert!(stderr.contains("the train split has other ids in its 400 tokens") && !stderr.contains("changed since"), "{stderr}");
+}
+
+/// With always_save_checkpoint (train.py's default and train's) every evaluation saves and
+/// becomes train.py's `best_val_loss`, whether or not it improved: the summary and a resume
+/// report the lowest val loss measured instead, across the resume. A learning rate far too
+/// high makes the val loss rise between evaluations (asserted, so the case cannot go stale).
+#[test]
+fn the_lowest_val_loss_is_reported_even_when_every_evaluation_saves() {
+    let dir = scratch("lowest-val-loss");
+    let first = ["--eval-interval", "2", "--learning-rate", "1.0", "--warmup-iters", "0", "--lr-decay-iters", "12"];
+    let out = train_ok(&dir, &[&first[..], &["--max-iters", "6"]].concat());
+    let val = losses(&dir, "eval", "val_loss");
+    let lowest = val.iter().map(|&(_, l)| l).fold(f64::INFINITY, f64::min);
+    let last = val.last().unwrap().1;
+    let (meta, _) = checkpoint_tensors(&dir);
+    assert!(last > lowest, "the case needs a val loss that rose by the last evaluation: {val:?}");
+    assert_eq!(meta.best_val_loss.map(f64::from), Some(last), "train.py's best_val_loss: the last save's");
+    assert_eq!(meta.lowest_val_loss.map(f64::from), Some(lowest));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("(lowest {lowest:.4})")), "{stdout}");
+
+    let out = train_ok(&dir, &["--resume", "--max-iters", "8"]);
+    assert!(text(&out.stdout).contains(&format!("lowest val loss so far {lowest:.4}")), "{}", text(&out.stdout));
+    let all = losses(&dir, "eval", "val_loss");
+    let lowest_now = all.iter().map(|&(_, l)| l).fold(f64::INFINITY, f64::min);
+    assert_eq!(checkpoint_tensors(&dir).0.lowest_val_loss.map(f64::from), Some(lowest_now));
+}
+
+/// SIGTERM (`kill`, a job scheduler's stop) saves a checkpoint as Ctrl-C does: the run stops
+/// after its current iteration with code 130, and `--resume` goes on from there.
+#[cfg(unix)]
+#[test]
+fn sigterm_saves_a_checkpoint_like_ctrl_c() {
+    let dir = scratch("sigterm");
+    let mut cmd = vramfit();
+    cmd.args(["train", "--out-dir", dir.to_str().unwrap()]).args(TINY).args(["--eval-interval", "1000", "--max-iters", "200"]);
+    cmd.env("VRAMFIT_TEST_ITERATION_PAUSE_MS", "50");
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(dir.join("log.jsonl")).unwrap_or_default().matches("\"kind\":\"iter\"").count() < 3 {
+        assert!(Instant::now() < deadline, "no iterations logged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let (meta, _) = checkpoint_tensors(&dir);
+    assert!(meta.iter_num >= 3 && meta.iter_num < 200, "stopped at {}", meta.iter_num);
+    assert!(text(&out.stdout).contains(&format!("interrupted at iteration {}", meta.iter_num)), "{}", text(&out.stdout));
+    let out = train_ok(&dir, &["--resume", "--max-iters", &(meta.iter_num + 2).to_string()]);
+    assert!(text(&out.stdout).contains(&format!("resuming from iteration {}", meta.iter_num)), "{}", text(&out.stdout));
 }
