@@ -188,11 +188,15 @@ impl Gpu {
         }
         let range = "a custom size is 0.25 to 4096 GiB";
         match size {
-            Ok(gib) if !explicit && gib.is_finite() && gib >= 100.0 => Err(format!(
+            Ok(gib) if !explicit && gib.is_finite() && (100.0..=4096.0).contains(&gib) => Err(format!(
                 "no preset card is named \"{}\" (see --list-gpus); for a custom size of that many GiB write custom-{}",
                 crate::nanogpt::excerpt(query.trim()),
                 num
             )),
+            // Past the largest custom size: no suggestion that would be refused in turn.
+            Ok(gib) if !explicit && gib.is_finite() && gib > 4096.0 => {
+                Err(format!("no preset card is named \"{}\" (see --list-gpus; {range})", crate::nanogpt::excerpt(query.trim())))
+            }
             Ok(gib) if gib.is_finite() && (0.25..=4096.0).contains(&gib) => Ok(Gpu::custom(gib)),
             Ok(_) => Err(format!("\"{}\": {range}", crate::nanogpt::excerpt(query.trim()))),
             Err(_) => Err(format!(
@@ -319,6 +323,14 @@ mod tests {
         assert_eq!(Gpu::find("custom-10GiB").unwrap().memory_bytes, 10 << 30);
         assert!(Gpu::lookup("inf").unwrap_err().contains("0.25 to 4096 GiB"));
         assert!(Gpu::lookup("custom-5000").unwrap_err().contains("0.25 to 4096 GiB"));
+        // A bare model number names no card; the custom size it suggests is one that works.
+        assert!(Gpu::lookup("4000").unwrap_err().ends_with("write custom-4000"));
+        assert!(Gpu::find("custom-4000").is_some());
+        let past = Gpu::lookup("5000").unwrap_err();
+        assert!(
+            past.contains("no preset card is named \"5000\"") && past.contains("0.25 to 4096 GiB") && !past.contains("custom-5000"),
+            "{past}"
+        );
     }
 
     /// A bare number of 100 or more is a card's model number, never a size: a card vramfit has

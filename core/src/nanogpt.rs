@@ -191,6 +191,21 @@ fn is_known_extra(name: &str) -> bool {
     TRAIN_PY_UNMODELLED.contains(&name) || SAMPLE_PY_AND_DERIVED.contains(&name)
 }
 
+/// The column a logical line starts at, as CPython's tokenizer counts it: with tabs to the next
+/// multiple of 8, and with tabs as one column.
+fn indentation_columns(code: &str) -> (usize, usize) {
+    let (mut column, mut tabs_as_one) = (0, 0);
+    for c in code.chars() {
+        match c {
+            ' ' => column += 1,
+            '\t' => column = (column / 8 + 1) * 8,
+            _ => break,
+        }
+        tabs_as_one += 1;
+    }
+    (column, tabs_as_one)
+}
+
 /// GPT-2 checkpoints `init_from` can name: (name, n_layer, n_head, n_embd), as nanoGPT's
 /// `GPT.from_pretrained` builds them (vocab_size 50257, block_size 1024, bias True).
 const PRETRAINED: [(&str, u32, u32, u32); 4] =
@@ -562,8 +577,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         text
     };
     // Python's indentation: after a header ending in `:` the next statement must be indented,
-    // and an indented one needs such a header (or a block it continues) before it.
-    let (mut block_expected, mut in_block) = (None::<usize>, false);
+    // an indented one needs such a header before it, and a dedent must return to a level
+    // opened before. The open levels, as CPython's tokenizer keeps them: each one's column with
+    // tabs to the next multiple of 8, and with tabs as one column (where the two orders of
+    // levels disagree, the meaning would depend on the tab size: Python's TabError).
+    let mut block_expected = None::<usize>;
+    let mut levels: Vec<(usize, usize)> = vec![(0, 0)];
     for (index, raw_line) in text.lines().enumerate() {
         let line = index + 1;
         // A form feed at the start of a line is no indentation (Python resets the column).
@@ -683,21 +702,39 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         if code.trim().is_empty() {
             continue;
         }
-        let indented = code.starts_with(char::is_whitespace);
-        match (indented, block_expected) {
-            (false, Some(header)) => {
+        let refuse = |reason: &str| ConfigFileError::Syntax {
+            line,
+            reason: format!("`{}`: {reason} (Python would refuse the file)", excerpt(code.trim())),
+        };
+        let mixed_tabs = "tabs and spaces in its indentation mixed so that its level depends on the tab size (a TabError)";
+        let (column, tabs_as_one) = indentation_columns(code);
+        let &(top, top_tabs_as_one) = levels.last().unwrap_or(&(0, 0));
+        if let Some(header) = block_expected {
+            if column <= top {
                 return Err(ConfigFileError::Syntax {
                     line,
                     reason: format!("expected an indented block after line {header} (Python would refuse the file)"),
-                })
+                });
             }
-            (true, None) if !in_block => {
-                return Err(ConfigFileError::Syntax {
-                    line,
-                    reason: format!("`{}`: unexpected indent (Python would refuse the file)", excerpt(code.trim())),
-                })
+            if tabs_as_one <= top_tabs_as_one {
+                return Err(refuse(mixed_tabs));
             }
-            _ => {}
+            levels.push((column, tabs_as_one));
+        } else if column > top {
+            return Err(refuse("unexpected indent"));
+        } else {
+            while levels.len() > 1 && levels.last().is_some_and(|&(level, _)| column < level) {
+                levels.pop();
+            }
+            let &(level, level_tabs_as_one) = levels.last().unwrap_or(&(0, 0));
+            if column != level {
+                return Err(refuse(
+                    "its indentation returns to no level opened before it (unindent does not match any outer indentation level)",
+                ));
+            }
+            if tabs_as_one != level_tabs_as_one {
+                return Err(refuse(mixed_tabs));
+            }
         }
         if has_empty_statement(code) {
             return Err(ConfigFileError::Syntax {
@@ -705,7 +742,6 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 reason: format!("`{}`: a `;` with no statement before it (Python would refuse the file)", excerpt(code.trim())),
             });
         }
-        in_block = indented;
         block_expected = code.trim_end().ends_with(':').then_some(line);
         // `a = 1; b = 2` at the top level: each statement in turn, as Python runs them.
         for code in top_level_statements(code) {
@@ -2027,6 +2063,20 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
             Ok(Value::Int(v))
         }
         (Value::Str(x), Value::Str(y)) if op == "+" => concat(x, y),
+        // Python repeats a string by an integer (a bool counts as 0 or 1), either way round.
+        (Value::Str(s), Value::Int(_) | Value::Bool(_)) | (Value::Int(_) | Value::Bool(_), Value::Str(s)) if op == "*" => {
+            let times = match (&a, &b) {
+                (Value::Int(n), _) | (_, Value::Int(n)) => *n,
+                (Value::Bool(t), _) | (_, Value::Bool(t)) => *t as i64,
+                _ => 0,
+            };
+            let times = usize::try_from(times).unwrap_or(0);
+            if s.len().saturating_mul(times) > MAX_STRING_BYTES {
+                return Err(format!("string too long (over {MAX_STRING_BYTES} bytes)"));
+            }
+            Ok(Value::Str(s.repeat(times)))
+        }
+        (Value::Str(_), _) if op == "%" => Err("vramfit does not evaluate Python's string formatting (`%`)".into()),
         _ => match (as_float(&a), as_float(&b)) {
             (Some(x), Some(y)) => {
                 let v = match op {
@@ -2560,6 +2610,15 @@ weight_decay = 1e-1
         assert_eq!((c.n_embd, c.dropout, c.dtype), (768, 0.1, Dtype::Float16));
         // Python: 2**4 - (-4 % 3) = 16 - 2.
         assert_eq!(c.eval_iters, 14);
+        // A string repeated by an integer or a bool, either way round, as Python does; string
+        // formatting is said to be unread, not to be an error of types.
+        let c = parse("dtype = 'float16' * 1\nattention = 'manual' * True + 0 * 'x'\n").unwrap_or_else(|e| panic!("{e}")).config;
+        assert_eq!((c.dtype, c.attention), (Dtype::Float16, Attention::Manual));
+        assert_eq!(parse("out_dir = 'ab' * 3").unwrap().get("out_dir"), Some(&Value::Str("ababab".into())));
+        assert_eq!(parse("out_dir = 'ab' * -2").unwrap().get("out_dir"), Some(&Value::Str(String::new())));
+        let err = parse("dtype = 'float%d' % 16").unwrap_err().to_string();
+        assert!(err.contains("does not evaluate Python's string formatting"), "{err}");
+        assert!(parse("dtype = 'x' * 10**9").is_err());
     }
 
     #[test]
@@ -2645,6 +2704,12 @@ weight_decay = 1e-1
             ("n_layer = 2\n n_layer = 4\n", "line 2: `n_layer = 4`: unexpected indent"),
             ("if True:\nn_layer = 3\n", "line 2: expected an indented block after line 1"),
             ("n_layer = 2\nif True:\n", "line 2: the file ends where an indented block should follow"),
+            // A dedent to no level opened before, and tabs and spaces mixed so that the block
+            // depends on the tab size (CPython: IndentationError and TabError).
+            ("if True:\n    x = 1\n  y = 2\nn_layer = 4\n", "line 3: `y = 2`: its indentation returns to no level opened before it"),
+            ("if True:\n\tx = 1\n        y = 2\nn_layer = 4\n", "line 3: `y = 2`: tabs and spaces in its indentation mixed"),
+            ("if True:\n        x = 1\n\ty = 2\n", "line 3: `y = 2`: tabs and spaces in its indentation mixed"),
+            ("if a:\n    if b:\n        x = 1\n      y = 2\n", "line 4: `y = 2`: its indentation returns to no level"),
             ("\u{feff}n_layer = 3\n", "line 1: the file starts with a byte-order mark"),
             // Empty statements and empty values: train.py's exec would stop on them.
             ("n_layer = 4;;\n", "line 1: `n_layer = 4;;`: a `;` with no statement before it"),
@@ -2662,6 +2727,11 @@ weight_decay = 1e-1
         let f =
             parse("def f():\n    \"\"\"doc\n    \"\"\"\n    return 1\n\nif x:\n\n    # note\n    max_iters = 5\nn_layer = 3\n").unwrap();
         assert_eq!(f.config.n_layer, 3);
+        // Tabs used the same way at each level are no error, nor are tabs then spaces inside
+        // them (each level deeper either way).
+        for text in ["if x:\n\ty = 1\n\tz = 2\nn_layer = 3\n", "if a:\n\tif b:\n\t    y = 1\n\tz = 2\nn_layer = 3\n"] {
+            assert_eq!(parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}")).config.n_layer, 3, "{text:?}");
+        }
     }
 
     /// A statement continued over lines (open brackets, a trailing backslash) is read as the

@@ -568,7 +568,9 @@ fn parse_other_usage(s: &str) -> Result<u64, String> {
     let max = vramfit_core::link::MAX_OTHER_USAGE_MIB;
     match s.trim().parse::<u64>() {
         Ok(n) if n <= max => Ok(n),
+        // A whole number too large for any type is still too large, not malformed.
         Ok(_) => Err(format!("at most {max}")),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(format!("at most {max}")),
         Err(_) => Err("expected a whole number of MiB".into()),
     }
 }
@@ -577,9 +579,12 @@ fn parse_other_usage(s: &str) -> Result<u64, String> {
 /// memory other programs hold; a larger one was shown capped, as 17,592,186,044,416 MiB).
 fn parse_memory_limit(s: &str) -> Result<u64, String> {
     let max = vramfit_core::link::MAX_OTHER_USAGE_MIB;
-    match parse_positive(s)? {
-        n if n <= max => Ok(n),
-        _ => Err(format!("at most {max}")),
+    match s.trim().parse::<u64>() {
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(format!("at most {max}")),
+        _ => match parse_positive(s)? {
+            n if n <= max => Ok(n),
+            _ => Err(format!("at most {max}")),
+        },
     }
 }
 

@@ -160,6 +160,11 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_read = Some(read);
     }
     apply_flags(&mut state.config, run);
+    // The file's block past a checkpoint's positions is not the run's once the link or a flag
+    // replaces it (train.py applies its command line on top); the final block is checked below.
+    if flag_sets(run, "block_size") || link_read.as_ref().is_some_and(|read| read.decoded.sets("block_size")) {
+        notices.retain(|n| !(n.starts_with(&format!("{file_shown}: ")) && n.contains(nanogpt::PAST_POSITIONS)));
+    }
     // Each of the file's values that is still bad, in line order (replacing one does not excuse
     // the others).
     for err in &file_errors {

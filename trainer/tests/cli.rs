@@ -450,6 +450,11 @@ fn bad_command_line_is_one_error_line() {
     // A memory budget past what vramfit models was shown capped, not refused.
     let line = assert_one_error_line(&["plan", "--runtime", "trainer", "--max-memory-mib", "18446744073709551615"]);
     assert!(line.contains("at most 4194304"), "{line}");
+    // One past u64's range is too large, as the number below it is, not "not a whole number".
+    for flag in ["--max-memory-mib", "--other-usage-mib"] {
+        let line = assert_one_error_line(&["plan", "--runtime", "trainer", flag, "18446744073709551616"]);
+        assert!(line.contains("at most 4194304") && !line.contains("expected a whole number"), "{line}");
+    }
     // A train.py setting without its value: named as such, not "unexpected, did you mean --eval_iters".
     let line = assert_one_error_line(&["plan", "--max_iters"]);
     assert!(line.contains("--max_iters needs a value") && !line.contains("eval_iters"), "{line}");
@@ -888,6 +893,19 @@ fn a_checkpoint_refuses_a_longer_block_and_names_what_it_replaces() {
     // vocab_size and bias are nanoGPT's defaults here, which the file does not set: not named.
     assert!(stderr.contains("--link: init_from = 'gpt2': n_layer 4 not used"), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("n_layer 12,"));
+    // A file's block past the positions is no error once a flag or the link replaces it with
+    // one within them (train.py applies its command line on top), and still one on its own.
+    let gpt2_long = temp_file("gpt2_long_block.py", "block_size = 4096\ninit_from = 'gpt2'\n");
+    let gpt2_long = gpt2_long.to_str().unwrap();
+    for replaced in [&["--block-size", "512"][..], &["--block_size=512"], &["--link", "?v=1&T=512"]] {
+        let out = vramfit(&[&["plan", "--no-fixes", "--config", gpt2_long][..], replaced].concat());
+        assert!(out.status.success(), "{replaced:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("block_size 512,"), "{replaced:?}");
+    }
+    let err = assert_one_error_line(&["plan", "--config", gpt2_long]);
+    assert!(err.contains("block_size 4096 is past GPT-2's 1024 positions"), "{err}");
+    let err = assert_one_error_line(&["plan", "--config", gpt2_long, "--block-size", "2048"]);
+    assert!(err.contains("block_size 2048: init_from = 'gpt2' loads GPT-2's 1024 positions"), "{err}");
 }
 
 /// `plan --runtime trainer` for a run whose eval batch is the peak offers the eval fixes, and
