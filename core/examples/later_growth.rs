@@ -85,6 +85,7 @@ fn main() {
     let mut lowest = 1f64;
     let (mut too_big, mut fixes_fit, mut fixes_out) = (0, 0, 0);
     let mut out_titles: Vec<String> = Vec::new();
+    let mut run_out_shapes: Vec<String> = Vec::new();
     for cfg in shapes() {
         let request = plan::PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: false };
         let Ok(p) = plan::plan(&request) else { continue };
@@ -104,6 +105,17 @@ fn main() {
         }
         let Some(lasting) = p.largest_lasting_micro_batch else { continue };
         runs_out += 1;
+        let kept = lasting.batch_size.map_or("none".to_string(), |b| b.to_string());
+        run_out_shapes.push(format!(
+            "n_layer {} n_embd {} block {} vocab {} {} accumulating {}: largest {largest}, runs out at iteration {}; keeps fitting: {kept}",
+            cfg.n_layer,
+            cfg.n_embd,
+            cfg.block_size,
+            cfg.vocab_size,
+            cfg.dtype.name(),
+            cfg.gradient_accumulation_steps,
+            lasting.runs_out_at_iteration
+        ));
         match lasting.batch_size {
             Some(b) => lowest = lowest.min(b as f64 / largest as f64),
             None => none_below += 1,
@@ -114,6 +126,9 @@ fn main() {
         gpu.id
     );
     println!("  the largest that keeps fitting is at least {:.1}% of it; none keeps fitting in {none_below}", lowest * 100.0);
+    for s in run_out_shapes {
+        println!("  {s}");
+    }
     println!("{too_big} shapes at 1.5x their largest batch: {fixes_out} of their {fixes_fit} fitting fixes run out of memory later:");
     for t in out_titles {
         println!("  {t}");

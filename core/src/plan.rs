@@ -849,6 +849,47 @@ fn lasting_of(cfg: &Config, gpu: &Gpu, available: u64) -> Lasting {
     lasting(&sim, later, gpu, available)
 }
 
+/// How many splits that fit but run out later a split fix passes before it settles for the
+/// largest of them (each further one costs a continued exact simulation).
+const SPLITS_RUNNING_OUT_TRIED: usize = 4;
+
+/// A fix's value `found` by a search (the largest from `lo` whose simulated iterations fit),
+/// or, where that one runs out of memory later by the allocator model, the largest below it
+/// that keeps fitting: galloping down, then bisecting, as [`largest_lasting`] does for the
+/// micro-batch. `found` where it keeps fitting or where nothing from `lo` up does (the fix is
+/// then marked as running out). The need is the fix's simulated windows' where it is `found`'s,
+/// `None` (to be simulated) for a value below it.
+fn keeping_fit(
+    lo: u32,
+    found: (u32, u64),
+    make: &dyn Fn(u32) -> Config,
+    gpu: &Gpu,
+    available: u64,
+    seen: &LastingSeen,
+) -> (u32, Option<u64>) {
+    let (value, need) = found;
+    let keeps = |v: u32| matches!(lasting_seen(seen, &make(v), gpu, available), Lasting::Keeps(_));
+    if value <= lo || keeps(value) {
+        return (value, Some(need));
+    }
+    let (mut bad, mut step) = (value, 1u32);
+    let good = loop {
+        let probe = value.saturating_sub(step).max(lo);
+        if keeps(probe) {
+            break probe;
+        }
+        if probe == lo {
+            return (value, Some(need));
+        }
+        bad = probe;
+        step = step.saturating_mul(2);
+    };
+    match largest_where(good, bad - 1, keeps) {
+        Some(v) => (v, None),
+        None => (value, Some(need)),
+    }
+}
+
 /// Where the largest micro-batch `largest` runs out of memory after the simulated iterations
 /// (`known`: its [`Lasting`], if known), the largest micro-batch below it that keeps fitting:
 /// galloping down, then bisecting (the need is not monotone near the card, so the answer keeps
@@ -1117,6 +1158,8 @@ pub struct FixesInSteps {
     listed: Vec<Fix>,
     /// How far into `listed` the fixes that fit have been continued.
     continued: usize,
+    /// What the fix searches found of configs past the simulated iterations (see [`FixWork`]).
+    lasting: Vec<(Config, Lasting)>,
 }
 
 impl FixesInSteps {
@@ -1131,7 +1174,7 @@ impl FixesInSteps {
 
     fn new(work: Option<FixWork>, gpu: &Gpu, other_usage: u64) -> FixesInSteps {
         let available = gpu.usable_bytes.saturating_sub(other_usage);
-        FixesInSteps { work, gpu: gpu.clone(), available, listed: Vec::new(), continued: 0 }
+        FixesInSteps { work, gpu: gpu.clone(), available, listed: Vec::new(), continued: 0, lasting: Vec::new() }
     }
 
     /// Runs the next step: the list once the last has run (empty if asked again).
@@ -1139,7 +1182,10 @@ impl FixesInSteps {
         let (gpu, available) = (&self.gpu, self.available);
         if let Some(work) = &mut self.work {
             if work.step() {
-                self.listed = self.work.take().map(FixWork::ranked).unwrap_or_default();
+                if let Some(work) = self.work.take() {
+                    self.lasting = work.lasting.take();
+                    self.listed = work.ranked();
+                }
                 for f in self.listed.iter_mut() {
                     f.needed_is_estimate = need_is_estimate(&notes(&f.config, gpu));
                     f.close_call = close_call(available as i64 - f.needed_bytes as i64, f.needed_bytes, f.needed_is_estimate);
@@ -1150,7 +1196,8 @@ impl FixesInSteps {
         let next = self.listed.iter().skip(self.continued).position(|f| f.fits).map(|i| i + self.continued);
         if let Some(i) = next {
             let f = &mut self.listed[i];
-            if let Lasting::RunsOut(iteration, in_eval) = lasting_of(&f.config, gpu, available) {
+            let known = self.lasting.iter().find(|(c, _)| *c == f.config).map(|(_, l)| *l);
+            if let Lasting::RunsOut(iteration, in_eval) = known.unwrap_or_else(|| lasting_of(&f.config, gpu, available)) {
                 f.runs_out_later = Some(RunsOut { iteration, in_eval, source: Source::Estimate });
             }
             self.continued = i + 1;
@@ -1202,13 +1249,40 @@ struct FixWork {
     split_batch: Option<u32>,
     /// The largest micro-batch that fits, with its need where a search found it.
     largest: Option<(u32, Option<u64>)>,
+    /// Configs continued past the simulated iterations while looking for fixes that keep
+    /// fitting, and how they fared: the ranked list's continuation reuses them.
+    lasting: LastingSeen,
+}
+
+/// Configs with their [`Lasting`], as far as they have been simulated.
+type LastingSeen = RefCell<Vec<(Config, Lasting)>>;
+
+/// [`lasting_of`], remembered in `seen`.
+fn lasting_seen(seen: &LastingSeen, cfg: &Config, gpu: &Gpu, available: u64) -> Lasting {
+    let known = seen.borrow().iter().find(|(c, _)| c == cfg).map(|(_, l)| *l);
+    known.unwrap_or_else(|| {
+        let l = lasting_of(cfg, gpu, available);
+        seen.borrow_mut().push((cfg.clone(), l));
+        l
+    })
 }
 
 impl FixWork {
     fn new(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, largest_known: Largest) -> FixWork {
         let cfg = cfg.clone();
         let gpu = gpu.clone();
-        FixWork { cfg, gpu, other_usage, current, largest_known, next: 0, out: Vec::new(), split_batch: None, largest: None }
+        FixWork {
+            cfg,
+            gpu,
+            other_usage,
+            current,
+            largest_known,
+            next: 0,
+            out: Vec::new(),
+            split_batch: None,
+            largest: None,
+            lasting: RefCell::new(Vec::new()),
+        }
     }
 
     /// Runs the next step; `true` once every step has run ([`FixWork::ranked`] is then the list).
@@ -1277,7 +1351,8 @@ fn fixes_bf16_unsupported(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u6
 
 /// Step `step` of a fixes computation (see [`FIX_STEPS`] for the kinds, in order).
 fn fix_step(work: &mut FixWork, step: u8) {
-    let FixWork { cfg, gpu, other_usage, current, largest_known, out, split_batch, largest, .. } = work;
+    let FixWork { cfg, gpu, other_usage, current, largest_known, out, split_batch, largest, lasting, .. } = work;
+    let lasting = &*lasting;
     let (cfg, gpu, other_usage, current) = (&*cfg, &*gpu, *other_usage, *current);
     let available = gpu.usable_bytes.saturating_sub(other_usage);
     let search = Search::calibrated(cfg, gpu, other_usage, current);
@@ -1388,10 +1463,26 @@ fn fix_step(work: &mut FixWork, step: u8) {
                 })
             };
             let divisors: Vec<u32> = (1..cfg.batch_size).rev().filter(|b| tokens.is_multiple_of(*b as u64)).collect();
+            // The largest split that fits and keeps fitting past the simulated iterations; where
+            // the first few that fit all run out later, the largest of them (marked so).
             let first_fitting = |divisors: &mut dyn Iterator<Item = &u32>, eval_of: &dyn Fn(u32) -> Option<u32>| {
-                divisors
-                    .map_while(|&b| split(b, eval_of(b)))
-                    .find_map(|c| check_exact(&c, gpu, available).and_then(Result::ok).map(|need| (c, need)))
+                let mut running_out: Vec<(Config, u64)> = Vec::new();
+                for c in divisors.map_while(|&b| split(b, eval_of(b))) {
+                    let found = check_exact_needs(&c, gpu, available, true);
+                    if let (Some(Ok(_)), Some(l)) = (found.check, found.lasting) {
+                        lasting.borrow_mut().push((c.clone(), l));
+                    }
+                    if let Some(Ok(need)) = found.check {
+                        if !matches!(found.lasting, Some(Lasting::RunsOut(..))) {
+                            return Some((c, need));
+                        }
+                        running_out.push((c, need));
+                        if running_out.len() >= SPLITS_RUNNING_OUT_TRIED {
+                            break;
+                        }
+                    }
+                }
+                running_out.into_iter().next()
             };
             let split_fix = first_fitting(&mut divisors.iter(), &|_| cfg.eval_batch_size).or_else(|| {
                 // Micro-batches at or above the eval batch gave the same configs as above.
@@ -1459,15 +1550,25 @@ fn fix_step(work: &mut FixWork, step: u8) {
                     // beats 1 off in 89), then the largest micro-batch; the first that fits, of the best
                     // few (picked one by one: a sort costs the page size).
                     let key = |&(b, ga): &(u32, u64)| ((b as u64 * ga).abs_diff(tokens) * 100 / tokens, u32::MAX - b);
+                    // One that keeps fitting past the simulated iterations first; where all of
+                    // them that fit run out later, the first of those (marked so).
+                    let mut running_out = None;
                     for _ in 0..8 {
-                        let at = (0..candidates.len()).min_by_key(|&i| key(&candidates[i]))?;
+                        let Some(at) = (0..candidates.len()).min_by_key(|&i| key(&candidates[i])) else { break };
                         let (b, ga) = candidates.swap_remove(at);
                         let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, ..cfg.clone() };
-                        if let Some(Ok(need)) = check_exact(&c, gpu, available) {
-                            return Some((c, need));
+                        let found = check_exact_needs(&c, gpu, available, true);
+                        if let Some(Ok(need)) = found.check {
+                            if let Some(l) = found.lasting {
+                                lasting.borrow_mut().push((c.clone(), l));
+                            }
+                            if !matches!(found.lasting, Some(Lasting::RunsOut(..))) {
+                                return Some((c, need));
+                            }
+                            running_out.get_or_insert((c, need));
                         }
                     }
-                    None
+                    running_out
                 });
             if let Some((c, need)) = near {
                 let (b, ga) = (c.batch_size, c.gradient_accumulation_steps);
@@ -1501,7 +1602,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
             if let Some(better) = near.into_iter().filter(|e| eval_fix.is_none_or(|(f, _)| *e > f)).find_map(fits_at) {
                 eval_fix = Some(better);
             }
-            if let Some((eb, need)) = eval_fix {
+            if let Some((eb, need)) = eval_fix.map(|found| keeping_fit(1, found, &with_eval_batch, gpu, available, lasting)) {
                 push(
                     rank::EVAL_SLOWER,
                     format!("eval_batch_size = {eb}"),
@@ -1510,8 +1611,8 @@ fn fix_step(work: &mut FixWork, step: u8) {
                     } else {
                         "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into()
                     },
-                    Config { eval_batch_size: Some(eb), ..cfg.clone() },
-                    Some(need),
+                    with_eval_batch(eb),
+                    need,
                 );
             }
         }
@@ -1585,15 +1686,17 @@ fn fix_step(work: &mut FixWork, step: u8) {
         }
         9 => {
             // 6. A shorter eval context (not 1 token: no language model is measured on that).
-            if let Some((et, need)) =
-                search.largest(2, cfg.eval_block().saturating_sub(1), None, &|t| Config { eval_block_size: Some(t), ..cfg.clone() })
+            let shorter_eval = |t: u32| Config { eval_block_size: Some(t), ..cfg.clone() };
+            if let Some((et, need)) = search
+                .largest(2, cfg.eval_block().saturating_sub(1), None, &shorter_eval)
+                .map(|found| keeping_fit(2, found, &shorter_eval, gpu, available, lasting))
             {
                 push(
                     rank::SHORTER_EVAL,
                     format!("eval_block_size = {et}"),
                     "the loss is measured on shorter contexts than training uses (not comparable with other runs)".into(),
-                    Config { eval_block_size: Some(et), ..cfg.clone() },
-                    Some(need),
+                    shorter_eval(et),
+                    need,
                 );
             }
         }
@@ -1601,7 +1704,10 @@ fn fix_step(work: &mut FixWork, step: u8) {
             // 7. A shorter block for training too (a set eval context above it comes down with it). A
             // block of 1 is no language model: not offered.
             let shorter = |t: u32| Config { block_size: t, eval_block_size: cfg.eval_block_size.map(|e| e.min(t)), ..cfg.clone() };
-            if let Some((t, need)) = search.largest(2, cfg.block_size.saturating_sub(1), None, &shorter) {
+            if let Some((t, need)) = search
+                .largest(2, cfg.block_size.saturating_sub(1), None, &shorter)
+                .map(|found| keeping_fit(2, found, &shorter, gpu, available, lasting))
+            {
                 let eval = match cfg.eval_block_size {
                     Some(e) if e > t => format!(", eval_block_size = {t}"),
                     _ => String::new(),
@@ -1616,7 +1722,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
                         params::thousands(cfg.tokens_per_iter())
                     ),
                     shorter(t),
-                    Some(need),
+                    need,
                 );
             }
         }
@@ -1652,8 +1758,12 @@ fn fix_step(work: &mut FixWork, step: u8) {
         }
         12 => {
             // 8. Last resort: fewer layers.
-            if let Some((l, need)) = search.largest(1, cfg.n_layer.saturating_sub(1), None, &|l| Config { n_layer: l, ..cfg.clone() }) {
-                let smaller = Config { n_layer: l, ..cfg.clone() };
+            let fewer = |l: u32| Config { n_layer: l, ..cfg.clone() };
+            if let Some((l, need)) = search
+                .largest(1, cfg.n_layer.saturating_sub(1), None, &fewer)
+                .map(|found| keeping_fit(1, found, &fewer, gpu, available, lasting))
+            {
+                let smaller = fewer(l);
                 push(
                     rank::SMALLER_MODEL,
                     format!("n_layer = {l}"),
@@ -1663,7 +1773,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
                         params::count(cfg).printed_millions()
                     ),
                     smaller,
-                    Some(need),
+                    need,
                 );
             }
         }
@@ -2738,26 +2848,29 @@ mod tests {
     }
 
     /// A fix that fits the two simulated iterations can still run out of memory later, by the
-    /// allocator model (here a shorter block for a 6-layer char model at batch 91 on the 12 GB
-    /// card): each fix that fits is marked exactly where its own continued simulation runs out,
-    /// and ranks after the fixes that keep fitting, before those that do not fit.
+    /// allocator model, where nothing of its kind keeps fitting (here the eval batch of 28 for a
+    /// 4-layer model at batch 33 on an RTX 4070 with 1,000 MiB taken: it reuses the blocks
+    /// training left cached, and no smaller eval batch fits at all): each fix that fits is
+    /// marked exactly where its own continued simulation runs out, and ranks after the fixes
+    /// that keep fitting, before those that do not fit.
     #[test]
     fn fixes_that_run_out_a_few_steps_later_are_marked_and_ranked_after_the_rest() {
-        let gpu = default_gpu();
-        let room = gpu.usable_bytes - gpu.context_bytes;
+        let gpu = Gpu::find("rtx-4070").unwrap();
+        let other_usage_bytes = 1000 << 20;
+        let room = gpu.usable_bytes - other_usage_bytes - gpu.context_bytes;
         let cfg = Config {
-            n_layer: 6,
-            n_head: 6,
-            n_embd: 768,
-            block_size: 1024,
-            vocab_size: 65,
-            batch_size: 91,
-            gradient_accumulation_steps: 1,
-            dtype: crate::Dtype::Bfloat16,
+            n_layer: 4,
+            n_head: 12,
+            n_embd: 1152,
+            block_size: 256,
+            batch_size: 33,
+            gradient_accumulation_steps: 14,
+            attention: crate::Attention::Manual,
             compile: false,
             ..Config::default()
         };
-        let fixes = plan(&req(cfg)).unwrap().fixes.unwrap();
+        let request = PlanRequest { config: cfg, gpus: vec![gpu.clone()], other_usage_bytes, with_fixes: true };
+        let fixes = plan(&request).unwrap().fixes.unwrap();
         let mut marked = 0;
         for f in &fixes {
             let (_, later) = sim::simulate_exact_and_later(&f.config, &gpu.target(), Some(room));
@@ -2768,9 +2881,69 @@ mod tests {
             marked += usize::from(want.is_some());
         }
         assert!(marked >= 1, "{fixes:?}");
+        assert!(fixes.iter().any(|f| f.title == "eval_batch_size = 28" && f.runs_out_later.is_some()), "the case: {fixes:?}");
         let groups: Vec<(bool, bool)> = fixes.iter().map(|f| (!f.fits, f.runs_out_later.is_some())).collect();
         assert!(groups.is_sorted(), "{groups:?}");
         assert!(groups.contains(&(false, false)), "a fix that keeps fitting comes first: {groups:?}");
+    }
+
+    /// Where the value a fix's search finds runs out of memory a few iterations in, the fix
+    /// offers the largest below it that keeps fitting instead (a QA report: GPT-2 medium's shape
+    /// with a 2,048 block in float32 on an RTX 3060, whose only fitting fix was block_size 134,
+    /// out of memory at iteration 3). Likewise a split of B*GA into smaller micro-batches passes
+    /// the divisor that runs out (171 sequences on a V100: 9 x 19 runs out, 3 x 57 keeps).
+    #[test]
+    fn a_fix_whose_value_runs_out_later_gives_way_to_one_that_keeps_fitting() {
+        let gpu = Gpu::find("rtx-3060").unwrap();
+        let available = gpu.usable_bytes;
+        let cfg = Config {
+            n_layer: 24,
+            n_head: 16,
+            n_embd: 1024,
+            block_size: 2048,
+            batch_size: 16,
+            dtype: crate::Dtype::Float32,
+            attention: crate::Attention::Manual,
+            compile: false,
+            ..Config::default()
+        };
+        let request = PlanRequest { config: cfg.clone(), gpus: vec![gpu.clone()], other_usage_bytes: 0, with_fixes: true };
+        let fixes = plan(&request).unwrap().fixes.unwrap();
+        let block = fixes.iter().find(|f| f.title.starts_with("block_size = ")).expect("a shorter block");
+        let t = block.config.block_size;
+        assert!(block.fits && block.runs_out_later.is_none(), "{block:?}");
+        assert!(matches!(lasting_of(&block.config, &gpu, available), Lasting::Keeps(_)));
+        // What the search alone finds (the longest block whose two iterations fit) runs out.
+        let shorter = |t: u32| Config { block_size: t, ..cfg.clone() };
+        let search = Search::calibrated(&cfg, &gpu, 0, needed(&simulate_on(&cfg, &gpu), &gpu).0);
+        let (windows, _) = search.largest(2, cfg.block_size - 1, None, &shorter).expect("a block that fits");
+        assert!(windows > t, "the case: {windows} against {t}");
+        assert!(matches!(lasting_of(&shorter(windows), &gpu, available), Lasting::RunsOut(..)), "the case");
+        // Each block from the fix's up to that one: the one above the fix runs out too.
+        assert!(!matches!(lasting_of(&shorter(t + 1), &gpu, available), Lasting::Keeps(_)));
+
+        let v100 = Gpu::find("v100-16gb").unwrap();
+        let other_usage_bytes = 300 << 20;
+        let cfg = Config {
+            n_layer: 12,
+            n_head: 6,
+            n_embd: 192,
+            block_size: 2048,
+            batch_size: 19,
+            gradient_accumulation_steps: 9,
+            dtype: crate::Dtype::Float16,
+            optimizer: crate::Optimizer::Sgd,
+            compile: false,
+            ..Config::default()
+        };
+        let request = PlanRequest { config: cfg.clone(), gpus: vec![v100.clone()], other_usage_bytes, with_fixes: true };
+        let fixes = plan(&request).unwrap().fixes.unwrap();
+        let split = fixes.iter().find(|f| f.title.starts_with("batch_size = ")).expect("a split");
+        assert!(split.fits && split.runs_out_later.is_none(), "{split:?}");
+        let nine = Config { batch_size: 9, gradient_accumulation_steps: 19, ..cfg };
+        let available = v100.usable_bytes - other_usage_bytes;
+        assert!(matches!(lasting_of(&nine, &v100, available), Lasting::RunsOut(..)), "the case");
+        assert_eq!((split.config.batch_size, split.config.gradient_accumulation_steps), (3, 57));
     }
 
     /// The largest batch's estimate mark follows its own config: shakespeare-char's model at
