@@ -44,7 +44,8 @@ pub struct Gpu {
 }
 
 /// Why a card has no room for any run, whatever the config.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NoRoom {
     /// Other programs hold all the card offers.
     TakenByOthers,

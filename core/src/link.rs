@@ -803,10 +803,17 @@ fn strict(base: &LinkState, input: &str, combination: Combination) -> Result<Def
         // The page opens a bare address with its defaults; asked for on purpose, a link without
         // settings is a wrong paste.
         let after_hash = if settings_in(query_part(input).1) { " (what follows '#' is not read)" } else { "" };
-        return Err(format!(
-            "{:?} carries no settings{after_hash}: a vramfit link has them after '?' (e.g. ?v=1&L=12)",
-            shown(input.trim())
-        ));
+        // A query of only the format's version has its '?' part; it lacks the settings.
+        let only_version = query_part(input)
+            .0
+            .split('&')
+            .any(|segment| segment.split_once('=').is_some_and(|(key, _)| Field::from_key(&percent_decode(key)) == Some(Field::Version)));
+        let hint = if only_version {
+            "only the link format's version, no setting (e.g. ?v=1&L=12 sets n_layer; the page opens it with its defaults)"
+        } else {
+            "a vramfit link has them after '?' (e.g. ?v=1&L=12)"
+        };
+        return Err(format!("{:?} carries no settings{after_hash}: {hint}", shown(input.trim())));
     }
     let read = read(base, input, combination);
     if read.decoded.notices.is_empty() {
@@ -877,6 +884,10 @@ pub(crate) mod tests {
             // On the command line a link without settings is a mistake, said in one line.
             let err = decode_strict(input).unwrap_err();
             assert!(err.contains("carries no settings") && !err.contains('\n'), "{input:?}: {err}");
+            // A link of only the version is not blamed for a missing '?'.
+            let versioned = input.contains("v=1");
+            assert_eq!(err.contains("only the link format's version"), versioned, "{input:?}: {err}");
+            assert_eq!(err.contains("after '?'"), !versioned, "{input:?}: {err}");
         }
     }
 

@@ -71,13 +71,18 @@ pub struct CardFit {
     /// more than the card has (the reserve only grows, so every later window does too). train.py
     /// runs more steady steps before its second eval than the simulation does, so an `eval`
     /// here means that eval or the steady steps before it (whose tensors the simulated `train`
-    /// window, after the eval, repeats). Absent when every window fits. Added within schema 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// window, after the eval, repeats). Null when every window fits. Added within schema 2.
+    #[serde(default)]
     pub first_short_window: Option<String>,
     /// Whether the headroom or shortfall is within what the model's own error could cover
     /// (see [`close_call`]): the verdict could go either way. Added within schema 2.
     #[serde(default)]
     pub close_call: bool,
+    /// Where this card leaves no room for any run whatever the config (`taken_by_others`: other
+    /// programs hold all it offers; `below_context`: what is left is no more than the CUDA
+    /// context): no fix is offered then. Null otherwise. Added within schema 2.
+    #[serde(default)]
+    pub no_room: Option<crate::device::NoRoom>,
 }
 
 /// A change to the config that makes it fit (or fit better), with what it costs.
@@ -93,9 +98,9 @@ pub struct Fix {
     /// Whether train.py supports it as is (false: needs a code change, e.g. eval_batch_size).
     pub stock_nanogpt: bool,
     /// Where a fix that fits the two simulated iterations runs out of memory later, by the
-    /// allocator model (an estimate); such fixes rank after those that keep fitting. Added
-    /// within schema 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// allocator model (an estimate); such fixes rank after those that keep fitting. Null
+    /// otherwise. Added within schema 2.
+    #[serde(default)]
     pub runs_out_later: Option<RunsOut>,
     /// Whether `needed_bytes` rests on a term not measured for the fixed config on this card
     /// (compile, an unmeasured card's context): the fix's own notes, not the plan's, decide.
@@ -155,24 +160,24 @@ pub struct Plan {
     #[serde(default)]
     pub largest_micro_batch_is_estimate: bool,
     /// That batch's own needs by the exact simulation that found it (the page draws its curves
-    /// through them). Added within schema 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// through them); null where no batch fits. Added within schema 2.
+    #[serde(default)]
     pub largest_micro_batch_needs: Option<BatchNeeds>,
     /// Ranked fixes for the first card (empty when it fits); `None` when not asked for
     /// (`with_fixes: false`), so that "none needed" and "not computed" read differently.
     pub fixes: Option<Vec<Fix>>,
     pub notes: Vec<Note>,
     /// Where the allocator model's reserve grows after the two iterations the measurements ran
-    /// (an estimate, see [`sim::simulate_exact_and_later`]), for the first card; absent when it
+    /// (an estimate, see [`sim::simulate_exact_and_later`]), for the first card; null when it
     /// does not grow, and when the simulated windows already reserve more than that card
     /// leaves room for (the config does not fit, so what follows cannot change that). Added
     /// within schema 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub later: Option<LaterGrowth>,
     /// Where the allocator model says the largest micro-batch itself runs out of memory after
     /// the two simulated iterations: the largest below it that keeps fitting (an estimate).
-    /// Absent when the largest micro-batch keeps fitting, or none fits. Added within schema 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Null when the largest micro-batch keeps fitting, or none fits. Added within schema 2.
+    #[serde(default)]
     pub largest_lasting_micro_batch: Option<LastingMicroBatch>,
 }
 
@@ -322,6 +327,7 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
         close_call: close_call(available as i64 - need as i64, need, need_is_estimate(&notes)),
         notes,
         first_short_window,
+        no_room: gpu.no_room(other_usage),
     }
 }
 
@@ -1289,7 +1295,10 @@ impl FixWork {
     fn step(&mut self) -> bool {
         let step = self.next;
         self.next = self.next.saturating_add(1);
-        if step == 0 && self.cfg.dtype == Dtype::Bfloat16 && !self.gpu.supports_bf16() {
+        if step == 0 && self.gpu.no_room(self.other_usage).is_some() {
+            // Nothing fits what the card leaves, whatever the config: no fix to offer.
+            self.next = FIX_STEPS;
+        } else if step == 0 && self.cfg.dtype == Dtype::Bfloat16 && !self.gpu.supports_bf16() {
             // Every fix of such a config takes fp16 first: listed in one step.
             self.out = fixes_bf16_unsupported(&self.cfg, &self.gpu, self.other_usage, self.current);
             self.next = FIX_STEPS;

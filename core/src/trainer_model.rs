@@ -1523,7 +1523,8 @@ pub struct TrainerPlan {
     pub fitting_eval_chunk_rows: Option<Fitting<u64>>,
     pub notes: Vec<String>,
     /// A CUDA plan for a card ([`plan_on_card`]): the card and how `available_bytes` was made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Null for a plan of the CPU trainer.
+    #[serde(default)]
     pub card: Option<TrainerCard>,
 }
 

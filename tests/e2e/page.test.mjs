@@ -311,6 +311,14 @@ test('out-of-range input gets a notice, never a silent change or a flag the CLI 
   assert.match(await textWhenMatching(page, '.input-error', negative), negative);
   await type('other_usage_mib', '0');
   await page.waitForSelector('.capacity-warning', { state: 'detached', timeout: 5000 });
+  // Keys a number box cannot read as a number ("1e"): the box reports no text, and the notice
+  // says what happened instead of quoting "".
+  await page.locator('input[name=batch_size]').click();
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('1e');
+  await page.keyboard.press('Tab');
+  const notNumber = /batch_size: what was typed \(not a number\) was not taken; back to 12/;
+  assert.match(await textWhenMatching(page, '.input-error', notNumber), notNumber);
   // On a phone the verdict is a screen below the controls: a one-line copy stays on top.
   assert.equal(await page.locator('.verdict-bar').isVisible(), false);
   await page.setViewportSize({ width: 390, height: 844 });

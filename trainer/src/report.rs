@@ -225,6 +225,15 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             size(fit.available_bytes, usable_est),
             size(fit.headroom_bytes.unsigned_abs(), needed_est || usable_est)
         )?;
+        match fit.no_room {
+            Some(vramfit_core::device::NoRoom::TakenByOthers) => {
+                writeln!(out, "      no config fits: other programs hold all the card offers")?;
+            }
+            Some(vramfit_core::device::NoRoom::BelowContext) => {
+                writeln!(out, "      no config fits: what is left is less than the CUDA context alone")?;
+            }
+            None => {}
+        }
         // Where the run stops is the first window past the card, not the largest one.
         // (Said only where it is not the window the need is given for.)
         if let Some(first_short) = fit.first_short_window.as_deref().filter(|w| !fit.fits && *w != fit.worst_window) {
@@ -310,6 +319,9 @@ fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Res
     let Some(fixes) = plan.fixes.as_deref().filter(|_| with_fixes) else {
         return writeln!(out, "  not computed (--no-fixes)");
     };
+    if fixes.is_empty() && plan.cards.first().is_some_and(|c| c.no_room.is_some()) {
+        return writeln!(out, "  none can help: the card leaves no room for any run (see Fit)");
+    }
     if fixes.is_empty() {
         let none = match (plan.later_past_card(), plan.own_lasting_batch()) {
             (Some(l), lasting) => {

@@ -1034,34 +1034,38 @@ fn plan_warns_where_the_reserve_grows_past_the_card_later() {
 }
 
 /// A fix that fits the two simulated iterations but runs out of memory later in the allocator
-/// model (a 6-layer char model at batch 91 on the 12 GB default card, core's own fixes) says so
+/// model (a 4-layer model at batch 33 on an RTX 4070 with 1,000 MiB taken, core's own fixes) says so
 /// in `plan`'s list, in JSON and in words, and comes after the fixes that keep fitting.
 #[test]
 fn plan_marks_a_fix_that_runs_out_of_memory_later() {
+    // An eval batch of 28 fits the simulated steps and runs out later, and no smaller one fits
+    // at all (core's test of the ranking has the same case).
     let args = [
         "--n-layer",
-        "6",
+        "4",
         "--n-head",
-        "6",
+        "12",
         "--n-embd",
-        "768",
+        "1152",
         "--block-size",
-        "1024",
-        "--vocab-size",
-        "65",
+        "256",
         "--batch-size",
-        "91",
+        "33",
         "--gradient-accumulation-steps",
-        "1",
-        "--dtype",
-        "bfloat16",
+        "14",
+        "--attention",
+        "manual",
         "--compile",
         "false",
+        "--gpu",
+        "rtx-4070",
+        "--other-usage-mib",
+        "1000",
     ];
     let plan = plan_json_fixes(&args);
     let cfg: Config = serde_json::from_value(plan["config"].clone()).unwrap();
-    let request =
-        vramfit_core::plan::PlanRequest { config: cfg, gpus: vec![device::default_gpu()], other_usage_bytes: 0, with_fixes: true };
+    let gpu = device::Gpu::find("rtx-4070").unwrap();
+    let request = vramfit_core::plan::PlanRequest { config: cfg, gpus: vec![gpu], other_usage_bytes: 1000 << 20, with_fixes: true };
     let fixes = vramfit_core::plan::plan(&request).unwrap().fixes.unwrap();
     assert_eq!(plan["fixes"], serde_json::to_value(&fixes).unwrap());
     let mut text_args = vec!["plan"];
@@ -1354,4 +1358,39 @@ fn a_datasets_meta_pkl_sets_the_vocabulary_where_plan_runs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!((out.status.code(), err.lines().count()), (Some(2), 1), "{err}");
     assert!(err.starts_with("error: data/broken/meta.pkl is not a pickle vramfit can read"), "{err}");
+}
+
+/// The JSON document has the same keys whatever the plan says: a setting that does not apply
+/// is null, not missing (a plan that fits with room to spare, one that runs out later, one that
+/// does not fit, one on a card that leaves no room). A card with no room says why and offers no
+/// fix, as the page does.
+#[test]
+fn the_json_has_the_same_keys_in_every_plan() {
+    let keys = |v: &Value| -> Vec<String> { v.as_object().expect("an object").keys().cloned().collect() };
+    let plans = [
+        plan_json_fixes(&["--n-layer", "4"]),
+        plan_json_fixes(&["--link", "?v=1&L=6&H=6&C=768&T=1024&V=65&B=60&GA=1&cmp=0&gpu=rtx-4070"]),
+        plan_json_fixes(&["--batch-size", "64", "--compile", "false"]),
+        plan_json_fixes(&["--gpu", "custom-0.25", "--other-usage-mib", "100"]),
+        plan_json_fixes(&["--gpu", "rtx-4070", "--other-usage-mib", "12282"]),
+    ];
+    let (top, card) = (keys(&plans[0]), keys(&plans[0]["cards"][0]));
+    let mut fix_keys: Vec<Vec<String>> = Vec::new();
+    for p in &plans {
+        assert_eq!(keys(p), top);
+        assert_eq!(keys(&p["cards"][0]), card);
+        fix_keys.extend(p["fixes"].as_array().expect("fixes computed").iter().map(keys));
+    }
+    assert!(plans[1]["later"].is_object() && plans[0]["later"].is_null(), "the cases");
+    assert!(fix_keys.len() > 2 && fix_keys.windows(2).all(|w| w[0] == w[1]), "{fix_keys:?}");
+    assert_eq!(plans[0]["cards"][0]["no_room"], Value::Null);
+    assert_eq!(plans[3]["cards"][0]["no_room"], "below_context");
+    assert_eq!(plans[4]["cards"][0]["no_room"], "taken_by_others");
+    for p in &plans[3..] {
+        assert_eq!(p["fixes"], Value::Array(Vec::new()), "no fix on a card with no room");
+    }
+    let out = vramfit(&["plan", "--gpu", "custom-0.25", "--other-usage-mib", "100"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no config fits: what is left is less than the CUDA context alone"), "{text}");
+    assert!(text.contains("none can help: the card leaves no room for any run"), "{text}");
 }

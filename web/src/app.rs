@@ -202,10 +202,13 @@ fn undo_refused_edit(signals: Signals, ev: &leptos::ev::Event, label: &str, star
         return;
     }
     let shown = show(&start.state);
+    // A number box gives "" for text it cannot read as a number ("abc", "1e"): quoting that
+    // would say the user typed nothing.
+    let typed = model::refused_text(input.validity().bad_input(), &text);
     keep_error.set_value(true);
     state.set(start.state.clone());
     input.set_value(&shown);
-    input_error.set(Some(format!("{label}: \"{}\" was not taken; back to {shown}, the value before this edit", text.trim())));
+    input_error.set(Some(format!("{label}: {typed} was not taken; back to {shown}, the value before this edit")));
 }
 
 /// What a number box shows: the state's value, except while the user types in it. Chrome
@@ -1403,7 +1406,7 @@ pub fn App() -> impl IntoView {
                                     Some((k, list)) if *k == key => {
                                         if list.is_empty() || no_room {
                                             let msg = if no_room {
-                                                "No fix can help: the card leaves nothing for this run (see the warning above)."
+                                                "No fix can help: the card leaves too little for any run (see the warning above)."
                                             } else if invalid {
                                                 "No fixes: the config cannot be planned (see above)."
                                             } else if fits && later {

@@ -220,6 +220,16 @@ pub fn parse_whole(text: &str, max: u32) -> Result<u32, String> {
     }
 }
 
+/// What a refused box held, as its notice names it: the text, or what the box reported where
+/// its text is not a number it can read (`bad_input`: it then gives no text) or is empty.
+pub fn refused_text(bad_input: bool, text: &str) -> String {
+    match text.trim() {
+        _ if bad_input => "what was typed (not a number)".to_string(),
+        "" => "an empty box".to_string(),
+        t => format!("\"{t}\""),
+    }
+}
+
 /// A warning when the card leaves nothing for the run whatever the config: other programs
 /// hold all it offers, or what is left is less than the CUDA context alone.
 pub fn capacity_warning(state: &LinkState, c: &Computed) -> Option<String> {
@@ -662,6 +672,15 @@ pub fn describe(cfg: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused box's notice quotes its text, or says what the box held where it has none to
+    /// give: a number box reports "" for text it cannot read ("abc", "1e").
+    #[test]
+    fn a_refused_box_is_named_by_what_it_held() {
+        assert_eq!(refused_text(false, " 2000 "), "\"2000\"");
+        assert_eq!(refused_text(true, ""), "what was typed (not a number)");
+        assert_eq!(refused_text(false, "  "), "an empty box");
+    }
 
     fn state(config: Config) -> LinkState {
         LinkState { config, ..LinkState::default() }

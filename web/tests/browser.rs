@@ -244,24 +244,26 @@ async fn a_link_restores_the_state_and_fixes_apply_with_one_click() {
 }
 
 /// A fix that fits the two simulated iterations but runs out of memory later in the allocator
-/// model (a shorter block for a 6-layer char model at batch 91 on the 12 GB card) says so in its
-/// row, and its status is not a plain "fits".
+/// model (an eval batch of 28 for a 4-layer model at batch 33 on an RTX 4070 with 1,000 MiB
+/// taken: no smaller eval batch fits at all) says so in its row, and its status is not a plain
+/// "fits".
 #[wasm_bindgen_test]
 async fn a_fix_that_runs_out_later_says_so_in_its_row() {
-    let page = mount_with("?v=1&L=6&H=6&C=768&T=1024&V=65&B=91&GA=1&cmp=0").await;
+    let page = mount_with("?v=1&L=4&H=12&C=1152&T=256&B=33&GA=14&a=manual&cmp=0&gpu=rtx-4070&other=1000").await;
     let cfg = Config {
-        n_layer: 6,
-        n_head: 6,
-        n_embd: 768,
-        block_size: 1024,
-        vocab_size: 65,
-        batch_size: 91,
-        gradient_accumulation_steps: 1,
+        n_layer: 4,
+        n_head: 12,
+        n_embd: 1152,
+        block_size: 256,
+        batch_size: 33,
+        gradient_accumulation_steps: 14,
+        attention: vramfit_core::Attention::Manual,
         compile: false,
         ..Config::default()
     };
-    let want = expected(cfg);
-    let fixes = vramfit_core::plan::fixes_of(&want.plan, &vramfit_core::device::default_gpu(), 0);
+    let state = LinkState { config: cfg, gpu: "rtx-4070".into(), other_usage_mib: 1000, ..LinkState::default() };
+    let want = vramfit_web::model::compute(&state).unwrap();
+    let fixes = vramfit_core::plan::fixes_of(&want.plan, &Gpu::find("rtx-4070").unwrap(), 1000 << 20);
     let marked: Vec<&vramfit_core::plan::Fix> = fixes.iter().filter(|f| f.runs_out_later.is_some()).collect();
     assert!(!marked.is_empty(), "{fixes:?}");
     page.wait_for("ol.fixes", "no fixes").await;
