@@ -204,8 +204,11 @@ fn check_train_py_type(name: &str, value: &str) -> Result<(), String> {
     use vramfit_core::nanogpt::{self, Value};
     let Some(want) = train_py_type(name) else { return Ok(()) };
     // `literal_eval`'s reading, through core's reader of config lines; text it cannot read as
-    // a literal stays text, as train.py's configurator keeps it.
-    let read = (!value.contains(['\n', '\r', ';', '#']))
+    // a literal stays text, as train.py's configurator keeps it. Core's reader evaluates
+    // expressions and names (`2*3`, `n_layer`), which literal_eval does not: for a number or a
+    // boolean only a literal is read.
+    let literal = want == "str" || is_python_number_literal(value) || matches!(value.trim(), "True" | "False");
+    let read = (literal && !value.contains(['\n', '\r', ';', '#']))
         .then(|| nanogpt::parse_config_file(&format!("{name} = {value}\n"), &vramfit_core::Config::default()).ok())
         .flatten()
         .and_then(|f| f.get(name).cloned());
@@ -229,6 +232,38 @@ fn check_train_py_type(name: &str, value: &str) -> Result<(), String> {
         "--{name}={}: train.py wants {wanted} here and its configurator stops on anything else (it requires the default's type)",
         vramfit_core::shown_input(value, 60)
     ))
+}
+
+/// Whether `text` is a number as Python's `literal_eval` reads one: an optional sign, then an
+/// integer (underscores between digits, `0x`/`0o`/`0b` prefixes) or a float (`1e-3`, `.5`), in
+/// optional parentheses. Not `inf` or `nan` (names to Python), nor any expression.
+fn is_python_number_literal(text: &str) -> bool {
+    let mut t = text.trim();
+    while let Some(inner) = t.strip_prefix('(').and_then(|s| s.strip_suffix(')')) {
+        t = inner.trim();
+    }
+    let t = t.strip_prefix(['+', '-']).map_or(t, str::trim_start);
+    let digits_ok = |s: &str, radix: u32| {
+        !s.is_empty() && !s.starts_with('_') && !s.ends_with('_') && !s.contains("__") && s.chars().all(|c| c == '_' || c.is_digit(radix))
+    };
+    let lower = t.to_ascii_lowercase();
+    for (prefix, radix) in [("0x", 16), ("0o", 8), ("0b", 2)] {
+        if let Some(rest) = lower.strip_prefix(prefix) {
+            return digits_ok(rest.strip_prefix('_').unwrap_or(rest), radix);
+        }
+    }
+    // An underscore only between two digits.
+    let bytes = t.as_bytes();
+    let underscores_ok = bytes
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b != b'_' || (i > 0 && bytes[i - 1].is_ascii_digit() && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)));
+    let plain = t.replace('_', "");
+    underscores_ok
+        && !plain.is_empty()
+        && t.chars().all(|c| c.is_ascii_digit() || matches!(c, '_' | '.' | 'e' | 'E' | '+' | '-'))
+        && t.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '.')
+        && plain.parse::<f64>().is_ok()
 }
 
 /// A train.py setting's value as compared: unquoted (`'cuda'` as a config file writes it), lower case.
@@ -358,5 +393,65 @@ fn run_trainer(args: &PlanArgs, inputs: &inputs::Inputs) -> Result<String, Strin
         to_json(&plan)
     } else {
         Ok(report::render_trainer(&plan))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Python 3.11's `type(ast.literal_eval(text)) in (int, float)` for each text.
+    #[test]
+    fn number_literals_are_read_as_literal_eval_reads_them() {
+        let python = [
+            ("5", true),
+            ("-5", true),
+            ("+5", true),
+            (" 5 ", true),
+            ("1_000", true),
+            ("1__0", false),
+            ("_1", false),
+            ("1_", false),
+            ("0x1F", true),
+            ("0o17", true),
+            ("0b101", true),
+            ("0x_1f", true),
+            ("1e-3", true),
+            (".5", true),
+            ("5.", true),
+            ("1.5e+3", true),
+            ("(5)", true),
+            ("((-2))", true),
+            ("2*3", false),
+            ("n_layer", false),
+            ("inf", false),
+            ("nan", false),
+            ("1e", false),
+            ("--5", false),
+            ("", false),
+            ("abc", false),
+            ("0x", false),
+            ("1.2.3", false),
+            ("True", false),
+            ("- 5", true),
+            ("5j", false),
+        ];
+        for (text, number) in python {
+            assert_eq!(is_python_number_literal(text), number, "{text:?}");
+        }
+    }
+
+    /// An expression or a name is no value for train.py's configurator, whose literal_eval
+    /// reads neither (core's config reader would evaluate both).
+    #[test]
+    fn a_command_line_expression_is_refused_as_train_py_refuses_it() {
+        for (name, value) in [("max_iters", "2*3"), ("max_iters", "n_layer"), ("learning_rate", "1/1000"), ("decay_lr", "not False")] {
+            assert!(check_train_py_type(name, value).is_err(), "--{name}={value}");
+        }
+        for (name, value) in
+            [("max_iters", "5000"), ("learning_rate", "6e-4"), ("learning_rate", "1"), ("decay_lr", "False"), ("out_dir", "5")]
+        {
+            assert!(check_train_py_type(name, value).is_ok(), "--{name}={value}");
+        }
     }
 }
