@@ -17,7 +17,27 @@ const LABEL_WIDTH: usize = 20;
 /// `7.16 GiB (7,333 MiB)`, with a leading `~` for an estimate.
 fn size(bytes: u64, estimate: bool) -> String {
     let mib = (bytes as f64 / MIB).round() as u64;
-    format!("{}{:.2} GiB ({} MiB)", tilde(estimate), bytes as f64 / GIB, thousands(mib))
+    format!("{}{} GiB ({} MiB)", tilde(estimate), grouped(bytes as f64 / GIB, 2), thousands(mib))
+}
+
+/// `x` with `places` decimals and its whole part in groups of three: `32,813.26`.
+fn grouped(x: f64, places: usize) -> String {
+    let text = format!("{x:.places$}");
+    let (whole, fraction) = text.split_once('.').map_or((text.as_str(), None), |(w, f)| (w, Some(f)));
+    let (sign, digits) = whole.strip_prefix('-').map_or(("", whole), |d| ("-", d));
+    let whole = match digits.parse::<u64>() {
+        Ok(n) => thousands(n),
+        Err(_) => digits.to_string(),
+    };
+    match fraction {
+        Some(f) => format!("{sign}{whole}.{f}"),
+        None => format!("{sign}{whole}"),
+    }
+}
+
+/// The width of a table's column: its widest cell, and at least `min`.
+fn column_width<'a>(cells: impl IntoIterator<Item = &'a String>, min: usize) -> usize {
+    cells.into_iter().map(|c| c.chars().count()).max().unwrap_or(0).max(min)
 }
 
 fn tilde(estimate: bool) -> &'static str {
@@ -153,18 +173,24 @@ fn write_peaks(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) 
     let card = inputs.gpus.first().map_or("the first card", |g| g.name.as_str());
     writeln!(out)?;
     writeln!(out, "Peaks on {card} (~ marks an estimate; see the notes)")?;
-    // Columns of 27 and a space: "~232.86 GiB (238,446 MiB)" is 25 wide, and a wider figure
-    // still keeps a space before the next.
-    writeln!(out, "  {:<LABEL_WIDTH$}{:<27} {:<27} nvidia-smi (process)", "", "allocated", "reserved")?;
-    for (name, w) in windows(plan) {
-        writeln!(
-            out,
-            "  {:<LABEL_WIDTH$}{:<27} {:<27} {}",
-            name,
-            size(w.peak_allocated_bytes, est.allocated),
-            size(w.peak_reserved_bytes, est.reserved),
-            size(w.nvidia_smi_bytes, est.nvidia_smi)
-        )?;
+    // Columns of at least 27 and a space ("~232.86 GiB (238,446 MiB)" is 25 wide), wider where
+    // a figure is, so the columns stay aligned.
+    let rows: Vec<(&str, String, String, String)> = windows(plan)
+        .into_iter()
+        .map(|(name, w)| {
+            (
+                name,
+                size(w.peak_allocated_bytes, est.allocated),
+                size(w.peak_reserved_bytes, est.reserved),
+                size(w.nvidia_smi_bytes, est.nvidia_smi),
+            )
+        })
+        .collect();
+    let a = column_width(rows.iter().map(|r| &r.1), 27);
+    let r = column_width(rows.iter().map(|r| &r.2), 27);
+    writeln!(out, "  {:<LABEL_WIDTH$}{:<a$} {:<r$} nvidia-smi (process)", "", "allocated", "reserved")?;
+    for ((name, allocated, reserved, smi), (_, w)) in rows.iter().zip(windows(plan)) {
+        writeln!(out, "  {:<LABEL_WIDTH$}{allocated:<a$} {reserved:<r$} {smi}", name)?;
         let phase = w.phase.map(|p| format!("{} ", p.label())).unwrap_or_default();
         let step = if w.micro_step > 0 { format!(", micro-step {}", w.micro_step) } else { String::new() };
         writeln!(out, "  {:<LABEL_WIDTH$}peak during {phase}at {}{step}", "", w.op)?;
@@ -173,23 +199,28 @@ fn write_peaks(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) 
 }
 
 fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::Result {
-    // Each cell: MiB right-aligned, then the share: `   ~3951.1  30.0%`.
-    const CELL: usize = 18;
-    const MIB_WIDTH: usize = CELL - 7;
+    // Each cell: MiB right-aligned (at least 11 wide and a space before it), then the share:
+    // `    ~3,951.1  30.0%`.
+    let cell = |category: Category, w: &WindowReport| {
+        let bytes = w.breakdown.get(category);
+        let share = if w.peak_allocated_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_allocated_bytes as f64 };
+        (format!("{}{}", tilde(est.row(category) && bytes > 0), grouped(bytes as f64 / MIB, 1)), share)
+    };
+    let cells: Vec<String> = Category::ALL.iter().flat_map(|&c| windows(plan).into_iter().map(move |(_, w)| cell(c, w).0)).collect();
+    let mib_width = column_width(cells.iter(), 11);
+    let cell_width = mib_width + 7;
     writeln!(out)?;
     writeln!(out, "What each peak is made of (allocated MiB, % of that peak)")?;
     write!(out, "  {:<LABEL_WIDTH$}", "")?;
     for (name, _) in windows(plan) {
-        write!(out, "{name:>CELL$}")?;
+        write!(out, " {name:>cell_width$}")?;
     }
     writeln!(out)?;
     for category in Category::ALL {
         write!(out, "  {:<LABEL_WIDTH$}", category.label())?;
         for (_, w) in windows(plan) {
-            let bytes = w.breakdown.get(category);
-            let share = if w.peak_allocated_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_allocated_bytes as f64 };
-            let mib = format!("{}{:.1}", tilde(est.row(category) && bytes > 0), bytes as f64 / MIB);
-            write!(out, "{mib:>MIB_WIDTH$} {share:>5.1}%")?;
+            let (mib, share) = cell(category, w);
+            write!(out, " {mib:>mib_width$} {share:>5.1}%")?;
         }
         writeln!(out)?;
     }

@@ -1394,3 +1394,35 @@ fn the_json_has_the_same_keys_in_every_plan() {
     assert!(text.contains("no config fits: what is left is less than the CUDA context alone"), "{text}");
     assert!(text.contains("none can help: the card leaves no room for any run"), "{text}");
 }
+
+/// The report's tables stay aligned however large the figures (a 1,024-layer model of 8,192 on
+/// a 4 TiB card: its breakdown cells are 13 wide): each breakdown row as long as the header,
+/// each peak figure starting in its column, thousands grouped in GiB and MiB alike.
+#[test]
+fn the_report_tables_stay_aligned_for_large_figures() {
+    for args in [
+        &["plan", "--no-fixes"][..],
+        &["plan", "--no-fixes", "--n-layer", "1024", "--n-embd", "8192", "--n-head", "64", "--batch-size", "64", "--gpu", "custom-4096"],
+    ] {
+        let out = vramfit(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let section = |title: &str| -> Vec<String> {
+            text.lines().skip_while(|l| !l.starts_with(title)).skip(1).take_while(|l| !l.is_empty()).map(str::to_string).collect()
+        };
+        let breakdown = section("What each peak is made of");
+        assert!(breakdown.len() > 5, "{text}");
+        let width = breakdown[0].chars().count();
+        for row in &breakdown {
+            assert_eq!(row.chars().count(), width, "{row:?} in\n{}", breakdown.join("\n"));
+            // A cell never runs into the one before it (`71.1%~19415040.0`).
+            assert!(!row.contains("%~") && !row.split('%').skip(1).any(|rest| rest.starts_with(|c: char| c.is_ascii_digit())), "{row:?}");
+        }
+        let peaks: Vec<String> = section("Peaks on").into_iter().skip(1).step_by(2).collect();
+        let column = |row: &str, n: usize| row.match_indices(" GiB (").nth(n).map(|(i, _)| row[..i].rfind(' ').unwrap_or(0));
+        let starts: Vec<Option<usize>> = peaks.iter().map(|r| column(r, 1)).collect();
+        assert!(starts.windows(2).all(|w| w[0] == w[1]) && starts[0].is_some(), "{}", peaks.join("\n"));
+        if args.len() > 2 {
+            assert!(text.contains("~32,813.26 GiB (33,600,779 MiB)") && text.contains("~19,415,040.0"), "{text}");
+        }
+    }
+}
