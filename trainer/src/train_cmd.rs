@@ -530,11 +530,18 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
     }
     // What a file's eval_only and init_from mean for train.py's plan; `train` says its own (an
     // error for eval_only, a resume in a file, or a name train.py stops on; a note for a resume
-    // under --weights).
+    // under --weights). Likewise the vocabulary train.py would read from a dataset's meta.pkl:
+    // `train`'s comes from its own data.
     let plan_only = |n: &String| {
-        ["eval_only = True: train.py", "init_from = 'resume': train.py", "train.py would stop; vramfit plans"]
-            .iter()
-            .any(|said| n.contains(said))
+        [
+            "eval_only = True: train.py",
+            "init_from = 'resume': train.py",
+            "train.py would stop; vramfit plans",
+            "(train.py reads it there)",
+            "train.py takes vocab_size from data/",
+        ]
+        .iter()
+        .any(|said| n.contains(said))
     };
     let notices: Vec<String> = resolved.notices.iter().filter(|n| !plan_only(n)).cloned().collect();
     crate::print_input_notes(&notices);
@@ -559,7 +566,7 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
         }
         cfg.validate().map_err(|e| input(e.to_string()))?;
     }
-    apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref(), args.weights.is_some())?;
+    apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref(), args.weights.is_some(), args.data.is_some())?;
     Ok((cfg, settings, explicit_vocab, resolved.init_from))
 }
 
@@ -630,7 +637,13 @@ fn check_flags_keep_shape(cfg: &Config, run: &RunArgs, whose: &str) -> Result<()
 }
 
 /// train.py settings a nanoGPT config file (`file`) set (`learning_rate = 1e-3`, ...).
-fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: Option<&Path>, weights: bool) -> Result<(), Failure> {
+fn apply_config_extras(
+    s: &mut TrainSettings,
+    extra: &[(String, Value)],
+    file: Option<&Path>,
+    weights: bool,
+    data_given: bool,
+) -> Result<(), Failure> {
     // Errors name the file, as core's do for the model settings ("config file x.py: ...").
     let file = file.map_or_else(|| "config file".to_string(), |f| format!("config file {}", f.display()));
     let number = |key: &str, v: &Value| -> Result<f64, Failure> {
@@ -677,7 +690,13 @@ fn apply_config_extras(s: &mut TrainSettings, extra: &[(String, Value)], file: O
             },
             // Settings that would change what runs: say they are not followed. (wandb_* and
             // backend only concern logging and multi-GPU; they are dropped quietly.)
-            "dataset" => crate::print_note(&format!("config file: dataset = {v} is not used: pass the data with --data")),
+            "dataset" if data_given => {
+                crate::print_note(&format!("config file: dataset = {v} is not used: --data gives the data and its vocabulary"))
+            }
+            "dataset" => crate::print_note(&format!(
+                "config file: dataset = {v} is not used: pass the data with --data (this run trains on the built-in text, \
+                 whose vocabulary is its own)"
+            )),
             "device" => crate::print_note(&format!("config file: device = {v} is not used: pick it with --device")),
             "init_from" if !matches!(v, Value::Str(_)) => {
                 return Err(input(format!("{file}: init_from must be a string such as 'scratch' or 'gpt2' (got {v})")))

@@ -84,11 +84,29 @@ fn config_file_sets_training_settings() {
     .unwrap();
     let out = run(&["train", "--config", cfg.to_str().unwrap(), "--out-dir", dir.to_str().unwrap(), "--threads", "1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("note: config file: dataset = 'shakespeare_char' is not used: pass the data with --data"),
-        "{}",
-        text(&out.stderr)
-    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("note: config file: dataset = 'shakespeare_char' is not used: pass the data with --data"), "{stderr}");
+    // train.py's vocabulary for that dataset (meta.pkl's 65) is not this run's: not said.
+    assert!(!stderr.contains("vocab_size 65"), "{stderr}");
+    // With --data, the note says that is where the data and its vocabulary come from.
+    let text_file = dir.join("data.txt");
+    std::fs::write(&text_file, "abcab cabca bcabc ".repeat(40)).unwrap();
+    let other = scratch("config-file-data");
+    let out = run(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--data",
+        text_file.to_str().unwrap(),
+        "--out-dir",
+        other.to_str().unwrap(),
+        "--threads",
+        "1",
+    ]);
+    let stderr_data = text(&out.stderr);
+    assert!(out.status.success(), "{stderr_data}");
+    assert!(stderr_data.contains("dataset = 'shakespeare_char' is not used: --data gives the data and its vocabulary"), "{stderr_data}");
+    assert!(!stderr_data.contains("vocab_size 65") && !stderr_data.contains("pass the data with --data"), "{stderr_data}");
     let (meta, _) = checkpoint_tensors(&dir);
     assert_eq!((meta.iter_num, meta.settings.max_iters, meta.settings.eval_interval), (3, 3, 3));
     assert_eq!((meta.settings.lr.learning_rate, meta.settings.lr.min_lr, meta.settings.adamw.beta2), (2e-3, 2e-4, 0.99));
