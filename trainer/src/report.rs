@@ -199,27 +199,38 @@ fn write_peaks(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) 
 }
 
 fn write_breakdown(out: &mut String, plan: &Plan, est: &Estimates) -> std::fmt::Result {
-    // Each cell: MiB right-aligned (at least 11 wide and a space before it), then the share:
-    // `    ~3,951.1  30.0%`.
-    let cell = |category: Category, w: &WindowReport| {
-        let bytes = w.breakdown.get(category);
-        let share = if w.peak_allocated_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_allocated_bytes as f64 };
-        (format!("{}{}", tilde(est.row(category) && bytes > 0), grouped(bytes as f64 / MIB, 1)), share)
-    };
-    let cells: Vec<String> = Category::ALL.iter().flat_map(|&c| windows(plan).into_iter().map(move |(_, w)| cell(c, w).0)).collect();
-    let mib_width = column_width(cells.iter(), 11);
-    let cell_width = mib_width + 7;
+    let rows: Vec<(&str, Vec<(String, f64)>)> = Category::ALL
+        .iter()
+        .map(|&category| {
+            let cells = windows(plan)
+                .into_iter()
+                .map(|(_, w)| {
+                    let bytes = w.breakdown.get(category);
+                    let share = if w.peak_allocated_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_allocated_bytes as f64 };
+                    (format!("{}{}", tilde(est.row(category) && bytes > 0), grouped(bytes as f64 / MIB, 1)), share)
+                })
+                .collect();
+            (category.label(), cells)
+        })
+        .collect();
     writeln!(out)?;
     writeln!(out, "What each peak is made of (allocated MiB, % of that peak)")?;
+    breakdown_table(out, &windows(plan).map(|(name, _)| name), &rows)
+}
+
+/// A breakdown table: a column per window, a row per category, each cell the MiB right-aligned
+/// (at least 11 wide, a space before it) and the share of the window's peak: `    ~3,951.1  30.0%`.
+fn breakdown_table(out: &mut String, names: &[&str], rows: &[(&str, Vec<(String, f64)>)]) -> std::fmt::Result {
+    let mib_width = column_width(rows.iter().flat_map(|(_, cells)| cells.iter().map(|(mib, _)| mib)), 11);
+    let cell_width = mib_width + 7;
     write!(out, "  {:<LABEL_WIDTH$}", "")?;
-    for (name, _) in windows(plan) {
+    for name in names {
         write!(out, " {name:>cell_width$}")?;
     }
     writeln!(out)?;
-    for category in Category::ALL {
-        write!(out, "  {:<LABEL_WIDTH$}", category.label())?;
-        for (_, w) in windows(plan) {
-            let (mib, share) = cell(category, w);
+    for (label, cells) in rows {
+        write!(out, "  {label:<LABEL_WIDTH$}")?;
+        for (mib, share) in cells {
             write!(out, " {mib:>mib_width$} {share:>5.1}%")?;
         }
         writeln!(out)?;
@@ -498,29 +509,25 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         let micro = if w.micro_step > 0 { format!(", micro-step {}", w.micro_step) } else { String::new() };
         writeln!(out, "  {name:<LABEL_WIDTH$}{}  at {phase}: {}{micro}", size(w.peak_bytes, estimate), w.op)?;
     }
-    const CELL: usize = 18;
-    const MIB_WIDTH: usize = CELL - 7;
+    let rows: Vec<(&str, Vec<(String, f64)>)> = Category::ALL
+        .iter()
+        .filter(|&&category| windows.iter().any(|(_, w, _)| w.breakdown.get(category) > 0))
+        .map(|&category| {
+            let cells = windows
+                .iter()
+                .map(|(_, w, _)| {
+                    let bytes = w.breakdown.get(category);
+                    let share = if w.peak_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_bytes as f64 };
+                    // The gemm buffers are sized from this CPU's caches, measured on one CPU only (see the notes).
+                    (format!("{}{}", tilde(category == Category::Workspace && bytes > 0), grouped(bytes as f64 / MIB, 1)), share)
+                })
+                .collect();
+            (vramfit_core::trainer_model::category_label(category), cells)
+        })
+        .collect();
     writeln!(out)?;
     writeln!(out, "What each peak is made of (MiB, % of that peak)")?;
-    write!(out, "  {:<LABEL_WIDTH$}", "")?;
-    for (name, _, _) in windows {
-        write!(out, "{name:>CELL$}")?;
-    }
-    writeln!(out)?;
-    for category in Category::ALL {
-        if windows.iter().all(|(_, w, _)| w.breakdown.get(category) == 0) {
-            continue;
-        }
-        write!(out, "  {:<LABEL_WIDTH$}", vramfit_core::trainer_model::category_label(category))?;
-        for (_, w, _) in windows {
-            let bytes = w.breakdown.get(category);
-            let share = if w.peak_bytes == 0 { 0.0 } else { 100.0 * bytes as f64 / w.peak_bytes as f64 };
-            // The gemm buffers are sized from this CPU's caches, measured on one CPU only (see the notes).
-            let mib = format!("{}{:.1}", tilde(category == Category::Workspace && bytes > 0), bytes as f64 / MIB);
-            write!(out, "{mib:>MIB_WIDTH$} {share:>5.1}%")?;
-        }
-        writeln!(out)?;
-    }
+    breakdown_table(out, &windows.map(|(name, _, _)| name), &rows)?;
     writeln!(out)?;
     // On a card, the memory available is the card's less the trainer's CUDA context: an estimate
     // wherever either was not measured.
