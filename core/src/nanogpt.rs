@@ -542,6 +542,10 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // reach). Only the line: quoting that line's reason would nest a chain of such names
     // (x1 = x0, x2 = x1, ...) into messages that grow with the square of the file.
     let mut unread: BTreeMap<String, usize> = BTreeMap::new();
+    // Names a block vramfit does not run may have set (an `if`'s body, a loop's target, an
+    // import, a `del`), with the line: their value is not known from there on, so a later
+    // line that reads one cannot be read either (it once kept the value from before the block).
+    let mut set_in_block: BTreeMap<String, usize> = BTreeMap::new();
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
     // Settings that shape the model (and init_from) last assigned inside a conditional block,
@@ -706,6 +710,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             line,
             reason: format!("`{}`: {reason} (Python would refuse the file)", excerpt(code.trim())),
         };
+        // A no-break space or another non-ASCII space outside strings and comments (pasted from
+        // a web page): Python's "invalid non-printable character".
+        if let Some(at) = find_in_code(code, |_, c, _| !c.is_ascii() && c.is_whitespace()) {
+            let c = code[at..].chars().next().unwrap_or(' ');
+            return Err(refuse(&format!("it holds U+{:04X}, a space Python does not take outside strings and comments", c as u32)));
+        }
         let mixed_tabs = "tabs and spaces in its indentation mixed so that its level depends on the tab size (a TabError)";
         let (column, tabs_as_one) = indentation_columns(code);
         let &(top, top_tabs_as_one) = levels.last().unwrap_or(&(0, 0));
@@ -765,10 +775,15 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // here. For a setting that changes the answer that is an error, not a silent
                 // default (unless a top-level line sets it again later: the last assignment wins).
                 // In a function body, a call's continued arguments or a string it is nothing.
+                // `for k, v in overrides.items(): globals()[k] = v` sets what it likes, and a
+                // function called later can do the same.
+                refuse_names_unseen(code, line)?;
                 if in_conditional_block {
-                    // `for k, v in overrides.items(): globals()[k] = v` sets what it likes.
-                    refuse_names_unseen(code, line)?;
                     mark_conditional(code.trim_start(), line, &mut conditional, &mut unreadable);
+                    for name in names_bound_in(code.trim_start()) {
+                        env.remove(&name);
+                        set_in_block.insert(name, line);
+                    }
                 }
                 notices.push(skip("indented: vramfit reads top-level assignments only"));
                 continue;
@@ -789,6 +804,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 if let Some(body) = conditional_body(code) {
                     mark_conditional(body, line, &mut conditional, &mut unreadable);
                 }
+                // What the statement binds or unbinds (a loop's target, an import, `del`, a
+                // one-line body's assignments) has no value vramfit knows from here on.
+                for name in names_bound_in(code) {
+                    env.remove(&name);
+                    set_in_block.insert(name, line);
+                }
                 let first_word = code.split_whitespace().next().unwrap_or("");
                 let import = matches!(first_word, "import" | "from");
                 // A string on its own (a docstring) is not the mark of a file that is not config.
@@ -801,10 +822,23 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             };
             // Python evaluates every value before it assigns any (`a, b = b, a`).
             let values: Vec<Result<Value, String>> = {
-                let lookup = |n: &str| env.get(n).cloned().or_else(|| config_value(&cfg, n));
-                let unread_named = |e: String| match e.strip_prefix("unknown name ").and_then(|n| unread.get_key_value(n)) {
-                    Some((n, at)) => format!("{n} has no value vramfit could read (see line {at})"),
-                    None => e,
+                // train.py's globals, and vramfit's own settings once the file has set them
+                // (before that, Python has no such name).
+                let lookup = |n: &str| {
+                    if set_in_block.contains_key(n) {
+                        return None;
+                    }
+                    env.get(n)
+                        .cloned()
+                        .or_else(|| (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(&cfg, n).or_else(|| train_py_default(n))).flatten())
+                };
+                let unread_named = |e: String| {
+                    let name = e.strip_prefix("unknown name ");
+                    match (name.and_then(|n| set_in_block.get_key_value(n)), name.and_then(|n| unread.get_key_value(n))) {
+                        (Some((n, at)), _) => format!("{n} may be set at line {at}, in a block or statement vramfit does not run"),
+                        (None, Some((n, at))) => format!("{n} has no value vramfit could read (see line {at})"),
+                        (None, None) => e,
+                    }
                 };
                 targets
                     .iter()
@@ -829,12 +863,14 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     set_on.retain(|(k, _)| *k != modelled);
                     set_on.push((modelled, line));
                     conditional.retain(|(k, _)| *k != modelled);
+                    set_in_block.remove(name);
                     env.insert(name.to_string(), value);
                     continue;
                 }
                 match value {
                     Ok(value) => {
                         unread.remove(name);
+                        set_in_block.remove(name);
                         if is_known_extra(name) {
                             unreadable.retain(|(n, _)| n != name);
                             conditional.retain(|(k, _)| *k != name);
@@ -1372,6 +1408,86 @@ fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str
             }
         }
     }
+}
+
+/// vramfit's own settings, which train.py has no global for: a file that reads one before it
+/// sets it stops with Python's NameError.
+const VRAMFIT_ONLY: [&str; 7] =
+    ["vocab_size", "eval_batch_size", "eval_block_size", "attention", "optimizer", "activation_checkpointing", "expandable_segments"];
+
+/// train.py's own default of a setting vramfit does not model, which a config file may read
+/// (`eval_iters = max_iters // 3000`); nanoGPT's train.py as of its master branch.
+fn train_py_default(name: &str) -> Option<Value> {
+    let s = |v: &str| Some(Value::Str(v.into()));
+    match name {
+        "out_dir" => s("out"),
+        "eval_interval" => Some(Value::Int(2000)),
+        "log_interval" => Some(Value::Int(1)),
+        "eval_only" | "wandb_log" => Some(Value::Bool(false)),
+        "always_save_checkpoint" | "decay_lr" => Some(Value::Bool(true)),
+        "init_from" => s("scratch"),
+        "wandb_project" => s("owt"),
+        "wandb_run_name" => s("gpt2"),
+        "dataset" => s("openwebtext"),
+        "learning_rate" => Some(Value::Float(6e-4)),
+        "max_iters" | "lr_decay_iters" => Some(Value::Int(600_000)),
+        "weight_decay" => Some(Value::Float(1e-1)),
+        "beta1" => Some(Value::Float(0.9)),
+        "beta2" => Some(Value::Float(0.95)),
+        "grad_clip" => Some(Value::Float(1.0)),
+        "warmup_iters" => Some(Value::Int(2000)),
+        "min_lr" => Some(Value::Float(6e-5)),
+        "backend" => s("nccl"),
+        "device" => s("cuda"),
+        _ => None,
+    }
+}
+
+/// The names a statement vramfit does not run binds or unbinds: assignment targets (augmented
+/// ones too), a `for` loop's targets, `as` targets, walrus targets, imported names, `def` and
+/// `class` names, `del`'s names, and those of a one-line body after a block's `:`.
+fn names_bound_in(code: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |n: &str| {
+        let n = n.trim().trim_start_matches('*').trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']').trim();
+        if is_name(n) && !names.iter().any(|m| m == n) {
+            names.push(n.to_string());
+        }
+    };
+    for statement in split_statements(code) {
+        let statement = statement.trim();
+        let plain = augmented_assignment(statement);
+        if let Some(targets) = assignments(plain.as_deref().unwrap_or(statement)) {
+            targets.iter().for_each(|(n, _)| add(n));
+        }
+        // Every whole word directly before `:=` or after ` as `.
+        for (at, _) in statement.match_indices(":=") {
+            add(statement[..at].trim_end().rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or(""));
+        }
+        for (at, _) in statement.match_indices(" as ") {
+            add(statement[at + 4..].split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or(""));
+        }
+        let rest = |kw: &str| statement.strip_prefix(kw).filter(|r| r.starts_with(char::is_whitespace));
+        if let Some(r) = rest("for").or_else(|| rest("async for")) {
+            let targets = r.split(" in ").next().unwrap_or("");
+            targets.split(',').for_each(&mut add);
+        } else if let Some(r) = rest("import") {
+            r.split(',').filter(|i| !i.contains(" as ")).for_each(|i| add(i.trim().split('.').next().unwrap_or("")));
+        } else if let Some((_, imported)) = rest("from").and_then(|r| r.split_once(" import ")) {
+            imported.split(',').filter(|i| !i.contains(" as ")).for_each(&mut add);
+        } else if let Some(r) = rest("del") {
+            r.split(',').for_each(&mut add);
+        } else if let Some(r) = rest("def").or_else(|| rest("class")).or_else(|| rest("async def")) {
+            add(r.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c.is_whitespace())).next().unwrap_or(""));
+        }
+        // A block's one-line body (`if big: scale = 2`).
+        if let Some(body) = conditional_body(statement) {
+            for n in names_bound_in(body) {
+                add(&n);
+            }
+        }
+    }
+    names
 }
 
 /// Records that the setting `name` cannot be read, and why: a setting already recorded keeps
@@ -1973,10 +2089,18 @@ fn compare(op: &str, a: &Value, b: &Value) -> Result<bool, String> {
         Value::Bool(b) => Some(*b as i64 as f64),
         other => as_float(other),
     };
+    let whole = |v: &Value| match v {
+        Value::Bool(b) => Some(*b as i64),
+        Value::Int(n) => Some(*n),
+        _ => None,
+    };
     let order = match (a, b) {
         (Value::Str(x), Value::Str(y)) => Some(x.cmp(y)),
-        // Exact for integers (an f64 would round large ones).
-        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+        // Exact for integers (an f64 would round large ones), and between an integer and a
+        // float as Python compares them (2**53 + 1 > 2.0**53).
+        _ if whole(a).is_some() && whole(b).is_some() => whole(a).zip(whole(b)).map(|(x, y)| x.cmp(&y)),
+        (_, Value::Float(y)) if whole(a).is_some() => whole(a).and_then(|x| cmp_int_float(x, *y)),
+        (Value::Float(x), _) if whole(b).is_some() => whole(b).and_then(|y| cmp_int_float(y, *x)).map(Ordering::reverse),
         (Value::None, Value::None) => Some(Ordering::Equal).filter(|_| matches!(op, "==" | "!=")),
         _ => match (number(a), number(b)) {
             (Some(x), Some(y)) => x.partial_cmp(&y),
@@ -1994,6 +2118,54 @@ fn compare(op: &str, a: &Value, b: &Value) -> Result<bool, String> {
         }),
         (_, None) => Err(format!("cannot compare {} and {} with {op}", a.type_name(), b.type_name())),
     }
+}
+
+/// An integer against a float, exactly (no rounding of the integer to a float); `None` for NaN.
+fn cmp_int_float(i: i64, f: f64) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    if f.is_nan() {
+        return None;
+    }
+    // Every i64 lies in [-2^63, 2^63).
+    if f >= 9_223_372_036_854_775_808.0 {
+        return Some(Ordering::Less);
+    }
+    if f < -9_223_372_036_854_775_808.0 {
+        return Some(Ordering::Greater);
+    }
+    // Here the float's whole part fits an i64 exactly.
+    let whole = f.trunc();
+    match i.cmp(&(whole as i64)) {
+        Ordering::Equal => 0.0f64.partial_cmp(&(f - whole)),
+        other => Some(other),
+    }
+}
+
+/// Python's float `divmod` (CPython's `float_divmod`): the remainder from `fmod`, with the
+/// divisor's sign, and the floor quotient from it, which `floor(x / y)` can miss by one where
+/// `x / y` rounds (`1 // 0.1` is 9.0, `1 % 0.1` is 0.09999999999999995).
+fn float_divmod(x: f64, y: f64) -> (f64, f64) {
+    let mut rem = x % y;
+    let mut div = (x - rem) / y;
+    if rem != 0.0 {
+        if (y < 0.0) != (rem < 0.0) {
+            rem += y;
+            div -= 1.0;
+        }
+    } else {
+        rem = 0.0f64.copysign(y);
+    }
+    let floor = if div != 0.0 {
+        let f = div.floor();
+        if div - f > 0.5 {
+            f + 1.0
+        } else {
+            f
+        }
+    } else {
+        0.0f64.copysign(x / y)
+    };
+    (floor, rem)
 }
 
 /// A number as a float, for mixed arithmetic.
@@ -2085,8 +2257,8 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                     "*" => x * y,
                     "/" | "//" | "%" if y == 0.0 => return Err("division by zero".into()),
                     "/" => x / y,
-                    "//" => (x / y).floor(),
-                    "%" => x - y * (x / y).floor(),
+                    "//" => float_divmod(x, y).0,
+                    "%" => float_divmod(x, y).1,
                     "**" => x.powf(y),
                     _ => return Err(format!("unsupported operator {op}")),
                 };
@@ -2619,6 +2791,83 @@ weight_decay = 1e-1
         let err = parse("dtype = 'float%d' % 16").unwrap_err().to_string();
         assert!(err.contains("does not evaluate Python's string formatting"), "{err}");
         assert!(parse("dtype = 'x' * 10**9").is_err());
+    }
+
+    /// A name a block vramfit does not run may set has no known value after it: a later line
+    /// reading it is refused, where it once read the value from before the block (a
+    /// differential fuzz against Python found these). Names set at the top level again, names
+    /// only a function sets locally, and train.py's own defaults read as Python reads them.
+    #[test]
+    fn names_a_block_may_set_are_not_read_with_their_old_values() {
+        for (text, key, line, name) in [
+            ("scale = 1\nif True:\n    scale = 2\nn_layer = 6 * scale\n", "n_layer", 4, "scale"),
+            ("if True:\n    n_layer = 24\nn_layer += 2\n", "n_layer", 3, "n_layer"),
+            ("k = 1\nfor i in range(3):\n    k = k * 2\nbatch_size = k\n", "batch_size", 4, "k"),
+            ("max_iters = 5000\nif True:\n    max_iters = 100\neval_iters = max_iters // 25\n", "eval_iters", 4, "max_iters"),
+            ("if True:\n    bias = True\nbias = not bias\n", "bias", 3, "bias"),
+            ("k = 1\ntry:\n    k = 8\nexcept Exception:\n    pass\nbatch_size = k\n", "batch_size", 6, "k"),
+            ("k = 4\nif big: k = 8\nbatch_size = k\n", "batch_size", 3, "k"),
+            ("x = 3\ndel x\nn_layer = x\n", "n_layer", 3, "x"),
+            ("for n_layer_i in range(3): pass\nn_layer = n_layer_i\n", "n_layer", 2, "n_layer_i"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("line {line}: {key}: ")) && err.contains(&format!("{name} may be set at line")),
+                "{text:?}: {err}"
+            );
+        }
+        for (text, n_layer) in [
+            ("if True:\n    n_layer = 24\nn_layer = 6\nn_embd = n_layer * 64\nn_head = 6\n", 6),
+            ("scale = 2\nif False:\n    other = 1\nn_layer = 6 * scale\n", 12),
+            ("def f():\n    scale = 5\n    return scale\nscale = 2\nn_layer = 6 * scale\n", 12),
+            ("n_layer = max_iters // 100000 + warmup_iters // 1000\n", 8),
+        ] {
+            assert_eq!(parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}")).config.n_layer, n_layer, "{text:?}");
+        }
+        // vramfit's own settings are no train.py globals: read before set, Python stops.
+        let err = parse("block_size = 256 if vocab_size > 1000 else 64\n").unwrap_err().to_string();
+        assert!(err.contains("unknown name vocab_size"), "{err}");
+        assert_eq!(parse("vocab_size = 65\nblock_size = 256 if vocab_size > 1000 else 64\n").unwrap().config.block_size, 64);
+        // A no-break space outside strings and comments (Python's invalid non-printable
+        // character); inside a string or a comment it is text.
+        for text in ["n_layer = 4\u{a0}# comment\n", "batch_size = 8\n\u{a0}n_layer = 4\n"] {
+            assert!(parse(text).unwrap_err().to_string().contains("U+00A0"), "{text:?}");
+        }
+        assert_eq!(parse("out_dir = 'a\u{a0}b' # \u{a0}\nn_layer = 4\n").unwrap().config.n_layer, 4);
+        // A function that writes globals() when called.
+        assert!(parse("def f():\n    globals()['n_layer'] = 4\nf()\nbatch_size = 8\n").is_err());
+    }
+
+    /// Float `%` and `//` as CPython's float divmod gives them, and comparisons between an
+    /// integer and a float done exactly (the values are Python 3.12's).
+    #[test]
+    fn float_division_and_mixed_comparisons_follow_python() {
+        let float = |expr: &str| match parse(&format!("learning_rate = {expr}\n")).unwrap().get("learning_rate") {
+            Some(Value::Float(x)) => *x,
+            other => panic!("{expr}: {other:?}"),
+        };
+        for (expr, python) in [
+            ("1 % 0.1", 0.09999999999999995),
+            ("1 // 0.1", 9.0),
+            ("-7 // 2.0", -4.0),
+            ("7 % -3.0", -2.0),
+            ("-7.5 % 2", 0.5),
+            ("5.5 // -2", -3.0),
+            ("1e300 % 7.0", 1.0),
+        ] {
+            assert_eq!(float(expr).to_bits(), f64::to_bits(python), "{expr}: {}", float(expr));
+        }
+        assert!(float("0.0 % -1.0").is_sign_negative(), "Python: -0.0");
+        let truth = |expr: &str| parse(&format!("n_layer = 4 if {expr} else 6\n")).unwrap().config.n_layer == 4;
+        for (expr, python) in [
+            ("2**53 + 1 > 2.0**53", true),
+            ("2**53 + 1 == 2.0**53", false),
+            ("3 < 3.5", true),
+            ("True < 1.5", true),
+            ("1 // 0.1 == 9", true),
+        ] {
+            assert_eq!(truth(expr), python, "{expr}");
+        }
     }
 
     #[test]
