@@ -887,8 +887,15 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     // would run none of it.
                     Err(e) if e.ends_with(PYTHON_REFUSES) => return Err(ConfigFileError::Syntax { line, reason: unreadable_because(e) }),
                     Err(e) => {
+                        // A name no line defines and no builtin has: Python's NameError, where
+                        // train.py stops (a name a block or an import may set says so instead).
+                        let undefined = e.strip_prefix("unknown name ").is_some_and(|n| !PYTHON_BUILTINS.contains(&n));
                         let why = unreadable_because(e);
-                        notices.push(format!("line {line}: ignored {name}: {why}"));
+                        if undefined {
+                            notices.push(format!("line {line}: {name}: {why} (a NameError): {TRAIN_PY_WOULD_STOP}"));
+                        } else {
+                            notices.push(format!("line {line}: ignored {name}: {why}"));
+                        }
                         // An earlier value is gone too: Python would have assigned this one.
                         env.remove(name);
                         extra.retain(|(k, _)| k != name);
@@ -1409,6 +1416,35 @@ fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str
         }
     }
 }
+
+/// Python's builtins a config file might name (`int`, `max`, `len`, ...): an unknown one is
+/// no NameError, only a call vramfit does not evaluate.
+const PYTHON_BUILTINS: [&str; 24] = [
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "dict",
+    "divmod",
+    "float",
+    "globals",
+    "int",
+    "isinstance",
+    "len",
+    "list",
+    "locals",
+    "map",
+    "max",
+    "min",
+    "open",
+    "pow",
+    "print",
+    "range",
+    "round",
+    "str",
+    "sum",
+    "tuple",
+];
 
 /// vramfit's own settings, which train.py has no global for: a file that reads one before it
 /// sets it stops with Python's NameError.
@@ -2836,6 +2872,16 @@ weight_decay = 1e-1
         assert_eq!(parse("out_dir = 'a\u{a0}b' # \u{a0}\nn_layer = 4\n").unwrap().config.n_layer, 4);
         // A function that writes globals() when called.
         assert!(parse("def f():\n    globals()['n_layer'] = 4\nf()\nbatch_size = 8\n").is_err());
+        // A name nothing defines, in a line vramfit does not use itself: Python's NameError, so
+        // train.py would stop (`plan` refuses such notices); a builtin's call is only unread.
+        for text in ["lr_decay_iters = eval_batch_size\nn_layer = 4\n", "x = y + 1\nn_layer = 4\n"] {
+            let f = parse(text).unwrap();
+            assert!(f.notices.iter().any(|n| n.contains("(a NameError)") && n.ends_with(TRAIN_PY_WOULD_STOP)), "{:?}", f.notices);
+        }
+        for text in ["x = int(3)\nn_layer = 4\n", "import math\nx = math.pi\nn_layer = 4\n", "if a:\n    y = 1\nx = y\nn_layer = 4\n"] {
+            let f = parse(text).unwrap();
+            assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
+        }
     }
 
     /// Float `%` and `//` as CPython's float divmod gives them, and comparisons between an
