@@ -12,10 +12,8 @@
 use crate::data::{DataSource, Vocabulary};
 use crate::train::TrainSettings;
 use candle_core::{DType, Device, Tensor};
-use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+use safetensors::tensor::{Dtype as StDtype, SafeTensors};
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use vramfit_core::Config;
@@ -79,80 +77,136 @@ pub struct Checkpoint {
     pub exp_avg_sq: Vec<Tensor>,
 }
 
-/// An f32 tensor's little-endian bytes, for safetensors.
-struct F32View {
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-impl View for F32View {
-    fn dtype(&self) -> StDtype {
-        StDtype::F32
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
-}
-
-fn to_view(t: &Tensor) -> candle_core::Result<F32View> {
-    let values = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    Ok(F32View { shape: t.dims().to_vec(), bytes: values.iter().flat_map(|x| x.to_le_bytes()).collect() })
-}
-
-/// The file's bytes.
-fn serialize(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
+/// The tensors a checkpoint holds, in the file's order, with their names.
+fn named_tensors(ckpt: &Checkpoint) -> Vec<(String, &Tensor)> {
     let names = &ckpt.meta.param_names;
-    let mut tensors: Vec<(String, F32View)> = Vec::new();
-    let mut add = |name: String, t: &Tensor| -> Result<(), String> {
-        tensors.push((name.clone(), to_view(t).map_err(|e| format!("cannot copy {name} for the checkpoint: {e}"))?));
+    let mut out: Vec<(String, &Tensor)> = names.iter().cloned().zip(&ckpt.params).collect();
+    out.extend(names.iter().map(|n| format!("optimizer.exp_avg.{n}")).zip(&ckpt.exp_avg));
+    out.extend(names.iter().map(|n| format!("optimizer.exp_avg_sq.{n}")).zip(&ckpt.exp_avg_sq));
+    out
+}
+
+/// The safetensors header of `tensors` (f32, in this order, back to back) with `meta` under
+/// [`META_KEY`]: its JSON padded with spaces to a multiple of 8 bytes, as safetensors writes it.
+fn header(tensors: &[(String, &Tensor)], meta: &CheckpointMeta) -> Result<Vec<u8>, String> {
+    let meta = serde_json::to_string(meta).map_err(|e| format!("cannot encode checkpoint metadata: {e}"))?;
+    let mut entries = serde_json::Map::new();
+    entries.insert("__metadata__".into(), serde_json::json!({ META_KEY: meta }));
+    let mut offset = 0usize;
+    for (name, t) in tensors {
+        let end = offset + t.elem_count() * 4;
+        entries.insert(name.clone(), serde_json::json!({ "dtype": "F32", "shape": t.dims(), "data_offsets": [offset, end] }));
+        offset = end;
+    }
+    let mut json = serde_json::to_vec(&entries).map_err(|e| format!("cannot encode checkpoint header: {e}"))?;
+    json.resize(json.len().div_ceil(8) * 8, b' ');
+    Ok(json)
+}
+
+/// Writes a tensor's values as little-endian f32, a block at a time. A contiguous f32 tensor
+/// in CPU memory is read in place; another is copied to the host first (one tensor at a time:
+/// the save's memory beyond the run's is at most its largest tensor, where building the whole
+/// file in memory once took twice the checkpoint, which the pre-flight did not plan for).
+fn write_tensor(out: &mut dyn Write, t: &Tensor) -> Result<(), String> {
+    let write_values = |out: &mut dyn Write, values: &[f32]| -> std::io::Result<()> {
+        let mut block: Vec<u8> = Vec::with_capacity(64 << 10);
+        for chunk in values.chunks(16 << 10) {
+            block.clear();
+            chunk.iter().for_each(|x| block.extend_from_slice(&x.to_le_bytes()));
+            out.write_all(&block)?;
+        }
         Ok(())
     };
-    for (name, t) in names.iter().zip(&ckpt.params) {
-        add(name.clone(), t)?;
+    if t.dtype() == DType::F32 && t.device().is_cpu() && t.is_contiguous() {
+        let (storage, layout) = t.storage_and_layout();
+        if let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(values)) = &*storage {
+            let start = layout.start_offset();
+            return write_values(out, &values[start..start + t.elem_count()]).map_err(|e| e.to_string());
+        }
     }
-    for (name, t) in names.iter().zip(&ckpt.exp_avg) {
-        add(format!("optimizer.exp_avg.{name}"), t)?;
-    }
-    for (name, t) in names.iter().zip(&ckpt.exp_avg_sq) {
-        add(format!("optimizer.exp_avg_sq.{name}"), t)?;
-    }
-    let meta = serde_json::to_string(&ckpt.meta).map_err(|e| format!("cannot encode checkpoint metadata: {e}"))?;
-    let info = HashMap::from([(META_KEY.to_string(), meta)]);
-    safetensors::serialize(tensors, Some(info)).map_err(|e| format!("cannot encode checkpoint: {e}"))
+    let values = t.to_dtype(DType::F32).and_then(|v| v.flatten_all()).and_then(|v| v.to_vec1::<f32>()).map_err(|e| e.to_string())?;
+    write_values(out, &values).map_err(|e| e.to_string())
 }
 
-/// Writes `ckpt` to `path` atomically (see the module docs).
+/// The whole file, ready to stream: its header and the tensors after it.
+struct CheckpointFile<'a> {
+    header: Vec<u8>,
+    tensors: Vec<(String, &'a Tensor)>,
+}
+
+impl<'a> CheckpointFile<'a> {
+    fn of(ckpt: &'a Checkpoint) -> Result<CheckpointFile<'a>, String> {
+        let tensors = named_tensors(ckpt);
+        Ok(CheckpointFile { header: header(&tensors, &ckpt.meta)?, tensors })
+    }
+
+    /// Its length in bytes.
+    fn len(&self) -> u64 {
+        (8 + self.header.len() + self.tensors.iter().map(|(_, t)| t.elem_count() * 4).sum::<usize>()) as u64
+    }
+
+    fn write(&self, out: &mut dyn Write) -> Result<(), String> {
+        let header = &self.header;
+        out.write_all(&(header.len() as u64).to_le_bytes()).and_then(|()| out.write_all(header)).map_err(|e| e.to_string())?;
+        for (name, t) in &self.tensors {
+            write_tensor(out, t).map_err(|e| format!("{name}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `ckpt` to `path` atomically (see the module docs), streaming its tensors to the file.
 pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<(), String> {
-    let bytes = serialize(ckpt)?;
-    write_atomically(path, &bytes)
+    let file = CheckpointFile::of(ckpt)?;
+    write_atomically_with(path, file.len(), &|out| file.write(out))
 }
 
-/// Temporary file, fsync, rename, fsync of the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+/// A file that aborts the process once `left` bytes have gone to disk: the crash hook's
+/// "mid-write".
+struct CrashAfter {
+    file: std::fs::File,
+    left: u64,
+}
+
+impl Write for CrashAfter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = (buf.len() as u64).min(self.left) as usize;
+        self.file.write_all(&buf[..n])?;
+        self.left -= n as u64;
+        if self.left == 0 {
+            self.file.sync_all()?;
+            std::process::abort();
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Temporary file (`len` bytes, written by `write`), fsync, rename, fsync of the directory.
+fn write_atomically_with(path: &Path, len: u64, write: &dyn Fn(&mut dyn Write) -> Result<(), String>) -> Result<(), String> {
     let shown = path.display();
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
     let temp: PathBuf = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let crash = if cfg!(debug_assertions) { std::env::var(CRASH_HOOK).ok() } else { None };
-    let write = || -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&temp)?;
+    let run = || -> Result<(), String> {
+        let file = std::fs::File::create(&temp).map_err(|e| e.to_string())?;
         if crash.as_deref() == Some("mid-write") {
-            file.write_all(&bytes[..bytes.len() / 2])?;
-            file.sync_all()?;
-            std::process::abort();
+            let mut out = CrashAfter { file, left: len / 2 };
+            write(&mut out)?;
+            return Err("the crash hook did not stop the write".into());
         }
-        file.write_all(bytes)?;
-        file.sync_all()?;
+        // A small buffer: the tensors come in blocks of 64 KiB already.
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, file);
+        write(&mut out)?;
+        let file = out.into_inner().map_err(|e| e.error().to_string())?;
+        file.sync_all().map_err(|e| e.to_string())?;
         if crash.as_deref() == Some("before-rename") {
             std::process::abort();
         }
-        std::fs::rename(&temp, path)?;
+        std::fs::rename(&temp, path).map_err(|e| e.to_string())?;
         // The rename is durable once the directory entry is on disk. Opening a directory to
         // sync it works on Linux and macOS; elsewhere the rename is still atomic.
         if let Ok(d) = std::fs::File::open(dir) {
@@ -160,7 +214,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
         }
         Ok(())
     };
-    write().map_err(|e| {
+    run().map_err(|e| {
         let _ = std::fs::remove_file(&temp);
         format!("cannot write checkpoint {shown}: {e}")
     })
@@ -356,6 +410,15 @@ pub fn check_matches_config(ckpt: &Checkpoint, path: &Path) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file's bytes, as `save` streams them (and as long as it says they are).
+    fn serialize(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
+        let file = CheckpointFile::of(ckpt)?;
+        let mut bytes = Vec::new();
+        file.write(&mut bytes)?;
+        assert_eq!(bytes.len() as u64, file.len());
+        Ok(bytes)
+    }
 
     fn sample_checkpoint(format: u32, steps: u64) -> Checkpoint {
         let t = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &Device::Cpu).unwrap();

@@ -297,15 +297,18 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// "memory: measured peak of the run (...) X, predicted Y (+e%)" for after the first iterations; `measured` is the
-/// counting allocator's peak minus what was live before the model was built.
-pub fn measured_line(measured: u64, predicted: u64) -> String {
+/// "memory: measured peak ... X, predicted Y (+e%)"; `measured` is the counting allocator's
+/// (or the CUDA pool's) peak minus what was live before the model was built. `whole_run`: the
+/// run's end, every window and save behind it; otherwise after its first two iterations, before
+/// the evaluation after a step (which may be the run's peak) and before any save.
+pub fn measured_line(measured: u64, predicted: u64, whole_run: bool) -> String {
     let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
-    format!(
-        "memory: measured peak of the run (from before the model was built) {}, predicted {} ({err:+.1}%)",
-        mib(measured),
-        mib(predicted)
-    )
+    let (what, against) = if whole_run {
+        ("measured peak of the run (from before the model was built)", "predicted")
+    } else {
+        ("measured peak of the first two iterations (the eval after a step and the saves still to come)", "predicted for the run")
+    };
+    format!("memory: {what} {}, {against} {} ({err:+.1}%)", mib(measured), mib(predicted))
 }
 
 /// What an auto-fit does to the sequences per iteration: kept, or how many more.
@@ -515,9 +518,10 @@ mod tests {
     #[test]
     fn measured_line_reports_the_error() {
         assert_eq!(
-            measured_line(100 << 20, 103 << 20),
+            measured_line(100 << 20, 103 << 20, true),
             "memory: measured peak of the run (from before the model was built) 100.0 MiB, predicted 103.0 MiB (+3.0%)"
         );
+        assert!(measured_line(100 << 20, 103 << 20, false).starts_with("memory: measured peak of the first two iterations"));
     }
 
     /// The pool-cache note comes only where the tensors fit and the cache would not.

@@ -325,6 +325,16 @@ impl Progress {
         self.memory_check = Some(MemoryCheck { iter, baseline, predicted });
     }
 
+    /// The memory line for the whole run, at its end (where a memory check was asked for).
+    pub fn whole_run_memory_line(&self) -> Option<String> {
+        let check = self.memory_check.as_ref()?;
+        let peak = match &self.gpu {
+            None => crate::mem::installed().then(crate::mem::peak),
+            Some(_) => self.pool().map(|b| b.used_high),
+        }?;
+        Some(crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted, true))
+    }
+
     /// Measure and report `device`'s memory pool (a CUDA run: the tensors live there, not on the heap).
     pub fn watch_gpu(&mut self, device: &candle_core::Device) {
         self.gpu = Some(device.clone());
@@ -339,7 +349,7 @@ impl Progress {
                 Some(_) => pool.map(|b| b.used_high),
             };
             if let Some(peak) = peak {
-                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted);
+                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted, false);
                 self.line(&line);
             }
         }

@@ -63,8 +63,12 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a
     // busy 2-core machine), so it gets one unless told otherwise.
     let env_threads = if args.threads.is_none() { crate::cli::threads_from_env().map_err(input)? } else { None };
-    // The small default model (one thread); not a run from GPT-2's weights, which takes their shape.
-    let small_default = args.run.config.is_none() && args.run.link.is_none() && args.weights.is_none();
+    // The small default model (one thread): no config, link or weights, and no flag that sizes
+    // the model or its batch (a model set by flags gets every core, as `plan --runtime trainer`
+    // plans it).
+    let r = &args.run;
+    let sized_by_flags = [r.n_layer, r.n_head, r.n_embd, r.block_size, r.batch_size, r.vocab_size].iter().any(Option::is_some);
+    let small_default = r.config.is_none() && r.link.is_none() && args.weights.is_none() && !sized_by_flags;
     // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
     let threads = args.threads.or(env_threads).or(small_default.then_some(1));
     if let Some(n) = threads {
@@ -322,11 +326,28 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // measured peak of a tiny model, 1.4 MiB against 0.8 predicted).
     let entropy = data.unigram_entropy();
     vramfit::mem::reset_peak();
-    let baseline = vramfit::mem::live();
+    // The run's memory is what the model, the optimizer and the steps hold: a resumed run's
+    // checkpoint tensors, loaded already, are not part of what was live before it (its
+    // values go into the model and optimizer, by copy or shared).
+    let checkpoint_bytes =
+        resume.as_ref().map_or(0, |c| c.params.iter().chain(&c.exp_avg).chain(&c.exp_avg_sq).map(|t| t.elem_count() as u64 * 4).sum());
+    let baseline = vramfit::mem::live().saturating_sub(if device.is_cpu() { checkpoint_bytes } else { 0 });
     // On CUDA the tensors live in the device's memory pool, whose counters play the same part.
-    let gpu_baseline = vramfit::gpu_mem::reset_peak(&device).and_then(|()| vramfit::gpu_mem::bytes(&device)).map(|b| b.used);
+    let gpu_baseline = vramfit::gpu_mem::reset_peak(&device)
+        .and_then(|()| vramfit::gpu_mem::bytes(&device))
+        .map(|b| b.used.saturating_sub(checkpoint_bytes));
 
     let (model, mut optimizer) = train::build(&cfg, &settings, &device, resume.as_ref()).map_err(input)?;
+    // A resumed run keeps the checkpoint's metadata only: its tensors (the model's and the
+    // optimizer's values now) were one more copy of the parameters for the whole run. The
+    // peak starts again from here (the load's moment of both copies is not the run's).
+    let resume = resume.map(|ckpt| {
+        let Checkpoint { meta, params, exp_avg, exp_avg_sq } = ckpt;
+        drop((params, exp_avg, exp_avg_sq));
+        vramfit::mem::reset_peak();
+        let _ = vramfit::gpu_mem::reset_peak(&device);
+        meta
+    });
     if let (Some(weights), Some(path)) = (&weights, &args.weights) {
         let loaded = weights.load_into(&model).map_err(input)?;
         say(format!("starting from GPT-2's weights: {loaded} tensors from {}", path.display()));
@@ -347,7 +368,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     })
     .map_err(|e| failed(format!("cannot install the Ctrl-C handler: {e}")))?;
 
-    let start = resume.as_ref().map_or(0, |c| c.meta.iter_num);
+    let start = resume.as_ref().map_or(0, |m| m.iter_num);
     if resume.is_none() && settings.out_dir.join(checkpoint::FILE_NAME).exists() {
         crate::print_note(&format!(
             "{} exists: this new run replaces it (and its log and loss curve) at its first save, Ctrl-C before then keeps it \
@@ -360,14 +381,14 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     if let Some(note) = vramfit::progress::prepare_log(&settings.out_dir, resume.is_none()).map_err(failed)? {
         crate::print_note(&note);
     }
-    if let Some(ckpt) = &resume {
-        if let Some(note) = vramfit::progress::trim_log_to_checkpoint(&settings.out_dir, ckpt.meta.iter_num).map_err(failed)? {
+    if let Some(meta) = &resume {
+        if let Some(note) = vramfit::progress::trim_log_to_checkpoint(&settings.out_dir, meta.iter_num).map_err(failed)? {
             crate::print_note(&note);
         }
     }
     let mut progress = Progress::new(&settings.out_dir, start, settings.max_iters, settings.log_interval).map_err(failed)?;
-    // After the second iteration the AdamW state exists and an evaluation has run: every
-    // window the prediction covers has been through once.
+    // After the second iteration the AdamW state exists and the first evaluation has run; the
+    // evaluation after a step and the saves come later (the run's end reports its whole peak).
     let check_at = start.saturating_add(1);
     if device.is_cpu() && vramfit::mem::installed() {
         progress.compare_memory_after(check_at, baseline, checked.predicted_peak);
@@ -385,7 +406,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             optimizer: &mut optimizer,
             interrupt: &interrupt,
         },
-        resume.as_ref().map(|c| &c.meta),
+        resume.as_ref(),
         &mut progress,
     )
     .map_err(failed)?;
@@ -431,6 +452,10 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             settings.out_dir.join(checkpoint::FILE_NAME).display()
         )),
         None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
+    }
+    // Every window and save is behind it now: the line the early one could only foretell.
+    if let Some(line) = progress.whole_run_memory_line() {
+        lines.push(line);
     }
     let log = settings.out_dir.join(vramfit::progress::LOG_FILE);
     lines.push(if summary.loss_curve {

@@ -688,6 +688,20 @@ fn too_many_threads_in_the_environment() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(text(&out.stdout).contains(expected), "{var}={value}: {}", text(&out.stdout));
     }
+    // A model sized by flags is no small default: it gets the cores a link's model gets.
+    let device_of = |args: &[&str]| {
+        let out = vramfit()
+            .args(["train", "--out-dir", dir.to_str().unwrap(), "--max-iters", "1", "--eval-iters", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        stdout.split(" on cpu (").nth(1).and_then(|s| s.split(')').next()).map(str::to_string).unwrap_or_else(|| panic!("{stdout}"))
+    };
+    let by_flags = device_of(&["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4"]);
+    assert_eq!(by_flags, device_of(&["--link", "?v=1&L=1&C=16&H=2&T=16&B=4"]));
+    assert_eq!(device_of(&[]), "1 thread", "the small default model");
     let plan = |env: Option<&str>, flag: &[&str]| {
         let mut cmd = vramfit();
         cmd.args(["plan", "--runtime", "trainer", "--json", "--max-memory-mib", "1000", "--link", "?v=1&L=1&C=16&H=2&T=16&B=4&V=32"])
