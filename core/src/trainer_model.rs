@@ -84,6 +84,11 @@ pub struct CpuCaches {
     pub l1_associativity: u64,
     pub l1_line_bytes: u64,
     pub l2_bytes: u64,
+    /// L2 ways: with `l2_bytes` they size gemm's row block `mc`, which decides whether gemm packs
+    /// a whole left-hand operand before it starts ([`CpuCaches::matmul_scratch_bytes`]). Rows
+    /// measured before this field existed count as 16-way (the measuring machine's L2 as its
+    /// vendor documents it; the QA machine's reads 16 too).
+    pub l2_associativity: u64,
     pub l3_bytes: u64,
     pub l3_associativity: u64,
 }
@@ -95,6 +100,7 @@ impl Default for CpuCaches {
             l1_associativity: 12,
             l1_line_bytes: 64,
             l2_bytes: 2 << 20,
+            l2_associativity: 16,
             l3_bytes: 260 << 20,
             l3_associativity: 20,
         }
@@ -155,6 +161,66 @@ impl CpuCaches {
             return (kc, 128 * GEMM_KERNEL_COLS);
         }
         (kc, nc)
+    }
+}
+
+impl CpuCaches {
+    /// gemm's row block `mc` for an f32 product of `m` rows and k-block `kc` (gemm-common 0.19,
+    /// `cache::kernel_params`): the rows whose packed k-block fills the L2 ways a right-hand
+    /// micropanel leaves, split into equal blocks of whole microkernels, at most 8 of them.
+    fn row_block(&self, m: u64, kc: u64, mr: u64) -> u64 {
+        const SIZE: u64 = 4;
+        let (mr, kc) = (mr.max(1), kc.max(1));
+        let l2 = self.l2_bytes.max(1);
+        let l2_assoc = self.l2_associativity.max(2);
+        let rhs_micropanel = GEMM_KERNEL_COLS * kc * SIZE;
+        let rhs_ways = rhs_micropanel.div_ceil((l2 / l2_assoc).max(1));
+        let lhs_ways = l2_assoc.saturating_sub(1 + rhs_ways).max(1);
+        let auto_mc = (lhs_ways * l2 / (l2_assoc * SIZE * kc) / mr * mr).max(mr);
+        let m_iter = m.div_ceil(auto_mc);
+        (m.div_ceil(m_iter * mr) * mr).min(8 * mr)
+    }
+
+    /// The buffer gemm-common 0.19's `gemm_basic_generic` allocates for one f32 product and frees
+    /// when it returns (its `mem`: a packed right-hand operand, a prepacked left-hand one, each
+    /// rounded to 128 bytes), in bytes, for candle's `lhs [m, k] · rhs [k, n]` into a contiguous
+    /// [m, n] (the trainer's `fused::matmul`). `lhs_t`/`rhs_t`: the operand is a transposed view.
+    ///
+    /// gemm first swaps the operands for a row-major output (gemm 0.19, `gemm`: dst_cs < dst_rs),
+    /// so it sees m' = n rows, n' = m columns, its left operand being rhsᵀ and its right one
+    /// lhsᵀ. Then (gemm-common 0.19, gemm.rs, x86):
+    /// * `do_pack_rhs = (rhs_rs != 1 && m' > 2·MR) || (rhs_rs == 1 && m' > 128·MR)`: kc × nc
+    ///   elements (`packed_rhs_stride * (nc / NR)`); the right operand is strided when candle's
+    ///   lhs is a transposed view (a weight gradient dyᵀ · x, the loss head's dlogitsᵀ · h);
+    /// * `do_prepack_lhs = m' <= 2·mc && (m' % N != 0 || lhs_rs != 1)`: kc × m' rounded up to MR
+    ///   (`packed_lhs_stride * (m'.next_multiple_of(MR) / MR)`); the left operand is strided
+    ///   when candle's rhs is a transposed view (x · wᵀ), and N is the SIMD width (16 f32 lanes
+    ///   with AVX-512, 8 with AVX2).
+    ///
+    /// (kc, mc, nc) come from [`Self::product_blocks`] and [`Self::row_block`] (at most 64 x 64:
+    /// mc from the whole L2). Products of k <= 2, or of one row or column, take gemm's gevv/gemv
+    /// paths, which allocate nothing.
+    #[allow(clippy::too_many_arguments)] // a product's shape, its operands' layout and gemm's kernel
+    pub fn matmul_scratch_bytes(&self, m: u64, k: u64, n: u64, lhs_t: bool, rhs_t: bool, mr: u64, one_thread: bool) -> u64 {
+        const SIZE: u64 = 4;
+        if m == 0 || n == 0 || k == 0 {
+            return 0;
+        }
+        let mr = mr.max(1);
+        let lanes = if mr >= 64 { 16 } else { 8 };
+        // gemm's transpose (a single column stays as it is: dst_cs == dst_rs).
+        let (gm, gn, lhs_rs_unit, rhs_rs_unit) = if n > 1 { (n, m, !rhs_t, !lhs_t) } else { (m, n, lhs_t, rhs_t) };
+        if k <= 2 || gm <= 1 || gn <= 1 {
+            return 0;
+        }
+        let (kc, nc) = self.product_blocks(gm, k, gn, mr, one_thread);
+        let mc = if gm <= 64 && gn <= 64 { (self.l2_bytes / SIZE / kc.max(1)) / mr * mr } else { self.row_block(gm, kc, mr) };
+        let pack_rhs = if rhs_rs_unit { gm > 128 * mr } else { gm > 2 * mr };
+        let prepack_lhs = gm <= 2 * mc && (gm % lanes != 0 || !lhs_rs_unit);
+        let round = |bytes: u64| bytes.div_ceil(128) * 128;
+        let rhs = if pack_rhs { round(kc * (nc / GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS * SIZE) } else { 0 };
+        let lhs = if prepack_lhs { round(kc * gm.div_ceil(mr) * mr * SIZE) } else { 0 };
+        rhs + lhs
     }
 }
 
@@ -381,8 +447,6 @@ struct Dims {
     block: u64,
     bias: bool,
     dropout: bool,
-    /// See [`packs_dlogits`].
-    packs_dlogits: bool,
     /// gemm's microkernel rows and the caches, which block its products.
     gemm_rows: u64,
     caches: CpuCaches,
@@ -420,6 +484,23 @@ fn f16_lhs_copy(m: &mut Tracker, d: &Dims, rows: u64, k: u64, rhs_t_cols: u64) {
         let kc = k.div_ceil(k.div_ceil(512).max(1));
         let copy = m.alloc_f32(Category::Workspace, (rows + rhs_t_cols) * kc);
         m.free(copy);
+    }
+}
+
+/// gemm's buffer for one f32 product `lhs [rows, k] · rhs [k, cols]` (`lhs_t`/`rhs_t`: a
+/// transposed view), allocated after the product's output and freed when gemm returns: see
+/// [`CpuCaches::matmul_scratch_bytes`]. Measured (`trainer_memory -- --trace`): each weight
+/// gradient dyᵀ · x packs dy when the layer's input width exceeds twice gemm's kernel rows, and
+/// x · wᵀ prepacks the weight when its output rows fit two of gemm's row blocks. On CUDA cuBLAS
+/// multiplies; mixed precision's f16 products are [`f16_lhs_copy`]'s.
+fn gemm_scratch(m: &mut Tracker, d: &Dims, rows: u64, k: u64, cols: u64, lhs_t: bool, rhs_t: bool) {
+    if d.cuda || d.mixed {
+        return;
+    }
+    let bytes = d.caches.matmul_scratch_bytes(rows, k, cols, lhs_t, rhs_t, d.gemm_rows, d.one_thread);
+    if bytes > 0 {
+        let scratch = m.alloc_f32(Category::Workspace, bytes / F32);
+        m.free(scratch);
     }
 }
 
@@ -490,6 +571,7 @@ fn ln_forward_unfused(m: &mut Tracker, d: &Dims, n: u64, keep: bool, cat: Catego
 fn linear(m: &mut Tracker, d: &Dims, n: u64, inp: u64, out: u64, cat: Category) -> Id {
     let w = cast_weight(m, d, out, inp, true);
     let y = m.alloc(cat, n * out);
+    gemm_scratch(m, d, n, inp, out, false, true); // x · wᵀ
     f16_lhs_copy(m, d, n, inp, out); // x · wᵀ
     let y = if d.bias {
         let yb = m.alloc(cat, n * out);
@@ -658,6 +740,7 @@ fn ln_backward_unfused(m: &mut Tracker, d: &Dims, n: u64, grads: &mut Vec<Id>) -
 fn linear_backward(m: &mut Tracker, d: &Dims, n: u64, out: u64, inp: u64, grads: &mut Vec<Id>) -> Id {
     let w = cast_weight(m, d, out, inp, false);
     let dw = m.alloc(Gradients, out * inp);
+    gemm_scratch(m, d, out, n, inp, true, false); // dyᵀ · x
     f16_lhs_copy(m, d, out, n, 0); // dyᵀ · x
                                    // The bias gradient: mixed precision sums an f32 copy of dy, into f32.
     let db = d.bias.then(|| {
@@ -667,6 +750,7 @@ fn linear_backward(m: &mut Tracker, d: &Dims, n: u64, out: u64, inp: u64, grads:
         db
     });
     let dx = m.alloc(Temporaries, n * inp);
+    gemm_scratch(m, d, n, out, inp, false, false); // dy · w
     f16_lhs_copy(m, d, n, out, 0); // dy · w
     m.free_all(&w);
     // Mixed precision: the weight gradient goes back to f32.
@@ -817,7 +901,9 @@ fn logits_f32(m: &mut Tracker, d: &Dims, rows: u64) -> Id {
         f16_lhs_copy(m, d, rows, d.c, d.v); // h · wteᵀ
         cast(m, d, computed, rows * d.v, LogitsAndLoss, true)
     } else {
-        m.alloc(LogitsAndLoss, rows * d.v)
+        let logits = m.alloc(LogitsAndLoss, rows * d.v);
+        gemm_scratch(m, d, rows, d.c, d.v, false, true); // h · wteᵀ
+        logits
     }
 }
 
@@ -873,19 +959,16 @@ fn head_train(m: &mut Tracker, d: &Dims, n: u64, chunk_rows: u64) -> (Id, Vec<Id
             part
         } else {
             let dh_raw = m.alloc(Temporaries, rows * d.c);
+            gemm_scratch(m, d, rows, d.v, d.c, false, false); // dlogits · wte
             let dh = m.alloc(Temporaries, rows * d.c);
             m.free(dh_raw);
             dh_chunks.push(dh);
             let h_scaled = m.alloc(Temporaries, rows * d.c);
             let part = m.alloc(Gradients, d.v * d.c); // dlogits^T @ h
-            if d.packs_dlogits {
-                // gemm's packed copy of the transposed dlogits for this product (see
-                // `packs_dlogits`): one k-block of rows by one column panel of the vocabulary.
-                // candle hands gemm the product as n_embd rows by vocabulary columns.
-                let (kc, nc) = d.caches.product_blocks(d.c, rows, d.v, d.gemm_rows, d.one_thread);
-                let packed = m.alloc(Category::Workspace, kc * nc);
-                m.free(packed);
-            }
+                                                      // gemm's packed copy of the transposed dlogits (see `packs_dlogits`): one k-block of
+                                                      // rows by one column panel of the vocabulary, as gemm sees the product (n_embd rows
+                                                      // by vocabulary columns).
+            gemm_scratch(m, d, d.v, rows, d.c, true, false);
             m.free_all(&[probs, h_scaled]);
             part
         };
@@ -1183,7 +1266,6 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         block: u64::from(cfg.block_size),
         bias: cfg.bias,
         dropout: cfg.dropout > 0.0,
-        packs_dlogits: !opts.cuda && packs_dlogits(cfg.n_embd, opts),
         gemm_rows: if opts.gemm_kernel_rows == 0 { 16 } else { u64::from(opts.gemm_kernel_rows) },
         caches: opts.cpu_caches,
         one_thread: opts.cpu_threads <= 1,
@@ -1410,6 +1492,32 @@ mod auto_fit_tests {
         // Chunked already, or an eval batch of 1: nothing more to offer there.
         assert_eq!(eval_fixes(&cfg, &TrainerOptions { eval_chunk_rows: Some(64), ..opts }, budget).1, None);
         assert_eq!(eval_fixes(&Config { eval_batch_size: Some(1), ..cfg.clone() }, &opts, 1), (None, None));
+    }
+
+    #[test]
+    fn gemm_scratch_is_what_gemm_allocated_in_the_trace() {
+        // `trainer_memory -- --trace` of L2 H4 C160 T64 B4 V21 on one thread, AVX-512, on the
+        // QA machine's caches as gemm read them: each transient gemm buffer to the byte.
+        let qa = CpuCaches {
+            l1_bytes: 32 << 10,
+            l1_associativity: 8,
+            l1_line_bytes: 64,
+            l2_bytes: 1 << 20,
+            l2_associativity: 16,
+            l3_bytes: 32 << 20,
+            l3_associativity: 16,
+        };
+        let s = |m, k, n, lhs_t, rhs_t| qa.matmul_scratch_bytes(m, k, n, lhs_t, rhs_t, 64, true);
+        assert_eq!(s(480, 256, 160, true, false), 256 * 480 * 4); // c_attn's dyᵀ · x: packed dy
+        assert_eq!(s(640, 256, 160, true, false), 256 * 642 * 4); // c_fc's
+        assert_eq!(s(160, 256, 640, true, false), 256 * 162 * 4); // mlp c_proj's
+        assert_eq!(s(256, 160, 480, false, true), 160 * 512 * 4); // x · c_attnᵀ: prepacked weight
+        assert_eq!(s(256, 640, 160, false, true), 320 * 192 * 4); // x · mlp c_projᵀ: k in two blocks
+        assert_eq!(s(256, 160, 21, false, true), 160 * 64 * 4); // h · wteᵀ
+        assert_eq!(s(21, 256, 160, true, false), 256 * 24 * 4); // dlogitsᵀ · h
+        assert_eq!(s(256, 480, 160, false, false), 0); // dy · w: contiguous, 160 rows of whole SIMD widths
+                                                       // At n_embd 128 (twice the kernel's rows) gemm reads dy in place.
+        assert_eq!(s(384, 256, 128, true, false), 0);
     }
 
     #[test]

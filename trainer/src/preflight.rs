@@ -38,6 +38,7 @@ pub fn cpu_caches() -> vramfit_core::trainer_model::CpuCaches {
         l1_associativity: l1.associativity as u64,
         l1_line_bytes: l1.cache_line_bytes as u64,
         l2_bytes: l2.cache_bytes as u64,
+        l2_associativity: l2.associativity as u64,
         l3_bytes: l3.cache_bytes as u64,
         l3_associativity: l3.associativity as u64,
     }
