@@ -804,6 +804,23 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 if let Some(body) = conditional_body(code) {
                     mark_conditional(body, line, &mut conditional, &mut unreadable);
                 }
+                // A top-level `if` or `while` always evaluates its condition: a name nothing
+                // defines there is Python's NameError, where train.py stops.
+                if let Some(condition) = header_condition(code) {
+                    let lookup = |n: &str| {
+                        if set_in_block.contains_key(n) || unread.contains_key(n) {
+                            return None;
+                        }
+                        env.get(n).cloned().or_else(|| {
+                            (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(&cfg, n).or_else(|| train_py_default(n))).flatten()
+                        })
+                    };
+                    if let Err(e) = evaluate(condition, &lookup) {
+                        if let Some(why) = python_stops_on(&e, &set_in_block, &unread) {
+                            notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                        }
+                    }
+                }
                 // What the statement binds or unbinds (a loop's target, an import, `del`, a
                 // one-line body's assignments) has no value vramfit knows from here on.
                 for name in names_bound_in(code) {
@@ -887,12 +904,13 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     // would run none of it.
                     Err(e) if e.ends_with(PYTHON_REFUSES) => return Err(ConfigFileError::Syntax { line, reason: unreadable_because(e) }),
                     Err(e) => {
-                        // A name no line defines and no builtin has: Python's NameError, where
-                        // train.py stops (a name a block or an import may set says so instead).
-                        let undefined = e.strip_prefix("unknown name ").is_some_and(|n| !PYTHON_BUILTINS.contains(&n));
+                        // A name no line defines and no builtin has, or a division by zero:
+                        // Python raises, and train.py stops (a name a block or an import may set
+                        // says so instead).
+                        let stops = python_stops_on(&e, &set_in_block, &unread);
                         let why = unreadable_because(e);
-                        if undefined {
-                            notices.push(format!("line {line}: {name}: {why} (a NameError): {TRAIN_PY_WOULD_STOP}"));
+                        if let Some(error) = stops {
+                            notices.push(format!("line {line}: {name}: {why} ({error}): {TRAIN_PY_WOULD_STOP}"));
                         } else {
                             notices.push(format!("line {line}: ignored {name}: {why}"));
                         }
@@ -1445,6 +1463,27 @@ const PYTHON_BUILTINS: [&str; 24] = [
     "sum",
     "tuple",
 ];
+
+/// The Python exception an evaluation error is certain to be, where it is one: a name no line
+/// defines (not a builtin, not one a block, import or unreadable line may have set), or a
+/// division by zero.
+fn python_stops_on(e: &str, set_in_block: &BTreeMap<String, usize>, unread: &BTreeMap<String, usize>) -> Option<&'static str> {
+    if e == "division by zero" {
+        return Some("a ZeroDivisionError");
+    }
+    let name = e.strip_prefix("unknown name ")?;
+    (!PYTHON_BUILTINS.contains(&name) && !set_in_block.contains_key(name) && !unread.contains_key(name)).then_some("a NameError")
+}
+
+/// The condition of a top-level `if` or `while` header (`if big:` or `if big: n_layer = 24`).
+fn header_condition(code: &str) -> Option<&str> {
+    let rest = code.trim_start().strip_prefix("if").or_else(|| code.trim_start().strip_prefix("while"))?;
+    if !rest.starts_with(|c: char| c.is_whitespace() || c == '(') {
+        return None;
+    }
+    let colon = find_in_code(rest, |_, c, depth| c == ':' && depth == 0)?;
+    Some(rest[..colon].trim()).filter(|c| !c.is_empty())
+}
 
 /// vramfit's own settings, which train.py has no global for: a file that reads one before it
 /// sets it stops with Python's NameError.
@@ -2645,7 +2684,7 @@ weight_decay = 1e-1
 
     #[test]
     fn unsupported_lines_are_notices() {
-        let text = "import time\nout_dir = 'out'\nwandb_run_name = 'mini-gpt' + str(time.time())\nfoo = 3\nif x:\n    n_layer = 2\nn_layer = foo + 1\n";
+        let text = "import time\nout_dir = 'out'\nwandb_run_name = 'mini-gpt' + str(time.time())\nfoo = 3\nif foo:\n    n_layer = 2\nn_layer = foo + 1\n";
         let f = parse(text).unwrap();
         assert_eq!(f.config.n_layer, 4);
         assert_eq!(f.notices.len(), 5, "{:#?}", f.notices);
@@ -2656,7 +2695,7 @@ weight_decay = 1e-1
         assert_eq!(f.get("wandb_run_name"), None);
         // The first line that is not an assignment (imports do not count) is kept: with nothing
         // recognised it marks a file that is not a config file at all.
-        assert_eq!(f.first_statement, Some((5, "if x:".to_string())));
+        assert_eq!(f.first_statement, Some((5, "if foo:".to_string())));
         assert!(f.recognised);
         let prose = parse("# a note\nimport os\nJust some words.\nfoo = 3\n").unwrap();
         assert!(!prose.recognised);
@@ -2874,11 +2913,24 @@ weight_decay = 1e-1
         assert!(parse("def f():\n    globals()['n_layer'] = 4\nf()\nbatch_size = 8\n").is_err());
         // A name nothing defines, in a line vramfit does not use itself: Python's NameError, so
         // train.py would stop (`plan` refuses such notices); a builtin's call is only unread.
-        for text in ["lr_decay_iters = eval_batch_size\nn_layer = 4\n", "x = y + 1\nn_layer = 4\n"] {
+        for (text, error) in [
+            ("lr_decay_iters = eval_batch_size\nn_layer = 4\n", "(a NameError)"),
+            ("x = y + 1\nn_layer = 4\n", "(a NameError)"),
+            ("max_iters = 1 // 0\nn_layer = 4\n", "(a ZeroDivisionError)"),
+            ("if y > 3:\n    pass\nn_layer = 4\n", "(a NameError)"),
+            ("if big: x = 1\nn_layer = 4\n", "(a NameError)"),
+        ] {
             let f = parse(text).unwrap();
-            assert!(f.notices.iter().any(|n| n.contains("(a NameError)") && n.ends_with(TRAIN_PY_WOULD_STOP)), "{:?}", f.notices);
+            assert!(f.notices.iter().any(|n| n.contains(error) && n.ends_with(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
         }
-        for text in ["x = int(3)\nn_layer = 4\n", "import math\nx = math.pi\nn_layer = 4\n", "if a:\n    y = 1\nx = y\nn_layer = 4\n"] {
+        // A condition vramfit can read, or one on a name an import set: no such notice.
+        for text in ["if n_layer > 3:\n    pass\nn_layer = 4\n", "import os\nif os.environ:\n    pass\nn_layer = 4\n"] {
+            let f = parse(text).unwrap();
+            assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
+        }
+        for text in
+            ["x = int(3)\nn_layer = 4\n", "import math\nx = math.pi\nn_layer = 4\n", "a = 1\nif a:\n    y = 1\nx = y\nn_layer = 4\n"]
+        {
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
         }
