@@ -807,15 +807,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // A top-level `if` or `while` always evaluates its condition: a name nothing
                 // defines there is Python's NameError, where train.py stops.
                 if let Some(condition) = header_condition(code) {
-                    let lookup = |n: &str| {
-                        if set_in_block.contains_key(n) || unread.contains_key(n) {
-                            return None;
-                        }
-                        env.get(n).cloned().or_else(|| {
-                            (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(&cfg, n).or_else(|| train_py_default(n))).flatten()
-                        })
-                    };
-                    if let Err(e) = evaluate(condition, &lookup) {
+                    if let Err(e) = evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
                         if let Some(why) = python_stops_on(&e, &set_in_block, &unread) {
                             notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
                         }
@@ -841,14 +833,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             let values: Vec<Result<Value, String>> = {
                 // train.py's globals, and vramfit's own settings once the file has set them
                 // (before that, Python has no such name).
-                let lookup = |n: &str| {
-                    if set_in_block.contains_key(n) {
-                        return None;
-                    }
-                    env.get(n)
-                        .cloned()
-                        .or_else(|| (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(&cfg, n).or_else(|| train_py_default(n))).flatten())
-                };
+                let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread);
                 let unread_named = |e: String| {
                     let name = e.strip_prefix("unknown name ");
                     match (name.and_then(|n| set_in_block.get_key_value(n)), name.and_then(|n| unread.get_key_value(n))) {
@@ -1464,6 +1449,24 @@ const PYTHON_BUILTINS: [&str; 24] = [
     "tuple",
 ];
 
+/// What a name holds for an expression the reader evaluates: what the file assigned it, else
+/// train.py's global (a modelled setting's value so far, an unmodelled one's default); nothing
+/// for a name a statement vramfit does not run may have set, for one whose last value could
+/// not be read (train.py's default is not what it holds then), and for vramfit's own settings
+/// before the file sets them (Python has no such name).
+fn name_value(
+    n: &str,
+    env: &BTreeMap<String, Value>,
+    cfg: &Config,
+    set_in_block: &BTreeMap<String, usize>,
+    unread: &BTreeMap<String, usize>,
+) -> Option<Value> {
+    if set_in_block.contains_key(n) || unread.contains_key(n) {
+        return None;
+    }
+    env.get(n).cloned().or_else(|| (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(cfg, n).or_else(|| train_py_default(n))).flatten())
+}
+
 /// The Python exception an evaluation error is certain to be, where it is one: a name no line
 /// defines (not a builtin, not one a block, import or unreadable line may have set), or a
 /// division by zero.
@@ -1535,11 +1538,12 @@ fn names_bound_in(code: &str) -> Vec<String> {
         if let Some(targets) = assignments(plain.as_deref().unwrap_or(statement)) {
             targets.iter().for_each(|(n, _)| add(n));
         }
-        // Every whole word directly before `:=` or after ` as `.
-        for (at, _) in statement.match_indices(":=") {
+        // Every whole word directly before `:=` or after ` as `, in code (not in a string).
+        let in_code = |at: usize| find_in_code(statement, |i, _, _| i >= at) == Some(at);
+        for (at, _) in statement.match_indices(":=").filter(|(at, _)| in_code(*at)) {
             add(statement[..at].trim_end().rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or(""));
         }
-        for (at, _) in statement.match_indices(" as ") {
+        for (at, _) in statement.match_indices(" as ").filter(|(at, _)| in_code(*at)) {
             add(statement[at + 4..].split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or(""));
         }
         let rest = |kw: &str| statement.strip_prefix(kw).filter(|r| r.starts_with(char::is_whitespace));
@@ -2899,10 +2903,16 @@ weight_decay = 1e-1
         ] {
             assert_eq!(parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}")).config.n_layer, n_layer, "{text:?}");
         }
+        // An unreadable value leaves no default behind: train.py's 600000 is not max_iters then.
+        let err = parse("max_iters = int(5000)\neval_iters = max_iters // 3000\n").unwrap_err().to_string();
+        assert!(err.starts_with("line 2: eval_iters: ") && err.contains("max_iters has no value vramfit could read (see line 1)"), "{err}");
         // vramfit's own settings are no train.py globals: read before set, Python stops.
         let err = parse("block_size = 256 if vocab_size > 1000 else 64\n").unwrap_err().to_string();
         assert!(err.contains("unknown name vocab_size"), "{err}");
         assert_eq!(parse("vocab_size = 65\nblock_size = 256 if vocab_size > 1000 else 64\n").unwrap().config.block_size, 64);
+        // ` as ` inside a string binds nothing; outside one it does.
+        assert_eq!(parse("scale = 2\nprint('seen as scale')\nn_layer = 6 * scale\n").unwrap().config.n_layer, 12);
+        assert!(parse("scale = 2\nwith open('f') as scale: pass\nn_layer = 6 * scale\n").is_err());
         // A no-break space outside strings and comments (Python's invalid non-printable
         // character); inside a string or a comment it is text.
         for text in ["n_layer = 4\u{a0}# comment\n", "batch_size = 8\n\u{a0}n_layer = 4\n"] {

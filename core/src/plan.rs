@@ -878,22 +878,30 @@ fn keeping_fit(
     if value <= lo || keeps(value) {
         return (value, Some(need));
     }
-    let (mut bad, mut step) = (value, 1u32);
+    match largest_below_keeping(value, lo, keeps) {
+        Some(v) => (v, None),
+        None => (value, Some(need)),
+    }
+}
+
+/// The largest value from `lo` up to below `from` (which does not keep fitting) that `keeps`:
+/// down from `from` in doubling steps until one keeps (the answer is usually a few percent
+/// below), then bisecting between it and the last that did not. The need is not monotone near
+/// the card, so the answer keeps fitting but a larger one might too. `None` where none does.
+fn largest_below_keeping(from: u32, lo: u32, keeps: impl Fn(u32) -> bool) -> Option<u32> {
+    let (mut bad, mut step) = (from, 1u32);
     let good = loop {
-        let probe = value.saturating_sub(step).max(lo);
+        let probe = from.saturating_sub(step).max(lo);
         if keeps(probe) {
             break probe;
         }
-        if probe == lo {
-            return (value, Some(need));
+        if probe <= lo {
+            return None;
         }
         bad = probe;
         step = step.saturating_mul(2);
     };
-    match largest_where(good, bad - 1, keeps) {
-        Some(v) => (v, None),
-        None => (value, Some(need)),
-    }
+    largest_where(good, bad - 1, keeps)
 }
 
 /// Where the largest micro-batch `largest` runs out of memory after the simulated iterations
@@ -921,22 +929,7 @@ fn largest_lasting(
     let Lasting::RunsOut(iteration, in_eval) = known.unwrap_or_else(|| lasting_at(largest)) else {
         return None;
     };
-    let keeps = |b: u32| matches!(lasting_at(b), Lasting::Keeps(_));
-    // Down from the largest in doubling steps until a batch keeps fitting (the answer is
-    // usually a few percent below), then bisect between it and the last one that did not.
-    let (mut bad, mut step) = (largest, 1);
-    let good = loop {
-        let probe = largest.saturating_sub(step).max(1);
-        if keeps(probe) {
-            break Some(probe);
-        }
-        if probe == 1 {
-            break None;
-        }
-        bad = probe;
-        step = step.saturating_mul(2);
-    };
-    let batch = good.and_then(|g| largest_where(g, bad - 1, keeps));
+    let batch = largest_below_keeping(largest, 1, |b| matches!(lasting_at(b), Lasting::Keeps(_)));
     let needed_bytes = batch.and_then(|b| match seen.borrow().iter().find(|(x, _)| *x == b) {
         Some((_, Lasting::Keeps(need))) => Some(*need),
         _ => None,
@@ -1263,6 +1256,17 @@ struct FixWork {
 /// Configs with their [`Lasting`], as far as they have been simulated.
 type LastingSeen = RefCell<Vec<(Config, Lasting)>>;
 
+/// Whether `cfg`'s simulated iterations fit (its need) and whether it keeps fitting after them,
+/// from one exact simulation continued past them; what it found is remembered in `seen`.
+fn fits_and_lasts(cfg: &Config, gpu: &Gpu, available: u64, seen: &LastingSeen) -> Option<(u64, bool)> {
+    let found = check_exact_needs(cfg, gpu, available, true);
+    let Some(Ok(need)) = found.check else { return None };
+    if let Some(l) = found.lasting {
+        seen.borrow_mut().push((cfg.clone(), l));
+    }
+    Some((need, !matches!(found.lasting, Some(Lasting::RunsOut(..)))))
+}
+
 /// [`lasting_of`], remembered in `seen`.
 fn lasting_seen(seen: &LastingSeen, cfg: &Config, gpu: &Gpu, available: u64) -> Lasting {
     let known = seen.borrow().iter().find(|(c, _)| c == cfg).map(|(_, l)| *l);
@@ -1475,23 +1479,20 @@ fn fix_step(work: &mut FixWork, step: u8) {
             // The largest split that fits and keeps fitting past the simulated iterations; where
             // the first few that fit all run out later, the largest of them (marked so).
             let first_fitting = |divisors: &mut dyn Iterator<Item = &u32>, eval_of: &dyn Fn(u32) -> Option<u32>| {
-                let mut running_out: Vec<(Config, u64)> = Vec::new();
+                let (mut running_out, mut passed) = (None, 0);
                 for c in divisors.map_while(|&b| split(b, eval_of(b))) {
-                    let found = check_exact_needs(&c, gpu, available, true);
-                    if let (Some(Ok(_)), Some(l)) = (found.check, found.lasting) {
-                        lasting.borrow_mut().push((c.clone(), l));
-                    }
-                    if let Some(Ok(need)) = found.check {
-                        if !matches!(found.lasting, Some(Lasting::RunsOut(..))) {
+                    if let Some((need, keeps)) = fits_and_lasts(&c, gpu, available, lasting) {
+                        if keeps {
                             return Some((c, need));
                         }
-                        running_out.push((c, need));
-                        if running_out.len() >= SPLITS_RUNNING_OUT_TRIED {
+                        running_out.get_or_insert((c, need));
+                        passed += 1;
+                        if passed >= SPLITS_RUNNING_OUT_TRIED {
                             break;
                         }
                     }
                 }
-                running_out.into_iter().next()
+                running_out
             };
             let split_fix = first_fitting(&mut divisors.iter(), &|_| cfg.eval_batch_size).or_else(|| {
                 // Micro-batches at or above the eval batch gave the same configs as above.
@@ -1566,12 +1567,8 @@ fn fix_step(work: &mut FixWork, step: u8) {
                         let Some(at) = (0..candidates.len()).min_by_key(|&i| key(&candidates[i])) else { break };
                         let (b, ga) = candidates.swap_remove(at);
                         let c = Config { batch_size: b, gradient_accumulation_steps: ga as u32, ..cfg.clone() };
-                        let found = check_exact_needs(&c, gpu, available, true);
-                        if let Some(Ok(need)) = found.check {
-                            if let Some(l) = found.lasting {
-                                lasting.borrow_mut().push((c.clone(), l));
-                            }
-                            if !matches!(found.lasting, Some(Lasting::RunsOut(..))) {
+                        if let Some((need, keeps)) = fits_and_lasts(&c, gpu, available, lasting) {
+                            if keeps {
                                 return Some((c, need));
                             }
                             running_out.get_or_insert((c, need));
