@@ -3,7 +3,7 @@
 //! (`src/lib.rs`); this binary parses flags and reports.
 //!
 //! Exit codes: 0 success, 2 bad input (one `error: ...` line on stderr), 1 output or training
-//! failure, 130 training stopped by Ctrl-C, SIGTERM or SIGHUP (after saving a checkpoint).
+//! failure (out of memory included: one `error: out of memory: ...` line), 130 training stopped by Ctrl-C, SIGTERM or SIGHUP (after saving a checkpoint).
 
 mod cli;
 mod inputs;
@@ -20,6 +20,7 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    vramfit::mem::exit_when_memory_runs_out();
     let cli = match cli::parse() {
         cli::Parsed::Run(cli) => cli,
         cli::Parsed::Exit(code) => return ExitCode::from(code),

@@ -11,6 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 static LIVE: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Whether a refused allocation ends the process with one clear line ([`exit_when_memory_runs_out`]).
+static EXIT_WHEN_REFUSED: AtomicBool = AtomicBool::new(false);
+/// The pre-flight's figures for that line, once it has run (0: not yet).
+static PLANNED_PEAK: AtomicU64 = AtomicU64::new(0);
+static PLANNED_AVAILABLE: AtomicU64 = AtomicU64::new(0);
+/// Set by the first thread to report a refusal; any other stops and waits for the exit.
+static REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// The system allocator, counting.
 pub struct CountingAlloc;
@@ -32,7 +39,9 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         INSTALLED.store(true, Ordering::Relaxed);
         let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
+        if p.is_null() {
+            refused(layout.size());
+        } else {
             grew(layout.size() as u64);
         }
         p
@@ -40,7 +49,9 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         INSTALLED.store(true, Ordering::Relaxed);
         let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
+        if p.is_null() {
+            refused(layout.size());
+        } else {
             grew(layout.size() as u64);
         }
         p
@@ -51,7 +62,9 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
+        if p.is_null() {
+            refused(new_size);
+        } else {
             if p == ptr {
                 // Resized in place: only the difference comes or goes.
                 if new_size >= layout.size() {
@@ -66,6 +79,107 @@ unsafe impl GlobalAlloc for CountingAlloc {
             }
         }
         p
+    }
+}
+
+/// From now on, an allocation the system refuses ends the process with one line on stderr,
+/// `error: out of memory: ...` (what was asked, what the process held, what the pre-flight
+/// planned), and exit code 1. Without it Rust prints "memory allocation of N bytes failed" and
+/// aborts (SIGABRT, perhaps a core dump), which is all a user saw when a run met a `ulimit -v`
+/// or another program's memory after its pre-flight. Nothing in this binary or the crates it
+/// trains with asks for memory it can do without (no `try_reserve`), so a refusal would abort
+/// anyway: ending here loses nothing, and a checkpoint already written is whole (checkpoints
+/// are written to a temporary file and renamed).
+pub fn exit_when_memory_runs_out() {
+    EXIT_WHEN_REFUSED.store(true, Ordering::Relaxed);
+}
+
+/// What the pre-flight planned (the predicted peak and the memory available, in bytes), for
+/// the out-of-memory line.
+pub fn note_planned(peak: u64, available: u64) {
+    PLANNED_PEAK.store(peak, Ordering::Relaxed);
+    PLANNED_AVAILABLE.store(available, Ordering::Relaxed);
+}
+
+/// The system refused `bytes`: returns (the caller hands Rust the null pointer) unless
+/// [`exit_when_memory_runs_out`] was called, in which case it reports and exits.
+#[cold]
+#[inline(never)]
+fn refused(bytes: usize) {
+    if EXIT_WHEN_REFUSED.load(Ordering::Relaxed) {
+        report_refusal_and_exit(bytes);
+    }
+}
+
+/// A line built on the stack: formatting it must not ask for the memory that just ran out.
+struct StackLine {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl std::fmt::Write for StackLine {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        // Cut at the end of the buffer rather than fail: the start says what happened.
+        let n = s.len().min(self.bytes.len() - self.len);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// The text of the out-of-memory line (without `error: ` and the line break).
+fn refusal_line(out: &mut impl std::fmt::Write, bytes: usize, live: u64, planned: Option<(u64, u64)>) -> std::fmt::Result {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let request = bytes as u64;
+    let (amount, unit) = if request >> 30 > 0 { (request as f64 / (1u64 << 30) as f64, "GiB") } else { (mib(request), "MiB") };
+    write!(out, "out of memory: the system refused {amount:.1} {unit} more, with {:.1} MiB of this process's heap in use", mib(live))?;
+    if let Some((peak, available)) = planned {
+        write!(
+            out,
+            " (the pre-flight planned a peak of {:.1} MiB of {:.1} MiB available: other programs took memory since, or the run needed more than planned)",
+            mib(peak),
+            mib(available)
+        )?;
+    }
+    out.write_str("; a checkpoint already written is whole: free memory, or lower --batch-size (or set --max-memory-mib), and resume")
+}
+
+fn report_refusal_and_exit(bytes: usize) -> ! {
+    #[cfg(unix)]
+    {
+        extern "C" {
+            fn write(fd: i32, buf: *const u8, count: usize) -> isize;
+            fn _exit(status: i32) -> !;
+            fn pause() -> i32;
+        }
+        if REPORTED.swap(true, Ordering::SeqCst) {
+            // Another thread is reporting and will end the process.
+            loop {
+                // SAFETY: pause only suspends this thread until a signal arrives.
+                unsafe { pause() };
+            }
+        }
+        let mut line = StackLine { bytes: [0; 512], len: 0 };
+        let planned = match (PLANNED_PEAK.load(Ordering::Relaxed), PLANNED_AVAILABLE.load(Ordering::Relaxed)) {
+            (0, _) | (_, 0) => None,
+            figures => Some(figures),
+        };
+        let _ = std::fmt::Write::write_str(&mut line, "error: ");
+        let _ = refusal_line(&mut line, bytes, live(), planned);
+        line.len = line.len.min(line.bytes.len() - 1);
+        line.bytes[line.len] = b'\n';
+        line.len += 1;
+        // SAFETY: fd 2 is stderr; the buffer is valid for `len` bytes. `_exit` ends the process
+        // without running destructors or atexit handlers (which could allocate).
+        unsafe {
+            let _ = write(2, line.bytes.as_ptr(), line.len);
+            _exit(1)
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = bytes;
+        std::process::abort()
     }
 }
 
@@ -149,5 +263,28 @@ pub fn keep_freed_memory() {
                 mallopt(M_TRIM_THRESHOLD, i32::MAX);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The longest out-of-memory line (the largest figures, a plan) fits the stack buffer
+    /// whole, so its advice is never cut off; and a line that did not fit would be cut, not
+    /// overflow.
+    #[test]
+    fn the_out_of_memory_line_fits_its_buffer() {
+        let mut line = StackLine { bytes: [0; 512], len: 0 };
+        let _ = std::fmt::Write::write_str(&mut line, "error: ");
+        refusal_line(&mut line, usize::MAX, u64::MAX, Some((u64::MAX, u64::MAX))).unwrap();
+        let mut whole = String::from("error: ");
+        refusal_line(&mut whole, usize::MAX, u64::MAX, Some((u64::MAX, u64::MAX))).unwrap();
+        assert!(whole.len() < 512, "{} bytes: {whole}", whole.len());
+        assert_eq!(&line.bytes[..line.len], whole.as_bytes());
+        for _ in 0..3 {
+            refusal_line(&mut line, 1, 1, None).unwrap();
+        }
+        assert_eq!(line.len, 512);
     }
 }

@@ -307,6 +307,16 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     let _lock = lock;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     say(predicted_line(checked.predicted_peak, available, basis));
+    if device.is_cpu() {
+        vramfit::mem::note_planned(checked.predicted_peak, available);
+    }
+    // Test hook, in debug builds only (what `cargo test` runs): a request of this many bytes
+    // after the pre-flight, as if the run met a memory limit it did not plan for.
+    if cfg!(debug_assertions) {
+        if let Some(bytes) = std::env::var(REFUSAL_HOOK).ok().and_then(|b| b.parse::<usize>().ok()) {
+            std::hint::black_box(Vec::<u8>::with_capacity(bytes));
+        }
+    }
     if let Some(note) = (!device.is_cpu()).then(|| pool_cache_note(checked.predicted_peak, available)).flatten() {
         crate::print_note(&note);
     }
@@ -485,6 +495,9 @@ fn cuda_device() -> Result<Device, Failure> {
 fn cuda_device() -> Result<Device, Failure> {
     Err(input("--device cuda: this vramfit was built without CUDA (build with `cargo build --release -p vramfit --features cuda`)"))
 }
+
+/// See the hook's use in [`run`].
+const REFUSAL_HOOK: &str = "VRAMFIT_TEST_ALLOCATE_AFTER_PREFLIGHT";
 
 /// What the pre-flight may plan for: free CPU memory within the process's limits
 /// ([`available_cpu_bytes`]) or free CUDA memory (or the flag's

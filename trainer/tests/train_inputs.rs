@@ -334,6 +334,33 @@ fn preflight_heeds_the_address_space_limit() {
     }
 }
 
+/// Memory the system refuses after the pre-flight passed (another program took it, or a limit
+/// the pre-flight did not see) ends the run with one `error: out of memory` line naming the
+/// request, the process's heap and the plan, and exit code 1: not Rust's "memory allocation of
+/// N bytes failed" and an abort (SIGABRT), which is what such a run showed before.
+#[cfg(target_os = "linux")]
+#[test]
+fn memory_refused_mid_run_is_one_error_line() {
+    let dir = scratch("refused-mid-run").join("out");
+    let mut args = vec!["train", "--out-dir", dir.to_str().unwrap()];
+    args.extend_from_slice(&TINY);
+    // 2^50 bytes: more than any machine's address space gives a process, limit or not.
+    let out = vramfit().args(&args).env("VRAMFIT_TEST_ALLOCATE_AFTER_PREFLIGHT", (1u64 << 50).to_string()).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "exited, not killed by a signal: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("note:")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert_has(
+        lines[0],
+        &[
+            "error: out of memory: the system refused 1048576.0 GiB more",
+            "MiB of this process's heap in use",
+            "the pre-flight planned a peak of",
+        ],
+    );
+    assert!(!stderr.contains("memory allocation of"), "{stderr}");
+}
+
 /// A named pipe nothing writes to, named as a data file or checkpoint, is refused with one line;
 /// opening it would wait forever.
 #[cfg(unix)]

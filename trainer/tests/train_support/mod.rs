@@ -11,7 +11,9 @@ pub const TINY: [&str; 14] =
 
 pub fn vramfit() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vramfit"));
-    cmd.env_remove("VRAMFIT_TEST_CRASH_IN_CHECKPOINT").env_remove("VRAMFIT_TEST_ITERATION_PAUSE_MS");
+    cmd.env_remove("VRAMFIT_TEST_CRASH_IN_CHECKPOINT")
+        .env_remove("VRAMFIT_TEST_ITERATION_PAUSE_MS")
+        .env_remove("VRAMFIT_TEST_ALLOCATE_AFTER_PREFLIGHT");
     cmd
 }
 
