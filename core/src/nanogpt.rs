@@ -813,6 +813,19 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                         }
                     }
                 }
+                // A top-level `assert` evaluates its condition too: false, it is Python's
+                // AssertionError; one that holds needs no notice (nothing was skipped).
+                if let Some(condition) = assert_condition(code) {
+                    let stops = match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
+                        Ok(v) if v.is_truthy() => continue,
+                        Ok(_) => Some(("the assertion fails".to_string(), "an AssertionError")),
+                        Err(e) => python_stops_on(&e, &set_in_block, &unread).map(|why| (e, why)),
+                    };
+                    if let Some((e, why)) = stops {
+                        notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                        continue;
+                    }
+                }
                 // What the statement binds or unbinds (a loop's target, an import, `del`, a
                 // one-line body's assignments) has no value vramfit knows from here on.
                 for name in names_bound_in(code) {
@@ -1486,6 +1499,16 @@ fn header_condition(code: &str) -> Option<&str> {
     }
     let colon = find_in_code(rest, |_, c, depth| c == ':' && depth == 0)?;
     Some(rest[..colon].trim()).filter(|c| !c.is_empty())
+}
+
+/// The condition of a top-level `assert` (`assert n_embd % n_head == 0, "message"`).
+fn assert_condition(code: &str) -> Option<&str> {
+    let rest = code.trim_start().strip_prefix("assert")?;
+    if !rest.starts_with(|c: char| c.is_whitespace() || c == '(') {
+        return None;
+    }
+    let end = find_in_code(rest, |_, c, depth| c == ',' && depth == 0).unwrap_or(rest.len());
+    Some(rest[..end].trim()).filter(|c| !c.is_empty())
 }
 
 /// vramfit's own settings, which train.py has no global for: a file that reads one before it
@@ -2929,6 +2952,9 @@ weight_decay = 1e-1
             ("max_iters = 1 // 0\nn_layer = 4\n", "(a ZeroDivisionError)"),
             ("if y > 3:\n    pass\nn_layer = 4\n", "(a NameError)"),
             ("if big: x = 1\nn_layer = 4\n", "(a NameError)"),
+            ("n_layer = 4\nassert n_layer > 6, 'too shallow'\n", "the assertion fails (an AssertionError)"),
+            ("assert(n_embd % 7 == 0)\nn_layer = 4\n", "the assertion fails (an AssertionError)"),
+            ("assert big\nn_layer = 4\n", "(a NameError)"),
         ] {
             let f = parse(text).unwrap();
             assert!(f.notices.iter().any(|n| n.contains(error) && n.ends_with(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
@@ -2938,6 +2964,13 @@ weight_decay = 1e-1
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
         }
+        // An assertion that holds is read, not skipped; one vramfit cannot evaluate (an
+        // imported module's value) is skipped as before.
+        let f = parse("n_layer = 4\nassert n_embd % n_head == 0, f'{n_embd} by {n_head}'\n").unwrap();
+        assert!(f.notices.is_empty(), "{:?}", f.notices);
+        let f = parse("import os\nassert os.path.exists('data')\nn_layer = 4\n").unwrap();
+        assert!(f.notices.iter().all(|n| !n.contains(TRAIN_PY_WOULD_STOP)), "{:?}", f.notices);
+        assert!(f.notices.iter().any(|n| n.ends_with("(not a simple assignment)")), "{:?}", f.notices);
         for text in
             ["x = int(3)\nn_layer = 4\n", "import math\nx = math.pi\nn_layer = 4\n", "a = 1\nif a:\n    y = 1\nx = y\nn_layer = 4\n"]
         {
