@@ -546,6 +546,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // import, a `del`), with the line: their value is not known from there on, so a later
     // line that reads one cannot be read either (it once kept the value from before the block).
     let mut set_in_block: BTreeMap<String, usize> = BTreeMap::new();
+    // Whether the last top-level statement was an `if` (or `elif`) whose every condition so far
+    // was read as false: Python then evaluates the next `elif`'s condition.
+    let mut if_chain_false = false;
+    // Whether the body of the block the last top-level header opened runs for sure: an `if` or
+    // `elif` whose condition was read as true, an `else` after conditions all read as false.
+    let mut body_runs = false;
     // The line that last set each modelled setting, to blame combination errors on.
     let mut set_on: Vec<(&'static str, usize)> = Vec::new();
     // Settings that shape the model (and init_from) last assigned inside a conditional block,
@@ -778,6 +784,14 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // `for k, v in overrides.items(): globals()[k] = v` sets what it likes, and a
                 // function called later can do the same.
                 refuse_names_unseen(code, line)?;
+                // A line of a body that runs for sure (its first level: not a nested block's)
+                // raises what its values raise, before it binds anything.
+                if body_runs && levels.len() == 2 {
+                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread);
+                    if let Some((e, why)) = certain_error_in(code.trim_start(), &lookup, &set_in_block, &unread) {
+                        notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                    }
+                }
                 if in_conditional_block {
                     mark_conditional(code.trim_start(), line, &mut conditional, &mut unreadable);
                     for name in names_bound_in(code.trim_start()) {
@@ -789,6 +803,8 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 continue;
             }
             // `n_layer += 2` is `n_layer = n_layer + (2)` for the settings read here.
+            let chain_before = std::mem::take(&mut if_chain_false);
+            body_runs = false;
             let rewritten;
             let code = match augmented_assignment(code) {
                 Some(plain) => {
@@ -804,13 +820,32 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 if let Some(body) = conditional_body(code) {
                     mark_conditional(body, line, &mut conditional, &mut unreadable);
                 }
-                // A top-level `if` or `while` always evaluates its condition: a name nothing
-                // defines there is Python's NameError, where train.py stops.
-                if let Some(condition) = header_condition(code) {
-                    if let Err(e) = evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
-                        if let Some(why) = python_stops_on(&e, &set_in_block, &unread) {
-                            notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                // A top-level `if` or `while` always evaluates its condition, and an `elif` does
+                // after conditions that were all false: a name nothing defines there is Python's
+                // NameError, where train.py stops.
+                if let Some((keyword, condition)) = header_condition(code).filter(|(k, _)| *k != "elif" || chain_before) {
+                    match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
+                        Ok(v) => {
+                            if_chain_false = keyword != "while" && !v.is_truthy();
+                            body_runs = keyword != "while" && v.is_truthy();
                         }
+                        Err(e) => {
+                            if let Some(why) = python_stops_on(&e, &set_in_block, &unread) {
+                                notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                            }
+                        }
+                    }
+                }
+                if chain_before && code.trim_start().strip_prefix("else").is_some_and(|rest| rest.trim_start().starts_with(':')) {
+                    body_runs = true;
+                }
+                // `if big: x = y` with the condition read as true: its body runs here.
+                if let Some(body) = conditional_body(code).filter(|_| body_runs) {
+                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread);
+                    if let Some((e, why)) =
+                        top_level_statements(body).into_iter().find_map(|s| certain_error_in(s, &lookup, &set_in_block, &unread))
+                    {
+                        notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
                     }
                 }
                 // A top-level `assert` evaluates its condition too: false, it is Python's
@@ -1491,14 +1526,32 @@ fn python_stops_on(e: &str, set_in_block: &BTreeMap<String, usize>, unread: &BTr
     (!PYTHON_BUILTINS.contains(&name) && !set_in_block.contains_key(name) && !unread.contains_key(name)).then_some("a NameError")
 }
 
-/// The condition of a top-level `if` or `while` header (`if big:` or `if big: n_layer = 24`).
-fn header_condition(code: &str) -> Option<&str> {
-    let rest = code.trim_start().strip_prefix("if").or_else(|| code.trim_start().strip_prefix("while"))?;
+/// The Python error the values of `statement`, an assignment that certainly runs, certainly
+/// raise (see [`python_stops_on`]), with its name: the message and the error.
+fn certain_error_in(
+    statement: &str,
+    lookup: &dyn Fn(&str) -> Option<Value>,
+    set_in_block: &BTreeMap<String, usize>,
+    unread: &BTreeMap<String, usize>,
+) -> Option<(String, &'static str)> {
+    let rewritten = augmented_assignment(statement);
+    let targets = assignments(rewritten.as_deref().unwrap_or(statement))?;
+    targets.iter().find_map(|(_, expr)| {
+        let e = evaluate(expr.as_ref().ok()?, lookup).err()?;
+        python_stops_on(&e, set_in_block, unread).map(|why| (e, why))
+    })
+}
+
+/// The keyword and condition of a top-level `if`, `elif` or `while` header (`if big:` or
+/// `if big: n_layer = 24`).
+fn header_condition(code: &str) -> Option<(&'static str, &str)> {
+    let code = code.trim_start();
+    let (keyword, rest) = ["if", "elif", "while"].into_iter().find_map(|k| code.strip_prefix(k).map(|rest| (k, rest)))?;
     if !rest.starts_with(|c: char| c.is_whitespace() || c == '(') {
         return None;
     }
     let colon = find_in_code(rest, |_, c, depth| c == ':' && depth == 0)?;
-    Some(rest[..colon].trim()).filter(|c| !c.is_empty())
+    Some(rest[..colon].trim()).filter(|c| !c.is_empty()).map(|c| (keyword, c))
 }
 
 /// The condition of a top-level `assert` (`assert n_embd % n_head == 0, "message"`).
@@ -2955,12 +3008,36 @@ weight_decay = 1e-1
             ("n_layer = 4\nassert n_layer > 6, 'too shallow'\n", "the assertion fails (an AssertionError)"),
             ("assert(n_embd % 7 == 0)\nn_layer = 4\n", "the assertion fails (an AssertionError)"),
             ("assert big\nn_layer = 4\n", "(a NameError)"),
+            ("if n_layer > 50:\n    x = 1\nelif big:\n    x = 2\nn_layer = 4\n", "(a NameError)"),
+            ("if False: x = 1\nelif 0:\n    x = 2\n# note\nelif 1 / 0: pass\nn_layer = 4\n", "(a ZeroDivisionError)"),
+            // The body of a branch that runs for sure: an `if` read as true, an `else` after
+            // conditions read as false, a one-line body.
+            ("if compile:\n    n_head = base\nn_head = 4\n", "(a NameError)"),
+            ("if dtype == 'x':\n    k = 1\nelif n_layer < 2:\n    k = 2\nelse:\n    j = j\n", "(a NameError)"),
+            ("if not False:\n    block_size = eval_batch_size % 33\nblock_size = 17\n", "(a NameError)"),
+            ("if True: y = 1; x = z\nn_layer = 4\n", "(a NameError)"),
+            ("if 1:\n    x = 3 % 0\n", "(a ZeroDivisionError)"),
         ] {
             let f = parse(text).unwrap();
             assert!(f.notices.iter().any(|n| n.contains(error) && n.ends_with(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
         }
         // A condition vramfit can read, or one on a name an import set: no such notice.
-        for text in ["if n_layer > 3:\n    pass\nn_layer = 4\n", "import os\nif os.environ:\n    pass\nn_layer = 4\n"] {
+        // An `elif` after a condition that holds (or one vramfit cannot read) is not evaluated.
+        for text in [
+            "if n_layer > 3:\n    pass\nn_layer = 4\n",
+            "import os\nif os.environ:\n    pass\nn_layer = 4\n",
+            "if n_layer > 3:\n    x = 1\nelif big:\n    x = 2\nn_layer = 4\n",
+            "import os\nif os.environ:\n    x = 1\nelif big:\n    x = 2\nn_layer = 4\n",
+            "if False:\n    x = 1\nn_layer = 4\nif True: pass\nelif big: pass\n",
+            // A body that may not run, or a line vramfit cannot tell the names of.
+            "if False:\n    x = big\nn_layer = 4\n",
+            "if n_layer > 3:\n    pass\nelse:\n    x = big\n",
+            "import os\nif os.environ:\n    x = big\n",
+            "if True:\n    k = 1\n    x = k\n",
+            "if True:\n    for i in range(0):\n        x = big\n",
+            "if True:\n    try:\n        x = big\n    except NameError:\n        pass\n",
+            "for i in range(0):\n    x = big\nelse:\n    pass\n",
+        ] {
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
         }
