@@ -211,8 +211,14 @@ pub struct LastingMicroBatch {
     /// one up does not: the largest such where the need grows with the batch (near the card it
     /// need not, and a larger one may keep fitting too); `None` if no smaller batch does.
     pub batch_size: Option<u32>,
-    /// Its need (nvidia-smi bytes) at its worst, the later growth included.
+    /// Its need (nvidia-smi bytes) at its worst, the later growth included (where that passes
+    /// the card and PyTorch's release of cached segments makes room, the need after it).
     pub needed_bytes: Option<u64>,
+    /// Whether it keeps running only because PyTorch, refused a new segment past the card,
+    /// returns its cached segments that hold no tensor and retries (that step slower): its own
+    /// plan then says its reserve passes the card there and goes on. Added within schema 2.
+    #[serde(default)]
+    pub frees_cached_blocks: bool,
     pub source: Source,
 }
 
@@ -237,6 +243,11 @@ pub struct LaterGrowth {
     /// segments that hold no live block), and whether the run then goes on. The figures above
     /// are then where it passed (later iterations are not simulated).
     pub past_card: Option<sim::PastLimit>,
+    /// Where it passes the card and the release makes room: the need from then on (nvidia-smi
+    /// bytes: the reserve less the released segments, and the CUDA context). Added within
+    /// schema 2.
+    #[serde(default)]
+    pub after_release_bytes: Option<u64>,
     /// Where it does not fit: the need with `expandable_segments` (PyTorch's allocator grows
     /// one segment page by page, so blocks do not strand), if that config fits the card in the
     /// simulated windows and its reserve does not grow later.
@@ -782,6 +793,7 @@ pub fn plan_remembering(req: &PlanRequest, memo: &mut SearchMemo) -> Result<Plan
             .flatten();
         LaterGrowth {
             expandable_fix_bytes,
+            after_release_bytes: l.past_limit.filter(|p| p.recovers).map(|p| after_release(&l, p, primary)),
             iteration: l.iteration,
             in_eval: l.in_eval,
             reserved_bytes: l.reserved_bytes,
@@ -820,8 +832,9 @@ pub fn plan_remembering(req: &PlanRequest, memo: &mut SearchMemo) -> Result<Plan
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lasting {
     /// Its windows fit, and so does its reserve from then on (or PyTorch's release of cached
-    /// segments makes room where it passes the card): its need at the worst, in nvidia-smi bytes.
-    Keeps(u64),
+    /// segments makes room where it passes the card: `true`): its need at the worst, in
+    /// nvidia-smi bytes.
+    Keeps(u64, bool),
     /// Its windows fit, but the reserve passes the card at this iteration (in the eval after
     /// it if `true`) with too little to release: out of memory there.
     RunsOut(u32, bool),
@@ -835,14 +848,20 @@ fn lasting(sim: &Simulation, later: Option<sim::LaterReserve>, gpu: &Gpu, availa
     if need > available {
         return Lasting::DoesNotFit;
     }
-    let Some(l) = later else { return Lasting::Keeps(need) };
+    let Some(l) = later else { return Lasting::Keeps(need, false) };
     match l.past_limit {
-        Some(p) if p.recovers => Lasting::Keeps(need.max(l.reserved_bytes.saturating_sub(p.releasable_bytes) + gpu.context_bytes)),
+        Some(p) if p.recovers => Lasting::Keeps(need.max(after_release(&l, p, gpu)), true),
         Some(_) => Lasting::RunsOut(l.iteration, l.in_eval),
         // Without a limit (expandable segments: the model releases nothing there).
-        None if l.reserved_bytes + gpu.context_bytes <= available => Lasting::Keeps(need.max(l.reserved_bytes + gpu.context_bytes)),
+        None if l.reserved_bytes + gpu.context_bytes <= available => Lasting::Keeps(need.max(l.reserved_bytes + gpu.context_bytes), false),
         None => Lasting::RunsOut(l.iteration, l.in_eval),
     }
+}
+
+/// The need (nvidia-smi bytes) once PyTorch has released the cached segments that hold no
+/// tensor, where the reserve passed the card and that made room.
+fn after_release(l: &sim::LaterReserve, p: sim::PastLimit, gpu: &Gpu) -> u64 {
+    l.reserved_bytes.saturating_sub(p.releasable_bytes) + gpu.context_bytes
 }
 
 /// [`lasting`] for `cfg` simulated afresh.
@@ -874,7 +893,7 @@ fn keeping_fit(
     seen: &LastingSeen,
 ) -> (u32, Option<u64>) {
     let (value, need) = found;
-    let keeps = |v: u32| matches!(lasting_seen(seen, &make(v), gpu, available), Lasting::Keeps(_));
+    let keeps = |v: u32| matches!(lasting_seen(seen, &make(v), gpu, available), Lasting::Keeps(..));
     if value <= lo || keeps(value) {
         return (value, Some(need));
     }
@@ -929,16 +948,17 @@ fn largest_lasting(
     let Lasting::RunsOut(iteration, in_eval) = known.unwrap_or_else(|| lasting_at(largest)) else {
         return None;
     };
-    let batch = largest_below_keeping(largest, 1, |b| matches!(lasting_at(b), Lasting::Keeps(_)));
-    let needed_bytes = batch.and_then(|b| match seen.borrow().iter().find(|(x, _)| *x == b) {
-        Some((_, Lasting::Keeps(need))) => Some(*need),
+    let batch = largest_below_keeping(largest, 1, |b| matches!(lasting_at(b), Lasting::Keeps(..)));
+    let kept = batch.and_then(|b| match seen.borrow().iter().find(|(x, _)| *x == b) {
+        Some((_, Lasting::Keeps(need, frees))) => Some((*need, *frees)),
         _ => None,
     });
     Some(LastingMicroBatch {
         runs_out_at_iteration: iteration,
         runs_out_in_eval: in_eval,
         batch_size: batch,
-        needed_bytes,
+        needed_bytes: kept.map(|(need, _)| need),
+        frees_cached_blocks: kept.is_some_and(|(_, frees)| frees),
         source: Source::Estimate,
     })
 }
@@ -952,10 +972,12 @@ fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64, expandable:
         _ if l.fits => format!("That is still within the {} MiB available on the {}.", mib(available), gpu.id),
         Some(sim::PastLimit { releasable_bytes, recovers: true }) => format!(
             "That is past the {} MiB available on the {}: PyTorch then returns the {} MiB of cached segments that hold no \
-             tensor and retries, so the run goes on, that step slower (later steps not simulated).",
+             tensor and retries, so the run goes on, that step slower, needing ~{} MiB from then on (later steps not \
+             simulated).",
             mib(available),
             gpu.id,
-            mib(releasable_bytes)
+            mib(releasable_bytes),
+            mib(l.after_release_bytes.unwrap_or(l.nvidia_smi_bytes.saturating_sub(releasable_bytes)))
         ),
         Some(sim::PastLimit { releasable_bytes, recovers: false }) => format!(
             "That is past the {} MiB available on the {}, and the {} MiB of cached segments that hold no tensor, which \
@@ -2799,6 +2821,66 @@ mod tests {
         }
     }
 
+    /// The batch named as keeping on says what its own plan says: where it passes the card a few
+    /// steps in and keeps running only because PyTorch frees its cached blocks, it is marked so,
+    /// and its need is its own plan's need after that release (QA found "~175 keeps fitting
+    /// (needs 11,862 MiB)" beside batch 175's own "past this card" at 13,176 MiB). A one-layer
+    /// model of block 2048 on an RTX 3060, accumulating 2: 178 runs out at iteration 3, 175
+    /// passes the card there and recovers.
+    #[test]
+    fn the_batch_that_keeps_on_is_what_its_own_plan_says() {
+        let gpu = Gpu::find("rtx-3060").unwrap();
+        let cfg = Config {
+            n_layer: 1,
+            n_head: 5,
+            n_embd: 320,
+            block_size: 2048,
+            vocab_size: 1000,
+            gradient_accumulation_steps: 2,
+            batch_size: 2,
+            compile: false,
+            ..Config::default()
+        };
+        let plan_at = |b: u32| {
+            plan(&PlanRequest {
+                config: Config { batch_size: b, ..cfg.clone() },
+                gpus: vec![gpu.clone()],
+                other_usage_bytes: 0,
+                with_fixes: false,
+            })
+            .unwrap()
+        };
+        let l = plan_at(2).largest_lasting_micro_batch.expect("the largest runs out later");
+        let k = l.batch_size.expect("a smaller batch keeps on");
+        assert!(l.frees_cached_blocks, "the case: {k} keeps running by the release");
+        let own = plan_at(k);
+        let later = own.later.as_ref().expect("its reserve grows");
+        assert!(later.past_card.is_some_and(|p| p.recovers), "{later:?}");
+        let after = later.after_release_bytes.expect("the need after the release");
+        assert_eq!(l.needed_bytes, Some(own.cards[0].needed_bytes.max(after)));
+        assert!(after <= gpu.usable_bytes && later.nvidia_smi_bytes > gpu.usable_bytes);
+        // A batch that stays within the card is not marked.
+        let plain = plan(&PlanRequest {
+            with_fixes: false,
+            ..req(Config {
+                n_layer: 6,
+                n_head: 8,
+                n_embd: 768,
+                block_size: 512,
+                vocab_size: 65,
+                gradient_accumulation_steps: 2,
+                compile: false,
+                ..Config::default()
+            })
+        })
+        .unwrap();
+        if let Some(l) = plain.largest_lasting_micro_batch {
+            let own = plan(&PlanRequest { with_fixes: false, ..req(Config { batch_size: l.batch_size.unwrap(), ..plain.config.clone() }) })
+                .unwrap();
+            assert_eq!(l.frees_cached_blocks, own.later.is_some_and(|g| g.past_card.is_some()));
+        }
+    }
+
     /// The search's check that continues a batch it finds to fit says what continuing that
     /// batch afresh says (it runs out later, keeps fitting, or does not fit: nothing then).
     #[test]
@@ -2836,12 +2918,12 @@ mod tests {
                 match found.check {
                     Some(Ok(need)) => {
                         assert_eq!(found.lasting, Some(fresh), "{c:?}");
-                        assert!(matches!(fresh, Lasting::Keeps(n) if n >= need) || matches!(fresh, Lasting::RunsOut(..)), "{c:?}");
+                        assert!(matches!(fresh, Lasting::Keeps(n, _) if n >= need) || matches!(fresh, Lasting::RunsOut(..)), "{c:?}");
                     }
                     _ => assert_eq!((found.lasting, fresh), (None, Lasting::DoesNotFit), "{c:?}"),
                 }
                 match fresh {
-                    Lasting::Keeps(_) => keeps += 1,
+                    Lasting::Keeps(..) => keeps += 1,
                     Lasting::RunsOut(..) => runs_out += 1,
                     Lasting::DoesNotFit => does_not_fit += 1,
                 }
@@ -2918,7 +3000,7 @@ mod tests {
         let block = fixes.iter().find(|f| f.title.starts_with("block_size = ")).expect("a shorter block");
         let t = block.config.block_size;
         assert!(block.fits && block.runs_out_later.is_none(), "{block:?}");
-        assert!(matches!(lasting_of(&block.config, &gpu, available), Lasting::Keeps(_)));
+        assert!(matches!(lasting_of(&block.config, &gpu, available), Lasting::Keeps(..)));
         // What the search alone finds (the longest block whose two iterations fit) runs out.
         let shorter = |t: u32| Config { block_size: t, ..cfg.clone() };
         let search = Search::calibrated(&cfg, &gpu, 0, needed(&simulate_on(&cfg, &gpu), &gpu).0);
@@ -2926,7 +3008,7 @@ mod tests {
         assert!(windows > t, "the case: {windows} against {t}");
         assert!(matches!(lasting_of(&shorter(windows), &gpu, available), Lasting::RunsOut(..)), "the case");
         // Each block from the fix's up to that one: the one above the fix runs out too.
-        assert!(!matches!(lasting_of(&shorter(t + 1), &gpu, available), Lasting::Keeps(_)));
+        assert!(!matches!(lasting_of(&shorter(t + 1), &gpu, available), Lasting::Keeps(..)));
 
         let v100 = Gpu::find("v100-16gb").unwrap();
         let other_usage_bytes = 300 << 20;

@@ -250,9 +250,11 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
             (false, false) => "does NOT fit",
         };
         let margin = if fit.headroom_bytes >= 0 { "headroom" } else { "short by" };
-        let close = if fit.close_call && !fit.bf16_unsupported {
+        let close = if fit.close_call {
+            // Under a dtype verdict the margin is memory's alone.
+            let what = if fit.bf16_unsupported { "memory alone is a close call" } else { "a close call" };
             format!(
-                " (a close call: the margin is under {:.0}% of the need, which the model's error could cover; README: Accuracy)",
+                " ({what}: the margin is under {:.0}% of the need, which the model's error could cover; README: Accuracy)",
                 100.0 * vramfit_core::plan::need_error(needed_est)
             )
         } else {
@@ -295,10 +297,16 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
     if let (Some(first), Some(later)) = (plan.cards.first(), &plan.later) {
         let when = later.when();
         let verdict = match later.past_card {
-            _ if later.fits => "still fits",
-            Some(p) if p.recovers => "past this card; PyTorch frees its cached blocks and goes on, slower",
-            Some(_) => "past this card, and freeing its cached blocks is not enough: out of memory there",
-            None => "past this card",
+            _ if later.fits => "still fits".to_string(),
+            Some(p) if p.recovers => match later.after_release_bytes {
+                Some(after) => format!(
+                    "past this card; PyTorch frees its cached blocks and goes on, slower, needing {} from then on",
+                    size(after, true)
+                ),
+                None => "past this card; PyTorch frees its cached blocks and goes on, slower".to_string(),
+            },
+            Some(_) => "past this card, and freeing its cached blocks is not enough: out of memory there".to_string(),
+            None => "past this card".to_string(),
         };
         writeln!(
             out,
@@ -333,6 +341,10 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         }
         if let (Some(lasting), Some(b)) = (&plan.largest_lasting_micro_batch, plan.largest_micro_batch) {
             let keeps = match (lasting.batch_size, lasting.needed_bytes) {
+                (Some(k), Some(need)) if lasting.frees_cached_blocks => format!(
+                    "~{k} keeps running (needs {} once PyTorch, past the card, frees its cached blocks; that step slower)",
+                    size(need, true)
+                ),
                 (Some(k), Some(need)) => format!("~{k} keeps fitting (needs {})", size(need, true)),
                 _ => "no smaller micro-batch keeps fitting".to_string(),
             };
@@ -390,9 +402,11 @@ fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Res
         let verdict = match (fix.fits, fix.runs_out_later) {
             (true, None) if fix.close_call => "fits, a close call".to_string(),
             (true, None) => "fits".to_string(),
-            (true, Some(r)) => {
-                format!("fits the two simulated steps, out of memory at {} by the allocator model (estimate)", r.when())
-            }
+            (true, Some(r)) => format!(
+                "fits the two simulated steps{}, out of memory at {} by the allocator model (estimate)",
+                if fix.close_call { " (a close call)" } else { "" },
+                r.when()
+            ),
             (false, _) if fix.close_call => "still does not fit, a close call (the model's error could cover it)".to_string(),
             (false, _) => "still does not fit".to_string(),
         };

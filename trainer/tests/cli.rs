@@ -1232,6 +1232,34 @@ fn the_report_says_where_it_first_runs_out_what_is_close_and_which_fix_is_an_est
     assert!(close.contains("fits (a close call: the margin is under 5% of the need"), "{close}");
     assert_eq!(plan_json(&["--batch-size", "12", "--gpu", "rtx-3060"])["cards"][0]["close_call"], true);
     assert_eq!(plan_json(&["--batch-size", "4", "--gpu", "rtx-3060"])["cards"][0]["close_call"], false);
+    // A close call is said wherever the JSON flags one: under a card's dtype verdict (memory
+    // alone), and on a fix that fits the simulated steps but runs out later.
+    let no_bf16 = [
+        "--n-layer=24",
+        "--n-embd=768",
+        "--block-size=300",
+        "--vocab-size=1000",
+        "--batch-size=64",
+        "--compile=false",
+        "--gradient-accumulation-steps=1",
+    ];
+    let no_bf16 = [&no_bf16[..], &["--expandable-segments=true", "--gpu", "rtx-4070,t4", "--no-fixes"]].concat();
+    assert_eq!(plan_json(&no_bf16)["cards"][1]["close_call"], true, "the case");
+    let report = text(&no_bf16);
+    let t4 = report.lines().find(|l| l.trim_start().starts_with("t4 (")).unwrap();
+    assert!(t4.contains("bf16 is not supported") && t4.contains("(memory alone is a close call: the margin is under"), "{t4}");
+    let later_fix =
+        ["--n-layer=6", "--n-head=2", "--n-embd=192", "--vocab-size=50257", "--batch-size=128", "--gradient-accumulation-steps=1"];
+    let later_fix =
+        [&later_fix[..], &["--compile=false", "--eval-batch-size=4", "--expandable-segments=true", "--gpu", "custom-4"]].concat();
+    let fixes = plan_json_fixes(&later_fix)["fixes"].as_array().unwrap().clone();
+    let report = text(&later_fix);
+    let fix_lines: Vec<&str> = report.lines().filter(|l| l.starts_with("  ") && l.contains(". ") && l.contains(": needs ")).collect();
+    assert_eq!(fixes.len(), fix_lines.len(), "{report}");
+    assert!(fixes.iter().any(|f| f["close_call"] == true && !f["runs_out_later"].is_null()), "the case: {fixes:?}");
+    for (fix, line) in fixes.iter().zip(&fix_lines) {
+        assert_eq!(fix["close_call"] == true, line.contains("a close call"), "{line}");
+    }
 
     // Under compile every tensor term is the compile model's, except the fp32 weights (exact).
     let compiled = text(&["--gpu", "h100", "--no-fixes"]);
@@ -1253,6 +1281,29 @@ fn the_report_says_where_it_first_runs_out_what_is_close_and_which_fix_is_an_est
         assert_eq!(fix["needed_is_estimate"], fix["config"]["compile"], "{fix}");
         assert!(fix["close_call"].is_boolean(), "{fix}");
     }
+}
+
+/// The batch a plan names as keeping on after a few steps is what that batch's own plan says:
+/// where it passes the card then and goes on only because PyTorch frees its cached blocks, it
+/// "keeps running" and needs what its own plan gives after that release, not "keeps fitting".
+#[test]
+fn the_batch_that_keeps_on_reads_as_its_own_plan() {
+    let cfg = ["--n-layer=1", "--n-head=5", "--n-embd=320", "--block-size=2048", "--vocab-size=1000"];
+    let cfg = [&cfg[..], &["--gradient-accumulation-steps=2", "--compile=false", "--gpu", "rtx-3060", "--no-fixes"]].concat();
+    let json = plan_json(&[&cfg[..], &["--batch-size", "2"]].concat());
+    let lasting = &json["largest_lasting_micro_batch"];
+    assert_eq!(lasting["frees_cached_blocks"], true, "the case: {lasting}");
+    let k = lasting["batch_size"].as_u64().unwrap().to_string();
+    let own = plan_json(&[&cfg[..], &["--batch-size", &k]].concat());
+    assert_eq!(own["later"]["past_card"]["recovers"], true);
+    let after = own["later"]["after_release_bytes"].as_u64().unwrap();
+    assert_eq!(lasting["needed_bytes"].as_u64().unwrap(), after.max(own["cards"][0]["needed_bytes"].as_u64().unwrap()));
+    let out = vramfit(&[&["plan"][..], &cfg[..], &["--batch-size", "2"]].concat());
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(report.contains(&format!("~{k} keeps running (needs ")) && !report.contains("keeps fitting"), "{report}");
+    let out = vramfit(&[&["plan"][..], &cfg[..], &["--batch-size", &k]].concat());
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(report.contains("PyTorch frees its cached blocks and goes on, slower, needing ~"), "{report}");
 }
 
 /// What train.py itself would stop on is an error of `plan` too, as it is of `train`: a

@@ -564,7 +564,8 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
         (true, None) if f.close_call => ("fix fits", "fits, a close call".to_string()),
         (true, None) => ("fix fits", "fits".to_string()),
         (true, Some(r)) => {
-            ("fix later", format!("fits the first two steps; out of memory at {} by the allocator model, an estimate", r.when()))
+            let close = if f.close_call { ", a close call" } else { "" };
+            ("fix later", format!("fits the first two steps{close}; out of memory at {} by the allocator model, an estimate", r.when()))
         }
         (false, _) if f.close_call => ("fix partial", "still short, a close call: the model's error could cover it".to_string()),
         (false, _) => ("fix partial", "still short".to_string()),

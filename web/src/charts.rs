@@ -297,7 +297,8 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         });
         // The batch that keeps fitting lies below the largest: its label runs leftwards sooner,
         // away from the largest's line (rightwards it ran through it).
-        let lasting_label = series.lasting.map(|k| (k, 1, format!("keeps fitting after a few steps: {k} (estimate)"), 56, 0.45));
+        let keeps = if series.lasting_frees_cached_blocks { "keeps running" } else { "keeps fitting" };
+        let lasting_label = series.lasting.map(|k| (k, 1, format!("{keeps} after a few steps: {k} (estimate)"), 56, 0.45));
         let (_, cap_y) = chart.backend_coord(&(x0, available as f64 / GIB));
         // Each label below the one before it if moving it off the line brought them together.
         let mut above: Option<i32> = None;

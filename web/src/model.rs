@@ -262,6 +262,9 @@ pub struct BatchSeries {
     /// Where the largest that fits runs out of memory a few steps later by the allocator model:
     /// the largest below it that keeps fitting (the plan's estimate).
     pub lasting: Option<u32>,
+    /// Whether that one keeps running only because PyTorch frees its cached blocks once its
+    /// reserve passes the card (the plan's estimate too).
+    pub lasting_frees_cached_blocks: bool,
 }
 
 impl BatchSeries {
@@ -381,6 +384,7 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
         largest_fit: plan.largest_micro_batch,
         dtype_unsupported: plan.cards[0].bf16_unsupported,
         lasting: plan.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size),
+        lasting_frees_cached_blocks: plan.largest_lasting_micro_batch.as_ref().is_some_and(|l| l.frees_cached_blocks),
     }
 }
 
@@ -559,16 +563,15 @@ pub fn verdict(plan: &Plan) -> Verdict {
         format!("{} short", format_margin(card.headroom_bytes.unsigned_abs()))
     };
     let mut margin = bare_margin.clone();
+    // A margin the model's own error could cover is a close call either way (core decides:
+    // `plan::close_call`, the same for `vramfit plan`).
+    if card.close_call {
+        let error = plan::need_error(estimate_detail(plan, NEED_FIGURES).is_some());
+        margin = format!("{margin} (a close call: under {:.0}% of the need; Accuracy below)", error * 100.0);
+    }
     if card.bf16_unsupported {
         // The memory figure alone would read as "fits" under a "cannot run" title.
         margin = format!("memory alone: {margin}; dtype float16 runs on this card");
-    } else {
-        // A margin the model's own error could cover is a close call either way (core decides:
-        // `plan::close_call`, the same for `vramfit plan`).
-        if card.close_call {
-            let error = plan::need_error(estimate_detail(plan, NEED_FIGURES).is_some());
-            margin = format!("{margin} (a close call: under {:.0}% of the need; Accuracy below)", error * 100.0);
-        }
     }
     let detail = format!(
         "needs {} GiB of {} GiB available on the {}",
@@ -598,7 +601,9 @@ pub fn verdict(plan: &Plan) -> Verdict {
         };
         let fix = l.expandable_fix_bytes.map_or(String::new(), |b| format!("; expandable_segments fits ({} GiB)", format_gib(b)));
         // At the largest batch, the plan knows the one below that keeps fitting.
-        let lasting = plan.own_lasting_batch().map_or(String::new(), |b| format!("; batch_size {b} keeps fitting"));
+        let frees = plan.largest_lasting_micro_batch.as_ref().is_some_and(|l| l.frees_cached_blocks);
+        let keeps = if frees { "keeps running (PyTorch frees its cached blocks once)" } else { "keeps fitting" };
+        let lasting = plan.own_lasting_batch().map_or(String::new(), |b| format!("; batch_size {b} {keeps}"));
         format!("After a few steps: the allocator model needs {} GiB at {at}: {outcome}{fix}{lasting}", format_gib(l.nvidia_smi_bytes))
     });
     // A run the model sees stop after a few steps must not read as a plain "Fits" at a glance.
