@@ -24,6 +24,10 @@ pub const FILE_NAME: &str = "ckpt.safetensors";
 /// The metadata key holding [`CheckpointMeta`] as JSON.
 const META_KEY: &str = "vramfit";
 
+/// The metadata key holding the tensors' checksum ([`TensorChecksum`], 16 hex digits). Absent
+/// in checkpoints written before it: those load unchecked.
+const CHECKSUM_KEY: &str = "vramfit_tensor_checksum";
+
 /// Bumped when the layout changes; a checkpoint of another version is refused.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -86,12 +90,59 @@ fn named_tensors(ckpt: &Checkpoint) -> Vec<(String, &Tensor)> {
     out
 }
 
+/// A checksum of a checkpoint's tensor values, in the file's order, so that a file changed after
+/// it was written (a flipped bit on a disk or in a copy) is refused rather than trained on or
+/// sampled from: the NaN and sign checks catch only the changes that make a value impossible.
+/// Each step is [`crate::data::hash_step`], a bijection of the state for each input, so one
+/// changed value always changes the checksum.
+#[derive(Clone, Copy, Default)]
+struct TensorChecksum(u64);
+
+impl TensorChecksum {
+    /// Adds one tensor's values (its length first, so that where one tensor ends counts).
+    fn add(&mut self, values: &[f32]) {
+        use crate::data::hash_step;
+        let mut h = hash_step(self.0, values.len() as u64);
+        let mut pairs = values.chunks_exact(2);
+        for p in &mut pairs {
+            h = hash_step(h, u64::from(p[0].to_bits()) | u64::from(p[1].to_bits()) << 32);
+        }
+        if let [last] = pairs.remainder() {
+            h = hash_step(h, u64::from(last.to_bits()));
+        }
+        self.0 = h;
+    }
+
+    fn hex(self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
+
+/// Calls `f` with a tensor's values as f32: a contiguous f32 tensor in CPU memory in place,
+/// another copied to the host first.
+fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R, String> {
+    if t.dtype() == DType::F32 && t.device().is_cpu() && t.is_contiguous() {
+        let (storage, layout) = t.storage_and_layout();
+        if let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(values)) = &*storage {
+            let start = layout.start_offset();
+            return Ok(f(&values[start..start + t.elem_count()]));
+        }
+    }
+    let values = t.to_dtype(DType::F32).and_then(|v| v.flatten_all()).and_then(|v| v.to_vec1::<f32>()).map_err(|e| e.to_string())?;
+    Ok(f(&values))
+}
+
 /// The safetensors header of `tensors` (f32, in this order, back to back) with `meta` under
-/// [`META_KEY`]: its JSON padded with spaces to a multiple of 8 bytes, as safetensors writes it.
+/// [`META_KEY`] and their checksum under [`CHECKSUM_KEY`]: its JSON padded with spaces to a
+/// multiple of 8 bytes, as safetensors writes it.
 fn header(tensors: &[(String, &Tensor)], meta: &CheckpointMeta) -> Result<Vec<u8>, String> {
     let meta = serde_json::to_string(meta).map_err(|e| format!("cannot encode checkpoint metadata: {e}"))?;
+    let mut checksum = TensorChecksum::default();
+    for (name, t) in tensors {
+        with_values(t, |values| checksum.add(values)).map_err(|e| format!("{name}: {e}"))?;
+    }
     let mut entries = serde_json::Map::new();
-    entries.insert("__metadata__".into(), serde_json::json!({ META_KEY: meta }));
+    entries.insert("__metadata__".into(), serde_json::json!({ META_KEY: meta, CHECKSUM_KEY: checksum.hex() }));
     let mut offset = 0usize;
     for (name, t) in tensors {
         let end = offset + t.elem_count() * 4;
@@ -108,7 +159,7 @@ fn header(tensors: &[(String, &Tensor)], meta: &CheckpointMeta) -> Result<Vec<u8
 /// the save's memory beyond the run's is at most its largest tensor, where building the whole
 /// file in memory once took twice the checkpoint, which the pre-flight did not plan for).
 fn write_tensor(out: &mut dyn Write, t: &Tensor) -> Result<(), String> {
-    let write_values = |out: &mut dyn Write, values: &[f32]| -> std::io::Result<()> {
+    let write_values = |values: &[f32]| -> std::io::Result<()> {
         let mut block: Vec<u8> = Vec::with_capacity(64 << 10);
         for chunk in values.chunks(16 << 10) {
             block.clear();
@@ -117,15 +168,7 @@ fn write_tensor(out: &mut dyn Write, t: &Tensor) -> Result<(), String> {
         }
         Ok(())
     };
-    if t.dtype() == DType::F32 && t.device().is_cpu() && t.is_contiguous() {
-        let (storage, layout) = t.storage_and_layout();
-        if let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(values)) = &*storage {
-            let start = layout.start_offset();
-            return write_values(out, &values[start..start + t.elem_count()]).map_err(|e| e.to_string());
-        }
-    }
-    let values = t.to_dtype(DType::F32).and_then(|v| v.flatten_all()).and_then(|v| v.to_vec1::<f32>()).map_err(|e| e.to_string())?;
-    write_values(out, &values).map_err(|e| e.to_string())
+    with_values(t, write_values)?.map_err(|e| e.to_string())
 }
 
 /// The whole file, ready to stream: its header and the tensors after it.
@@ -255,6 +298,8 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
     }
     meta.config.validate().map_err(|e| bad(format!("config: {e}")))?;
     check_loop_state(&meta).map_err(bad)?;
+    let saved_checksum = header.metadata().as_ref().and_then(|m| m.get(CHECKSUM_KEY)).cloned();
+    let checksum = std::cell::Cell::new(TensorChecksum::default());
     let tensor = |name: &str, parameter: bool| -> Result<Tensor, String> {
         let view = st.tensor(name).map_err(|_| bad(format!("tensor {name} is missing")))?;
         if view.dtype() != StDtype::F32 {
@@ -271,6 +316,13 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
         if !parameter && values.iter().any(|v| v.is_nan()) {
             return Err(bad(format!("tensor {name} holds NaN values")));
         }
+        // AdamW's second moment is a running mean of squares.
+        if name.starts_with("optimizer.exp_avg_sq.") && values.iter().any(|v| *v < 0.0) {
+            return Err(bad(format!("tensor {name} holds negative values, which AdamW's second moment never has")));
+        }
+        let mut sum = checksum.get();
+        sum.add(&values);
+        checksum.set(sum);
         Tensor::from_vec(values, view.shape(), device).map_err(|e| bad(format!("tensor {name}: {e}")))
     };
     let params = meta.param_names.iter().map(|n| tensor(n, true)).collect::<Result<Vec<_>, _>>()?;
@@ -282,6 +334,13 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, String> {
     } else {
         (Vec::new(), Vec::new())
     };
+    if let Some(saved) = saved_checksum.filter(|s| *s != checksum.get().hex()) {
+        return Err(bad(format!(
+            "its tensors do not match the checksum written with them ({saved}, now {}): the file changed after it was saved \
+             (a damaged disk or copy)",
+            checksum.get().hex()
+        )));
+    }
     Ok(Checkpoint { meta, params, exp_avg, exp_avg_sq })
 }
 
@@ -444,7 +503,8 @@ mod tests {
                     val: crate::data::SplitFingerprint { tokens: 1, hash: "fedcba9876543210".into() },
                 }),
             },
-            exp_avg_sq: moments.clone(),
+            // A second moment is never negative (`load` refuses one that is).
+            exp_avg_sq: moments.iter().map(|m| m.abs().unwrap()).collect(),
             exp_avg: moments,
             params,
         }
@@ -543,6 +603,40 @@ mod tests {
         ckpt.meta.optimizer_steps = 7;
         save(&path, &ckpt).unwrap();
         assert!(load(&path, &Device::Cpu).is_ok());
+    }
+
+    /// A value changed after the save, even to another finite number, is refused by the
+    /// checksum; a second moment made negative is refused by name even without one (a file
+    /// written before checksums); a file without the checksum still loads.
+    #[test]
+    fn a_changed_value_is_refused() {
+        let path = dir("changed").join(FILE_NAME);
+        save(&path, &sample_checkpoint(FORMAT_VERSION, 3)).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let data_start = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        // The low bit of the first parameter's first value (0.1): still finite.
+        let mut changed = bytes.clone();
+        changed[data_start] ^= 1;
+        std::fs::write(&path, &changed).unwrap();
+        let err = load(&path, &Device::Cpu).err().expect("a changed value is refused");
+        assert!(err.contains("do not match the checksum written with them"), "{err}");
+
+        // Without the checksum: a header rewritten to lack it (same length, spaces).
+        let header = std::str::from_utf8(&bytes[8..data_start]).unwrap();
+        let key = format!(",\"{CHECKSUM_KEY}\":\"");
+        let at = header.find(&key).expect("the checksum is in the header");
+        let end = at + key.len() + 16 + 1;
+        let unchecked = format!("{}{}{}", &header[..at], " ".repeat(end - at), &header[end..]);
+        let mut old = bytes.clone();
+        old[8..data_start].copy_from_slice(unchecked.as_bytes());
+        std::fs::write(&path, &old).unwrap();
+        assert!(load(&path, &Device::Cpu).is_ok(), "a checkpoint without a checksum loads");
+        // The last tensor is the second exp_avg_sq (b's): its last value's sign bit.
+        let last = old.len() - 1;
+        old[last] ^= 0x80;
+        std::fs::write(&path, &old).unwrap();
+        let err = load(&path, &Device::Cpu).err().expect("a negative second moment is refused");
+        assert!(err.contains("optimizer.exp_avg_sq.b holds negative values"), "{err}");
     }
 
     /// Checkpoints written before fingerprints (and before mixed precision) have neither field:

@@ -301,7 +301,7 @@ const SCAN_CHUNK: usize = 1 << 22;
 /// `h` for each id: two sequences of the same length that differ in one id always hash
 /// differently (more differences could cancel, with a chance of about 2^-64).
 #[inline(always)]
-fn hash_step(h: u64, id: u64) -> u64 {
+pub(crate) fn hash_step(h: u64, id: u64) -> u64 {
     (h ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(27)
 }
 

@@ -33,6 +33,8 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     // `vramfit train` takes its vocabulary from --data, not from a dataset's meta.pkl.
     if args.runtime != Some(Runtime::Trainer) {
         read_dataset_vocab(&mut inputs, &args.run)?;
+    } else {
+        say_trainer_reads_no_meta_pkl(&mut inputs);
     }
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
@@ -109,6 +111,30 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Core's note on a dataset's meta.pkl speaks of train.py; `--runtime trainer` plans `vramfit
+/// train`, which reads no meta.pkl (its vocabulary comes from `--data`): the note says that.
+fn say_trainer_reads_no_meta_pkl(inputs: &mut inputs::Inputs) {
+    let Some(at) = inputs.notices.iter().position(is_dataset_note) else { return };
+    let named = inputs.extra.iter().find_map(|(k, v)| match (k.as_str(), v) {
+        ("dataset", vramfit_core::nanogpt::Value::Str(d)) => Some(d.clone()),
+        _ => None,
+    });
+    let Some(dataset) = inputs.vocab_from_dataset.clone().or(named) else { return };
+    // Where the setting came from ("command line: ", a file's name), as core said it.
+    let source = inputs.notices[at].split("dataset = '").next().unwrap_or_default().to_string();
+    inputs.notices[at] = format!(
+        "{source}dataset = '{}': --runtime trainer plans vramfit train, which takes its vocabulary from --data, not from a dataset's \
+         meta.pkl; planned with vocab_size {} (--vocab-size sets another)",
+        vramfit_core::shown_input(&dataset, 60),
+        inputs.config.vocab_size
+    );
+}
+
+/// Whether a notice is core's (or [`read_dataset_vocab`]'s) about a dataset's meta.pkl.
+fn is_dataset_note(n: &String) -> bool {
+    n.contains(": dataset = '") && n.contains("meta.pkl")
+}
+
 /// train.py takes vocab_size from `data/<dataset>/meta.pkl`, under the directory it runs in,
 /// when it starts from scratch: `plan` reads the same file from where it runs (core, which
 /// opens no files, assumed a size and noted it; that note is replaced by what was found here).
@@ -117,7 +143,7 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
 /// is planned as vramfit reads config files, with a note where this directory's meta.pkl says
 /// otherwise (train.py has no vocab_size setting: the file's would not reach its model).
 fn read_dataset_vocab(inputs: &mut inputs::Inputs, run: &crate::cli::RunArgs) -> Result<(), String> {
-    let dataset_note = |n: &String| n.contains(": dataset = '") && n.contains("meta.pkl");
+    let dataset_note = is_dataset_note;
     if run.vocab_size.is_some() || inputs.link_sets.contains(&"vocab_size") || inputs.init_from.is_some() {
         inputs.notices.retain(|n| !dataset_note(n));
         return Ok(());

@@ -901,11 +901,16 @@ fn check_out_dir(dir: &Path, flag_given: bool, resume: bool) -> Result<(), Failu
     for (file, what) in files {
         let path = dir.join(file);
         let written = file != vramfit::progress::PREVIOUS_LOG_FILE || (!resume && dir.join(vramfit::progress::LOG_FILE).is_file());
-        if written && path.is_dir() {
-            return Err(input(format!(
-                "{} is a directory, where this run writes {what}: move it away or pick another {name}",
-                path.display()
-            )));
+        // Followed through a symlink: the run would write into what it points to (a link to
+        // /dev/null), or replace a named pipe `sample` and `--resume` refuse to read.
+        let kind = match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => "a directory",
+            // A resumed run reads its checkpoint first, and says why it cannot.
+            Ok(m) if !m.is_file() && !(resume && file == checkpoint::FILE_NAME) => "not a regular file (a named pipe, socket or device)",
+            _ => continue,
+        };
+        if written {
+            return Err(input(format!("{} is {kind}, where this run writes {what}: move it away or pick another {name}", path.display())));
         }
     }
     Ok(())

@@ -252,3 +252,20 @@ fn the_trainers_plan_refuses_a_device_train_refuses() {
         assert!(vramfit(&args).status.success(), "{device}");
     }
 }
+
+/// A dataset's meta.pkl decides train.py's vocabulary, not `vramfit train`'s (which takes it from
+/// --data): the trainer's plan says so, not that vramfit cannot read the file (it can, for the
+/// PyTorch plan), and keeps where the setting came from.
+#[test]
+fn the_trainer_plan_says_meta_pkl_is_not_its_vocabulary() {
+    for (dataset, vocab) in [("good", "50304"), ("shakespeare_char", "65")] {
+        let out = vramfit(&["plan", "--runtime", "trainer", &format!("--dataset={dataset}")]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let expected = format!(
+            "note: command line: dataset = '{dataset}': --runtime trainer plans vramfit train, which takes its vocabulary from \
+             --data, not from a dataset's meta.pkl; planned with vocab_size {vocab}"
+        );
+        assert!(stderr.contains(&expected) && !stderr.contains("cannot read"), "{stderr}");
+    }
+}

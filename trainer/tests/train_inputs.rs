@@ -384,6 +384,20 @@ fn named_pipes_are_refused_not_waited_on() {
     assert_has(&line, &["cannot read checkpoint", "a named pipe or socket, not a file"]);
     let line = one_error_line(&run_within(&["train", "--out-dir", out_dir.to_str().unwrap(), "--resume"], 60));
     assert_has(&line, &["cannot read checkpoint", "a named pipe or socket, not a file"]);
+    // A fresh run does not replace it (nor write through a link to a device): refused before
+    // training, as a directory there is, and the pipe and the link stay.
+    let mut fresh = vec!["train", "--out-dir", out_dir.to_str().unwrap()];
+    fresh.extend_from_slice(&TINY);
+    let line = one_error_line(&run_within(&fresh, 60));
+    assert_has(&line, &["ckpt.safetensors is not a regular file (a named pipe, socket or device)", "move it away"]);
+    let linked = dir.join("linked");
+    std::fs::create_dir_all(&linked).unwrap();
+    std::os::unix::fs::symlink("/dev/null", linked.join("ckpt.safetensors")).unwrap();
+    fresh[2] = linked.to_str().unwrap();
+    let line = one_error_line(&run_within(&fresh, 60));
+    assert_has(&line, &["ckpt.safetensors is not a regular file"]);
+    assert!(std::fs::symlink_metadata(linked.join("ckpt.safetensors")).unwrap().file_type().is_symlink());
+    assert!(!out_dir.join("log.jsonl").exists(), "a refused run started");
 }
 
 /// The checkpoint records the out_dir and the data's path as text: a name that is not UTF-8 is
