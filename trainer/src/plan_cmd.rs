@@ -114,7 +114,7 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
 /// Core's note on a dataset's meta.pkl speaks of train.py; `--runtime trainer` plans `vramfit
 /// train`, which reads no meta.pkl (its vocabulary comes from `--data`): the note says that.
 fn say_trainer_reads_no_meta_pkl(inputs: &mut inputs::Inputs) {
-    let Some(at) = inputs.notices.iter().position(is_dataset_note) else { return };
+    let Some(at) = inputs.notices.iter().position(|n| is_dataset_note(n)) else { return };
     let named = inputs.extra.iter().find_map(|(k, v)| match (k.as_str(), v) {
         ("dataset", vramfit_core::nanogpt::Value::Str(d)) => Some(d.clone()),
         _ => None,
@@ -131,7 +131,7 @@ fn say_trainer_reads_no_meta_pkl(inputs: &mut inputs::Inputs) {
 }
 
 /// Whether a notice is core's (or [`read_dataset_vocab`]'s) about a dataset's meta.pkl.
-fn is_dataset_note(n: &String) -> bool {
+fn is_dataset_note(n: &str) -> bool {
     n.contains(": dataset = '") && n.contains("meta.pkl")
 }
 
@@ -143,7 +143,7 @@ fn is_dataset_note(n: &String) -> bool {
 /// is planned as vramfit reads config files, with a note where this directory's meta.pkl says
 /// otherwise (train.py has no vocab_size setting: the file's would not reach its model).
 fn read_dataset_vocab(inputs: &mut inputs::Inputs, run: &crate::cli::RunArgs) -> Result<(), String> {
-    let dataset_note = is_dataset_note;
+    let dataset_note = |n: &String| is_dataset_note(n);
     if run.vocab_size.is_some() || inputs.link_sets.contains(&"vocab_size") || inputs.init_from.is_some() {
         inputs.notices.retain(|n| !dataset_note(n));
         return Ok(());
