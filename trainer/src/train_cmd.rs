@@ -906,7 +906,7 @@ fn check_out_dir(dir: &Path, flag_given: bool, resume: bool) -> Result<(), Failu
         let kind = match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => "a directory",
             // A resumed run reads its checkpoint first, and says why it cannot.
-            Ok(m) if !m.is_file() && !(resume && file == checkpoint::FILE_NAME) => "not a regular file (a named pipe, socket or device)",
+            Ok(m) if !(m.is_file() || resume && file == checkpoint::FILE_NAME) => "not a regular file (a named pipe, socket or device)",
             _ => continue,
         };
         if written {
