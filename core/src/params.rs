@@ -108,6 +108,18 @@ pub fn count(cfg: &Config) -> ParamCounts {
     pc
 }
 
+/// Bytes as whole MiB, to the nearest (half up): the one rounding `vramfit plan` and the page
+/// show MiB figures with, so that both say the same number.
+pub fn nearest_mib(bytes: u64) -> u64 {
+    let mib = 1u64 << 20;
+    bytes / mib + u64::from(bytes % mib >= mib / 2)
+}
+
+/// Bytes as whole MiB with thousands separators ("4,464"), to the nearest ([`nearest_mib`]).
+pub fn mib_text(bytes: u64) -> String {
+    thousands(nearest_mib(bytes))
+}
+
 /// A count with its digits grouped by commas (`1234567` → `1,234,567`), as train.py prints
 /// parameter counts; `vramfit plan` and the page print counts this way.
 pub fn thousands(n: u64) -> String {
@@ -124,6 +136,15 @@ pub fn thousands(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mib_are_rounded_to_the_nearest() {
+        use super::{mib_text, nearest_mib};
+        let mib = 1u64 << 20;
+        assert_eq!([nearest_mib(0), nearest_mib(mib / 2 - 1), nearest_mib(mib / 2), nearest_mib(2_348_810)], [0, 0, 1, 2]);
+        assert_eq!(nearest_mib(u64::MAX), (u64::MAX >> 20) + 1, "no overflow");
+        assert_eq!(mib_text(4_464 * mib + 3), "4,464");
+    }
+
     use super::*;
 
     #[test]

@@ -966,7 +966,7 @@ fn largest_lasting(
 /// The note on [`LaterGrowth`]: what the model says happens after the measured iterations, and
 /// what PyTorch does when that passes the card.
 fn later_note(l: &LaterGrowth, gpu: &Gpu, available: u64, need: u64, expandable: bool) -> Note {
-    let mib = |b: u64| params::thousands((b + (1 << 19)) >> 20);
+    let mib = params::mib_text;
     let when = l.when();
     let outcome = match l.past_card {
         _ if l.fits => format!("That is still within the {} MiB available on the {}.", mib(available), gpu.id),

@@ -63,14 +63,14 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
             Some(device::NoRoom::TakenByOthers) => crate::print_note(&format!(
                 "other programs hold {} MiB, all of the {} MiB the {} offers: nothing is left for this run",
                 vramfit_core::params::thousands(inputs.other_usage_mib),
-                vramfit_core::params::thousands((gpu.usable_bytes + (1 << 19)) >> 20),
+                vramfit_core::params::mib_text(gpu.usable_bytes),
                 gpu.id
             )),
             Some(device::NoRoom::BelowContext) => crate::print_note(&format!(
                 "only {} MiB is left on the {}, less than the CUDA context alone ({} MiB): no config fits",
-                vramfit_core::params::thousands((gpu.usable_bytes.saturating_sub(other_usage) + (1 << 19)) >> 20),
+                vramfit_core::params::mib_text(gpu.usable_bytes.saturating_sub(other_usage)),
                 gpu.id,
-                vramfit_core::params::thousands((gpu.context_bytes + (1 << 19)) >> 20)
+                vramfit_core::params::mib_text(gpu.context_bytes)
             )),
             None => {}
         }

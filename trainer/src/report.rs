@@ -16,8 +16,7 @@ const LABEL_WIDTH: usize = 20;
 
 /// `7.16 GiB (7,333 MiB)`, with a leading `~` for an estimate.
 fn size(bytes: u64, estimate: bool) -> String {
-    let mib = (bytes as f64 / MIB).round() as u64;
-    format!("{}{} GiB ({} MiB)", tilde(estimate), grouped(bytes as f64 / GIB, 2), thousands(mib))
+    format!("{}{} GiB ({} MiB)", tilde(estimate), grouped(bytes as f64 / GIB, 2), vramfit_core::params::mib_text(bytes))
 }
 
 /// `x` with `places` decimals and its whole part in groups of three: `32,813.26`.
@@ -556,7 +555,7 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
             out,
             "Card: {}: {} MiB usable, less {}{:.0} MiB for the trainer's CUDA context{others}: {} for tensors",
             card.name,
-            thousands((card.usable_bytes as f64 / MIB).round() as u64),
+            vramfit_core::params::mib_text(card.usable_bytes),
             tilde(card.context_source == Source::Estimate),
             card.context_bytes as f64 / MIB,
             size(avail, avail_estimate)

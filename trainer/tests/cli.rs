@@ -1077,8 +1077,9 @@ fn plan_marks_a_fix_that_runs_out_of_memory_later() {
         let when = f.runs_out_later.unwrap().when();
         let line = format!("  {}. {}: needs ", i + 1, f.title);
         let shown = text.lines().find(|l| l.starts_with(&line)).unwrap_or_else(|| panic!("{line} in {text}"));
+        let close = if f.close_call { " (a close call)" } else { "" };
         assert!(
-            shown.ends_with(&format!("fits the two simulated steps, out of memory at {when} by the allocator model (estimate)")),
+            shown.ends_with(&format!("fits the two simulated steps{close}, out of memory at {when} by the allocator model (estimate)")),
             "{shown}"
         );
         assert!(fixes[..i].iter().all(|g| g.fits), "only fixes that fit come before it");

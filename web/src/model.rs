@@ -39,9 +39,10 @@ pub fn format_margin(bytes: u64) -> String {
     }
 }
 
-/// Bytes as whole MiB with thousands separators ("4,464"), rounded up: a few bytes are never 0.
+/// Bytes as whole MiB with thousands separators ("4,464"), to the nearest as `vramfit plan`
+/// rounds them (a headroom of 2.24 MiB is 2, not 3).
 pub fn format_mib(bytes: u64) -> String {
-    vramfit_core::params::thousands(bytes.div_ceil(1 << 20))
+    vramfit_core::params::mib_text(bytes)
 }
 
 /// A signed byte count as GiB with an explicit sign ("+0.51", "-1.20").
@@ -959,8 +960,12 @@ mod tests {
     #[test]
     fn small_margins_are_given_in_mib() {
         assert_eq!(format_margin(4 << 20), "4 MiB");
-        // Rounded up: a margin is never shown as 0 unless it is.
-        assert_eq!(format_margin((4 << 20) + 1), "5 MiB");
+        // To the nearest, as `vramfit plan` rounds (QA: the page said 3 MiB headroom where the
+        // CLI said 2 for 2.24 MiB, and 100 short where it said 99).
+        assert_eq!(format_margin((4 << 20) + 1), "4 MiB");
+        assert_eq!(format_margin(2_348_810), "2 MiB");
+        assert_eq!(format_margin(104_270_398), "99 MiB");
+        assert_eq!(format_margin((4 << 20) + (1 << 19)), "5 MiB");
         assert_eq!(format_margin(0), "0 MiB");
         assert_eq!(format_margin(102 << 20), "102 MiB");
         assert_eq!(format_margin(103 << 20), "0.10 GiB");
