@@ -704,6 +704,14 @@ fn card_controls(signals: Signals) -> impl IntoView {
                     if !taken.is_some_and(|g| state.with_untracked(|s| s.gpu == g.id)) {
                         custom_typed.set_value(String::new());
                         custom_started.with_value(|start| undo_refused_edit(signals, &ev, "custom capacity", start, shown_gib));
+                    } else {
+                        // Taken, perhaps rounded to 0.01 GiB or written another way (11.996, 1e1):
+                        // the box shows the size in use, as the other boxes do on commit.
+                        let shown = state.with_untracked(shown_gib);
+                        if text.trim() != shown {
+                            custom_typed.set_value(String::new());
+                            event_target::<web_sys::HtmlInputElement>(&ev).set_value(&shown);
+                        }
                     }
                     custom_started.set_value(EditStart::now(signals));
                 }
@@ -1163,6 +1171,8 @@ pub fn App() -> impl IntoView {
                                 max="0.9"
                                 step="0.05"
                                 prop:value=move || state.with(|s| s.config.dropout.to_string())
+                                // The slider snaps to its step (0.13 shows as 0.15): say the value.
+                                aria-valuetext=move || state.with(|s| link::dropout_text(s.config.dropout))
                                 on:input=move |ev| {
                                     if let Ok(p) = event_target_value(&ev).parse::<f64>() {
                                         state.update(|s| s.config.dropout = (p * 100.0).round() / 100.0);

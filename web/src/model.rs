@@ -182,8 +182,15 @@ pub fn follow_edit(started: &Config, before: &Config, after: &mut Config) {
 }
 
 /// What followed an edit without being typed ([`follow_edit`]), in words, for the page to say:
-/// n_head moved to a divisor of the new n_embd. `started` is the config when the edit began.
+/// n_head moved to a divisor of the new n_embd, or the eval context followed a block made no
+/// longer than it. `started` is the config when the edit began.
 pub fn followed(started: &Config, after: &Config) -> Option<String> {
+    if let Some(t) = started.eval_block_size.filter(|_| after.block_size != started.block_size && after.eval_block_size.is_none()) {
+        return Some(format!(
+            "eval block_size {t} → {}: the eval context is at most block_size, so it follows the block",
+            after.block_size
+        ));
+    }
     (after.n_embd != started.n_embd && after.n_head != started.n_head).then(|| {
         format!(
             "n_head {} → {}: n_embd {} splits into {} heads of {} (the divisor nearest the {} heads before)",
@@ -954,6 +961,16 @@ mod tests {
         follow_edit(&started, &started, &mut same);
         assert_eq!((same.n_head, followed(&started, &same)), (12, None));
         assert_eq!(followed(&started, &Config { n_layer: 3, ..started.clone() }), None);
+        // A block made no longer than the eval context takes it along, and says so (QA: the eval
+        // context was dropped without a word); one that stays longer keeps it, silently.
+        let started = Config { block_size: 1024, eval_block_size: Some(512), ..Config::default() };
+        let mut shorter = Config { block_size: 256, ..started.clone() };
+        follow_edit(&started, &started, &mut shorter);
+        assert_eq!(shorter.eval_block_size, None);
+        assert!(followed(&started, &shorter).is_some_and(|n| n.starts_with("eval block_size 512 → 256")));
+        let mut longer = Config { block_size: 2048, ..started.clone() };
+        follow_edit(&started, &started, &mut longer);
+        assert_eq!((longer.eval_block_size, followed(&started, &longer)), (Some(512), None));
     }
 
     /// A few MiB of headroom read as MiB, not as "0.00 GiB"; a tenth of a GiB and more as GiB.

@@ -273,7 +273,8 @@ async fn a_fix_that_runs_out_later_says_so_in_its_row() {
         let row = rows.item(i as u32).unwrap().text_content().unwrap_or_default();
         let when = f.runs_out_later.unwrap().when();
         assert!(row.contains(&f.title), "{row}");
-        let need = format!("(fits the first two steps; out of memory at {when} by the allocator model, an estimate)");
+        let close = if f.close_call { ", a close call" } else { "" };
+        let need = format!("(fits the first two steps{close}; out of memory at {when} by the allocator model, an estimate)");
         assert!(row.contains(&need), "{row}");
     }
 }
@@ -507,10 +508,11 @@ async fn a_custom_card_follows_its_box_as_it_is_typed() {
     page.type_keys("custom_gib", "12.345").await;
     let input: HtmlInputElement = page.el("input[name=custom_gib]").dyn_into().unwrap();
     assert_eq!((input.value(), gpu().await), ("12.345".to_string(), "custom-12.35".to_string()));
-    // Committed, a size it takes stays.
+    // Committed, a size it takes stays, and the box shows it as the card has it (QA: "11.996"
+    // stayed in the box of a 12 GiB card).
     dispatch(&input, "change");
     settle().await;
-    assert_eq!(gpu().await, "custom-12.35");
+    assert_eq!((gpu().await, input.value()), ("custom-12.35".to_string(), "12.35".to_string()));
     // Left holding a size it did not take ("1e9" passes through a 1 GiB card on the way): back
     // to the card from before the edit, and said so, as every number box does.
     page.type_keys("custom_gib", "1e9").await;
@@ -679,6 +681,23 @@ async fn a_head_count_that_follows_n_embd_is_said() {
     // Another change of config leaves it behind.
     page.type_keys("n_layer", "6").await;
     assert!(!page.has(".follow-note"));
+}
+
+/// A block typed no longer than the eval context takes it along, and the page says so (QA: the
+/// eval context was dropped without a word).
+#[wasm_bindgen_test]
+async fn an_eval_context_that_follows_the_block_is_said() {
+    let page = mount_with("?v=1&T=1024&ET=512").await;
+    page.type_keys("block_size", "256").await;
+    assert_eq!((link_config().await.block_size, link_config().await.eval_block_size), (256, None));
+    assert!(page.text(".follow-note").starts_with("eval block_size 512 → 256"), "{}", page.text(".follow-note"));
+}
+
+/// The dropout slider snaps to its 0.05 step; a screen reader hears the value, not the snap.
+#[wasm_bindgen_test]
+async fn the_dropout_slider_says_its_value() {
+    let page = mount_with("?v=1&drop=0.13").await;
+    assert_eq!(page.el("input[name=dropout-slider]").get_attribute("aria-valuetext").as_deref(), Some("0.13"));
 }
 
 /// A value taken but written another way ("00012") is shown as the page writes it once its box
