@@ -2859,25 +2859,31 @@ mod tests {
         let after = later.after_release_bytes.expect("the need after the release");
         assert_eq!(l.needed_bytes, Some(own.cards[0].needed_bytes.max(after)));
         assert!(after <= gpu.usable_bytes && later.nvidia_smi_bytes > gpu.usable_bytes);
-        // A batch that stays within the card is not marked.
-        let plain = plan(&PlanRequest {
-            with_fixes: false,
-            ..req(Config {
-                n_layer: 6,
-                n_head: 8,
-                n_embd: 768,
-                block_size: 512,
-                vocab_size: 65,
-                gradient_accumulation_steps: 2,
-                compile: false,
-                ..Config::default()
-            })
-        })
-        .unwrap();
-        if let Some(l) = plain.largest_lasting_micro_batch {
-            let own = plan(&PlanRequest { with_fixes: false, ..req(Config { batch_size: l.batch_size.unwrap(), ..plain.config.clone() }) })
-                .unwrap();
-            assert_eq!(l.frees_cached_blocks, own.later.is_some_and(|g| g.past_card.is_some()));
+        // Another config's: marked as its own plan says, with its need.
+        let plain = plan(&PlanRequest { with_fixes: false, ..req(six_layer_char_model()) }).unwrap();
+        let l = plain.largest_lasting_micro_batch.expect("its largest runs out later");
+        let own =
+            plan(&PlanRequest { with_fixes: false, ..req(Config { batch_size: l.batch_size.unwrap(), ..plain.config.clone() }) }).unwrap();
+        let recovers = own.later.as_ref().and_then(|g| g.past_card).is_some_and(|p| p.recovers);
+        assert_eq!(l.frees_cached_blocks, recovers, "{l:?}");
+        assert_eq!(
+            l.needed_bytes,
+            Some(own.later.and_then(|g| g.after_release_bytes).map_or(own.cards[0].needed_bytes, |a| a.max(own.cards[0].needed_bytes)))
+        );
+    }
+
+    /// A 6-layer character model at block 512 accumulating 2, eager: on the default card its
+    /// largest batch runs out a few steps in and a smaller one keeps fitting.
+    fn six_layer_char_model() -> Config {
+        Config {
+            n_layer: 6,
+            n_head: 8,
+            n_embd: 768,
+            block_size: 512,
+            vocab_size: 65,
+            gradient_accumulation_steps: 2,
+            compile: false,
+            ..Config::default()
         }
     }
 
@@ -2889,16 +2895,7 @@ mod tests {
         let available = gpu.usable_bytes;
         let (mut keeps, mut runs_out, mut does_not_fit) = (0, 0, 0);
         for cfg in [
-            Config {
-                n_layer: 6,
-                n_head: 8,
-                n_embd: 768,
-                block_size: 512,
-                vocab_size: 65,
-                gradient_accumulation_steps: 2,
-                compile: false,
-                ..Config::default()
-            },
+            six_layer_char_model(),
             Config {
                 n_layer: 12,
                 n_head: 6,
