@@ -840,12 +840,17 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     body_runs = true;
                 }
                 // `if big: x = y` with the condition read as true: its body runs here.
+                // Its statements run in turn: what one binds, the next may read (its value is
+                // not known here, so it is as a block's).
                 if let Some(body) = conditional_body(code).filter(|_| body_runs) {
-                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread);
-                    if let Some((e, why)) =
-                        top_level_statements(body).into_iter().find_map(|s| certain_error_in(s, &lookup, &set_in_block, &unread))
-                    {
-                        notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                    let mut bound = set_in_block.clone();
+                    for statement in top_level_statements(body) {
+                        let lookup = |n: &str| name_value(n, &env, &cfg, &bound, &unread);
+                        if let Some((e, why)) = certain_error_in(statement, &lookup, &bound, &unread) {
+                            notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
+                            break;
+                        }
+                        bound.extend(names_bound_in(statement).into_iter().map(|n| (n, line)));
                     }
                 }
                 // A top-level `assert` evaluates its condition too: false, it is Python's
@@ -1468,6 +1473,35 @@ fn mark_conditional(body: &str, line: usize, conditional: &mut Vec<(&'static str
     }
 }
 
+/// What else is defined where train.py runs a config file (its configurator execs the file in
+/// train.py's globals): train.py's imports, `config_keys`, and the configurator's own names.
+/// vramfit knows no value for them, but reading one is no NameError. (Dunder names, such as
+/// `__name__`, count too.)
+const TRAIN_PY_GLOBALS: [&str; 21] = [
+    "os",
+    "time",
+    "math",
+    "pickle",
+    "nullcontext",
+    "np",
+    "torch",
+    "DDP",
+    "init_process_group",
+    "destroy_process_group",
+    "GPTConfig",
+    "GPT",
+    "config_keys",
+    "sys",
+    "literal_eval",
+    "arg",
+    "config_file",
+    "f",
+    // Bound by the configurator only for `--key=value` arguments before the file's: maybe.
+    "key",
+    "val",
+    "attempt",
+];
+
 /// Python's builtins a config file might name (`int`, `max`, `len`, ...): an unknown one is
 /// no NameError, only a call vramfit does not evaluate.
 const PYTHON_BUILTINS: [&str; 24] = [
@@ -1523,7 +1557,8 @@ fn python_stops_on(e: &str, set_in_block: &BTreeMap<String, usize>, unread: &BTr
         return Some("a ZeroDivisionError");
     }
     let name = e.strip_prefix("unknown name ")?;
-    (!PYTHON_BUILTINS.contains(&name) && !set_in_block.contains_key(name) && !unread.contains_key(name)).then_some("a NameError")
+    let defined = PYTHON_BUILTINS.contains(&name) || TRAIN_PY_GLOBALS.contains(&name) || name.starts_with("__");
+    (!defined && !set_in_block.contains_key(name) && !unread.contains_key(name)).then_some("a NameError")
 }
 
 /// The Python error the values of `statement`, an assignment that certainly runs, certainly
@@ -2036,8 +2071,8 @@ fn evaluate(expr: &str, lookup: &dyn Fn(&str) -> Option<Value>) -> Result<Value,
     if tokens.is_empty() {
         return Err(format!("no value after `=` {PYTHON_REFUSES}"));
     }
-    let mut parser = Parser { tokens: &tokens, pos: 0, lookup, depth: 0 };
-    let value = parser.expression()?;
+    let mut parser = Parser { tokens: &tokens, pos: 0, lookup, depth: 0, skipping: 0 };
+    let value = parser.expression().map_err(|e| e.strip_prefix(EVALUATION_ERROR).map_or(e.clone(), str::to_string))?;
     match parser.tokens.get(parser.pos) {
         None => Ok(value),
         Some(Token::Open) => Err("function calls are not supported".into()),
@@ -2056,18 +2091,27 @@ fn describe(t: &Token) -> String {
     }
 }
 
+/// Marks an error of evaluation (a name, an operation) inside the parser, as against one of
+/// syntax: only the first kind is dropped where Python skips an operand. Never shown.
+const EVALUATION_ERROR: char = '\u{1}';
+
 /// Deepest nesting of parentheses and unary signs: keeps recursion bounded on hostile input.
 const MAX_DEPTH: usize = 64;
 
 /// Recursive descent over Python's precedence: conditional expression < `or` < `and` < `not` <
-/// comparison < sum < product < unary sign < power < atom. Every operand is evaluated, also
-/// those Python would skip (the branch not taken, the right of a deciding `or`): one that cannot
-/// be read makes the value unreadable, never a guess.
+/// comparison < sum < product < unary sign < power < atom. What Python skips (the branch not
+/// taken, the right of a deciding `or` or `and`, the rest of a chain of comparisons once one
+/// fails) is parsed but not evaluated, as Python compiles it but does not run it: its syntax
+/// must hold, but a name it reads or a division by zero in it is no error (`warm == 0 or
+/// max_iters % warm == 0`, a guard).
 struct Parser<'a> {
     tokens: &'a [Token],
     pos: usize,
     lookup: &'a dyn Fn(&str) -> Option<Value>,
     depth: usize,
+    /// Above 0 while parsing what Python skips: what evaluating it would raise is dropped (see
+    /// [`Parser::run`]).
+    skipping: usize,
 }
 
 impl Parser<'_> {
@@ -2082,11 +2126,42 @@ impl Parser<'_> {
         matches!(self.tokens.get(self.pos), Some(Token::Name(n)) if n == word)
     }
 
-    /// `a if c else b`.
+    /// The result of evaluating something: an error of evaluation (not of syntax) is dropped
+    /// while skipping, its value then `None` (never used); otherwise it is marked as one
+    /// ([`EVALUATION_ERROR`]), for [`Parser::expression`].
+    fn run(&self, result: Result<Value, String>) -> Result<Value, String> {
+        match result {
+            Err(_) if self.skipping > 0 => Ok(Value::None),
+            Err(e) => Err(format!("{EVALUATION_ERROR}{e}")),
+            r => r,
+        }
+    }
+
+    /// Parses what Python skips (see [`Parser::skipping`]): only a syntax error counts.
+    fn skipped(&mut self, f: impl FnOnce(&mut Self) -> Result<Value, String>) -> Result<(), String> {
+        self.skipping += 1;
+        let r = self.nested(f);
+        self.skipping -= 1;
+        r.map(|_| ())
+    }
+
+    /// `a if c else b`: `c` first, then one of the two.
     fn expression(&mut self) -> Result<Value, String> {
-        let value = self.or_test()?;
+        let start = self.pos;
+        let mut value = self.or_test();
+        match &value {
+            // An error of evaluation stopped it where it was raised, no place to go on from:
+            // parse it again, skipping, to its end (a syntax error there is the expression's).
+            Err(e) if e.starts_with(EVALUATION_ERROR) => {
+                self.pos = start;
+                self.skipped(|p| p.or_test())?;
+            }
+            // A syntax error stands (parsing again would meet it again, at every level).
+            Err(_) => return value,
+            Ok(_) => {}
+        }
         if !self.keyword("if") {
-            return Ok(value);
+            return value;
         }
         self.pos += 1;
         let condition = self.nested(|p| p.or_test())?;
@@ -2094,31 +2169,37 @@ impl Parser<'_> {
             return Err("`if` without `else` in an expression".into());
         }
         self.pos += 1;
-        let other = self.nested(|p| p.expression())?;
-        Ok(if condition.is_truthy() { value } else { other })
+        if condition.is_truthy() {
+            self.skipped(|p| p.expression())?;
+        } else {
+            value = self.nested(|p| p.expression());
+        }
+        value
     }
 
-    /// `a or b`: the first truthy operand, or the last.
+    /// `a or b`: the first truthy operand, or the last (those after a truthy one not evaluated).
     fn or_test(&mut self) -> Result<Value, String> {
         let mut acc = self.and_test()?;
         while self.keyword("or") {
             self.pos += 1;
-            let rhs = self.nested(|p| p.and_test())?;
-            if !acc.is_truthy() {
-                acc = rhs;
+            if acc.is_truthy() {
+                self.skipped(|p| p.and_test())?;
+            } else {
+                acc = self.nested(|p| p.and_test())?;
             }
         }
         Ok(acc)
     }
 
-    /// `a and b`: the first falsy operand, or the last.
+    /// `a and b`: the first falsy operand, or the last (those after a falsy one not evaluated).
     fn and_test(&mut self) -> Result<Value, String> {
         let mut acc = self.not_test()?;
         while self.keyword("and") {
             self.pos += 1;
-            let rhs = self.nested(|p| p.not_test())?;
             if acc.is_truthy() {
-                acc = rhs;
+                acc = self.nested(|p| p.not_test())?;
+            } else {
+                self.skipped(|p| p.not_test())?;
             }
         }
         Ok(acc)
@@ -2133,15 +2214,23 @@ impl Parser<'_> {
         self.comparison()
     }
 
-    /// `a < b <= c`: each pair compared, all must hold (chained, as in Python).
+    /// `a < b <= c`: each pair compared, all must hold (chained, as in Python: once one fails,
+    /// the operands after it are not evaluated).
     fn comparison(&mut self) -> Result<Value, String> {
         let mut lhs = self.sum()?;
         let mut result: Option<bool> = None;
         while let Some(op @ ("==" | "!=" | "<" | "<=" | ">" | ">=")) = self.peek_op() {
             self.pos += 1;
+            if result == Some(false) {
+                self.skipped(|p| p.sum())?;
+                continue;
+            }
             let rhs = self.sum()?;
-            let holds = compare(op, &lhs, &rhs)?;
-            result = Some(result.unwrap_or(true) && holds);
+            let holds = match self.run(compare(op, &lhs, &rhs).map(Value::Bool))? {
+                Value::Bool(b) => b,
+                _ => false,
+            };
+            result = Some(holds);
             lhs = rhs;
         }
         Ok(result.map_or(lhs, Value::Bool))
@@ -2152,7 +2241,7 @@ impl Parser<'_> {
         while let Some(op @ ("+" | "-")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.product()?;
-            acc = binary(op, acc, rhs)?;
+            acc = self.run(binary(op, acc, rhs))?;
         }
         Ok(acc)
     }
@@ -2162,7 +2251,7 @@ impl Parser<'_> {
         while let Some(op @ ("*" | "/" | "//" | "%")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.unary()?;
-            acc = binary(op, acc, rhs)?;
+            acc = self.run(binary(op, acc, rhs))?;
         }
         Ok(acc)
     }
@@ -2176,12 +2265,13 @@ impl Parser<'_> {
                     Value::Bool(b) => Value::Int(b as i64),
                     v => v,
                 };
-                match (op, v) {
+                let result = match (op, v) {
                     ("+", v @ (Value::Int(_) | Value::Float(_))) => Ok(v),
                     ("-", Value::Int(n)) => n.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".into()),
                     ("-", Value::Float(x)) => Ok(Value::Float(-x)),
                     (_, v) => Err(format!("bad operand for unary {op}: {}", v.type_name())),
-                }
+                };
+                self.run(result)
             }
             _ => self.power(),
         }
@@ -2193,7 +2283,7 @@ impl Parser<'_> {
             self.pos += 1;
             // Right-associative and binds tighter than a unary minus on its left: -2**2 == -4.
             let exponent = self.nested(|p| p.unary())?;
-            return binary("**", base, exponent);
+            return self.run(binary("**", base, exponent));
         }
         Ok(base)
     }
@@ -2208,7 +2298,8 @@ impl Parser<'_> {
                 if self.tokens.get(self.pos) == Some(&Token::Open) {
                     return Err(format!("function calls are not supported ({}(...))", excerpt(n)));
                 }
-                (self.lookup)(n).ok_or_else(|| format!("unknown name {}", excerpt(n)))
+                let value = (self.lookup)(n).ok_or_else(|| format!("unknown name {}", excerpt(n)));
+                self.run(value)
             }
             Token::Open => {
                 let v = self.nested(|p| p.expression())?;
@@ -3016,6 +3107,9 @@ weight_decay = 1e-1
             ("if dtype == 'x':\n    k = 1\nelif n_layer < 2:\n    k = 2\nelse:\n    j = j\n", "(a NameError)"),
             ("if not False:\n    block_size = eval_batch_size % 33\nblock_size = 17\n", "(a NameError)"),
             ("if True: y = 1; x = z\nn_layer = 4\n", "(a NameError)"),
+            // A guard Python does not evaluate past: only what it runs raises.
+            ("warm = 0\nassert warm != 0 and max_iters % warm == 0\nn_layer = 4\n", "the assertion fails (an AssertionError)"),
+            ("x = 1 if False else big\nn_layer = 4\n", "(a NameError)"),
             ("if 1:\n    x = 3 % 0\n", "(a ZeroDivisionError)"),
         ] {
             let f = parse(text).unwrap();
@@ -3037,6 +3131,16 @@ weight_decay = 1e-1
             "if True:\n    for i in range(0):\n        x = big\n",
             "if True:\n    try:\n        x = big\n    except NameError:\n        pass\n",
             "for i in range(0):\n    x = big\nelse:\n    pass\n",
+            // What one statement of a one-line body binds, the next may read (QA: refused).
+            "if dtype == 'bfloat16': scale = 2; lr = 6e-4 * scale\nn_layer = 4\n",
+            "if False: pass\nelse: k = 2; x = k\n",
+            // What Python skips is not evaluated: a guard, a branch not taken, a failed chain.
+            "warm = 0\nassert warm == 0 or max_iters % warm == 0\nn_layer = 4\n",
+            "if n_layer > 50:\n    pass\nelif True or big:\n    pass\n",
+            "if True:\n    x = 1 if True else big\n",
+            "x = 0 and 1 / 0\ny = 1 > 2 > big\nn_layer = 4\n",
+            // Names train.py's globals have where it runs the file.
+            "if __name__ == '__main__':\n    pass\nx = config_file\ny = os\nn_layer = 4\n",
         ] {
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);

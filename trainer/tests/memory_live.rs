@@ -75,7 +75,9 @@ fn saving_a_checkpoint_takes_no_copy_of_it() {
     // Moments of the parameters' shapes, without a training step: a matmul here would make gemm
     // keep its per-thread buffers, which the other test's baseline would then hold.
     let moments = |scale: f64| -> Vec<Tensor> { model.params().iter().map(|(_, v)| (v.as_tensor() * scale).unwrap()).collect() };
-    let (steps, exp_avg, exp_avg_sq) = (1, moments(0.5), moments(0.25));
+    // A second moment is a mean of squares (a checkpoint with a negative one is refused).
+    let squares: Vec<Tensor> = model.params().iter().map(|(_, v)| (v.as_tensor().sqr().unwrap() * 0.25).unwrap()).collect();
+    let (steps, exp_avg, exp_avg_sq) = (1, moments(0.5), squares);
     let ckpt = Checkpoint {
         meta: CheckpointMeta {
             format: FORMAT_VERSION,
