@@ -13,9 +13,11 @@ static PEAK: AtomicU64 = AtomicU64::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// Whether a refused allocation ends the process with one clear line ([`exit_when_memory_runs_out`]).
 static EXIT_WHEN_REFUSED: AtomicBool = AtomicBool::new(false);
-/// The pre-flight's figures for that line, once it has run (0: not yet).
+/// Whether a CPU training run's pre-flight has run (the line then speaks of the run), and its
+/// figures: the predicted peak and the memory available (`u64::MAX`: no limit known).
+static TRAINING: AtomicBool = AtomicBool::new(false);
 static PLANNED_PEAK: AtomicU64 = AtomicU64::new(0);
-static PLANNED_AVAILABLE: AtomicU64 = AtomicU64::new(0);
+static PLANNED_AVAILABLE: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Set by the first thread to report a refusal; any other stops and waits for the exit.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
@@ -94,11 +96,21 @@ pub fn exit_when_memory_runs_out() {
     EXIT_WHEN_REFUSED.store(true, Ordering::Relaxed);
 }
 
-/// What the pre-flight planned (the predicted peak and the memory available, in bytes), for
-/// the out-of-memory line.
-pub fn note_planned(peak: u64, available: u64) {
+/// What a CPU training run's pre-flight planned (the predicted peak and the memory available,
+/// in bytes, `None` where no limit is known), for the out-of-memory line: it then speaks of the
+/// run (its plan, its checkpoint, its flags).
+pub fn note_planned(peak: u64, available: Option<u64>) {
     PLANNED_PEAK.store(peak, Ordering::Relaxed);
-    PLANNED_AVAILABLE.store(available, Ordering::Relaxed);
+    PLANNED_AVAILABLE.store(available.unwrap_or(u64::MAX), Ordering::Relaxed);
+    TRAINING.store(true, Ordering::Relaxed);
+}
+
+/// What the out-of-memory line says of the process: a CPU training run with its plan (the
+/// predicted peak, and the memory available if known), or anything else.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Refused {
+    Training { peak: u64, available: Option<u64> },
+    Other,
 }
 
 /// The system refused `bytes`: returns (the caller hands Rust the null pointer) unless
@@ -127,21 +139,34 @@ impl std::fmt::Write for StackLine {
     }
 }
 
-/// The text of the out-of-memory line (without `error: ` and the line break).
-fn refusal_line(out: &mut impl std::fmt::Write, bytes: usize, live: u64, planned: Option<(u64, u64)>) -> std::fmt::Result {
+/// The text of the out-of-memory line (without `error: ` and the line break). `bytes` is the
+/// block asked for (for a grown one, its whole new size).
+fn refusal_line(out: &mut impl std::fmt::Write, bytes: usize, live: u64, what: Refused) -> std::fmt::Result {
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let request = bytes as u64;
-    let (amount, unit) = if request >> 30 > 0 { (request as f64 / (1u64 << 30) as f64, "GiB") } else { (mib(request), "MiB") };
-    write!(out, "out of memory: the system refused {amount:.1} {unit} more, with {:.1} MiB of this process's heap in use", mib(live))?;
-    if let Some((peak, available)) = planned {
-        write!(
-            out,
-            " (the pre-flight planned a peak of {:.1} MiB of {:.1} MiB available: other programs took memory since, or the run needed more than planned)",
-            mib(peak),
-            mib(available)
-        )?;
+    let (amount, unit) = match request {
+        r if r >> 30 > 0 => (r as f64 / (1u64 << 30) as f64, "GiB"),
+        r if r >> 20 > 0 => (mib(r), "MiB"),
+        r => (r as f64 / 1024.0, "KiB"),
+    };
+    write!(
+        out,
+        "out of memory: the system refused a block of {amount:.1} {unit}, with {:.1} MiB of this process's heap in use",
+        mib(live)
+    )?;
+    match what {
+        Refused::Training { peak, available } => {
+            write!(out, " (the pre-flight planned a peak of {:.1} MiB", mib(peak))?;
+            if let Some(available) = available {
+                write!(out, " of {:.1} MiB available", mib(available))?;
+            }
+            out.write_str(
+                ": other programs took memory since, or the run needed more than planned); a checkpoint already written is \
+                 whole: free memory, or lower --batch-size (or set --max-memory-mib), and resume",
+            )
+        }
+        Refused::Other => out.write_str("; free memory and run it again"),
     }
-    out.write_str("; a checkpoint already written is whole: free memory, or lower --batch-size (or set --max-memory-mib), and resume")
 }
 
 fn report_refusal_and_exit(bytes: usize) -> ! {
@@ -160,12 +185,14 @@ fn report_refusal_and_exit(bytes: usize) -> ! {
             }
         }
         let mut line = StackLine { bytes: [0; 512], len: 0 };
-        let planned = match (PLANNED_PEAK.load(Ordering::Relaxed), PLANNED_AVAILABLE.load(Ordering::Relaxed)) {
-            (0, _) | (_, 0) => None,
-            figures => Some(figures),
+        let what = if TRAINING.load(Ordering::Relaxed) {
+            let available = PLANNED_AVAILABLE.load(Ordering::Relaxed);
+            Refused::Training { peak: PLANNED_PEAK.load(Ordering::Relaxed), available: (available != u64::MAX).then_some(available) }
+        } else {
+            Refused::Other
         };
         let _ = std::fmt::Write::write_str(&mut line, "error: ");
-        let _ = refusal_line(&mut line, bytes, live(), planned);
+        let _ = refusal_line(&mut line, bytes, live(), what);
         line.len = line.len.min(line.bytes.len() - 1);
         line.bytes[line.len] = b'\n';
         line.len += 1;
@@ -277,14 +304,33 @@ mod tests {
     fn the_out_of_memory_line_fits_its_buffer() {
         let mut line = StackLine { bytes: [0; 512], len: 0 };
         let _ = std::fmt::Write::write_str(&mut line, "error: ");
-        refusal_line(&mut line, usize::MAX, u64::MAX, Some((u64::MAX, u64::MAX))).unwrap();
+        let longest = Refused::Training { peak: u64::MAX, available: Some(u64::MAX - 1) };
+        refusal_line(&mut line, usize::MAX, u64::MAX, longest).unwrap();
         let mut whole = String::from("error: ");
-        refusal_line(&mut whole, usize::MAX, u64::MAX, Some((u64::MAX, u64::MAX))).unwrap();
+        refusal_line(&mut whole, usize::MAX, u64::MAX, longest).unwrap();
         assert!(whole.len() < 512, "{} bytes: {whole}", whole.len());
         assert_eq!(&line.bytes[..line.len], whole.as_bytes());
         for _ in 0..3 {
-            refusal_line(&mut line, 1, 1, None).unwrap();
+            refusal_line(&mut line, 1, 1, Refused::Other).unwrap();
         }
         assert_eq!(line.len, 512);
+    }
+
+    /// The line speaks of a training run's plan and flags only for a training run, says so
+    /// where no limit is known, and gives small blocks in KiB (not "0.0 MiB").
+    #[test]
+    fn the_out_of_memory_line_fits_what_ran_out() {
+        let text = |bytes: usize, what: Refused| {
+            let mut s = String::new();
+            refusal_line(&mut s, bytes, 3 << 20, what).unwrap();
+            s
+        };
+        let other = text(4096, Refused::Other);
+        assert_eq!(other, "out of memory: the system refused a block of 4.0 KiB, with 3.0 MiB of this process's heap in use; free memory and run it again");
+        let unknown = text(3 << 29, Refused::Training { peak: 2 << 20, available: None });
+        assert!(unknown.contains("a block of 1.5 GiB") && unknown.contains("planned a peak of 2.0 MiB:"), "{unknown}");
+        assert!(unknown.ends_with("lower --batch-size (or set --max-memory-mib), and resume"), "{unknown}");
+        let known = text(5 << 20, Refused::Training { peak: 2 << 20, available: Some(8 << 20) });
+        assert!(known.contains("a block of 5.0 MiB") && known.contains("planned a peak of 2.0 MiB of 8.0 MiB available:"), "{known}");
     }
 }

@@ -308,7 +308,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
     say(predicted_line(checked.predicted_peak, available, basis));
     if device.is_cpu() {
-        vramfit::mem::note_planned(checked.predicted_peak, available);
+        vramfit::mem::note_planned(checked.predicted_peak, (available != u64::MAX).then_some(available));
     }
     // Test hook, in debug builds only (what `cargo test` runs): a request of this many bytes
     // after the pre-flight, as if the run met a memory limit it did not plan for.

@@ -353,7 +353,7 @@ fn memory_refused_mid_run_is_one_error_line() {
     assert_has(
         lines[0],
         &[
-            "error: out of memory: the system refused 1048576.0 GiB more",
+            "error: out of memory: the system refused a block of 1048576.0 GiB",
             "MiB of this process's heap in use",
             "the pre-flight planned a peak of",
         ],
@@ -397,7 +397,9 @@ fn named_pipes_are_refused_not_waited_on() {
     let line = one_error_line(&run_within(&fresh, 60));
     assert_has(&line, &["ckpt.safetensors is not a regular file"]);
     assert!(std::fs::symlink_metadata(linked.join("ckpt.safetensors")).unwrap().file_type().is_symlink());
-    assert!(!out_dir.join("log.jsonl").exists(), "a refused run started");
+    assert!(!linked.join("log.jsonl").exists() && !out_dir.join("log.jsonl").exists(), "a refused run started");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(out_dir.join("ckpt.safetensors")).unwrap().file_type().is_fifo(), "the pipe stays");
 }
 
 /// The checkpoint records the out_dir and the data's path as text: a name that is not UTF-8 is
