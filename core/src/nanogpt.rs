@@ -909,7 +909,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 };
                 if let Some(&modelled) = MODELLED.iter().find(|&&m| m == name) {
                     let bad = |reason: String| ConfigFileError::BadValue { line, key: name.to_string(), reason };
-                    let value = value.map_err(|e| bad(unreadable_because(e)))?;
+                    let value = value.map_err(|e| {
+                        // Python's own error where it is certain: train.py would stop there too.
+                        let stops = python_stops_on(&e, &set_in_block, &unread);
+                        let why = unreadable_because(e);
+                        bad(stops.map_or(why.clone(), |error| format!("{why} ({error}): train.py would stop")))
+                    })?;
                     // Python assigns any value; only the one train.py ends up with must be good.
                     bad_values.retain(|(k, _)| *k != modelled);
                     if let Err(reason) = set_modelled(&mut cfg, name, &value) {
@@ -1502,34 +1507,42 @@ const TRAIN_PY_GLOBALS: [&str; 21] = [
     "attempt",
 ];
 
-/// Python's builtins a config file might name (`int`, `max`, `len`, ...): an unknown one is
-/// no NameError, only a call vramfit does not evaluate.
-const PYTHON_BUILTINS: [&str; 24] = [
-    "abs",
-    "all",
-    "any",
-    "bool",
-    "dict",
-    "divmod",
-    "float",
-    "globals",
-    "int",
-    "isinstance",
-    "len",
-    "list",
-    "locals",
-    "map",
-    "max",
-    "min",
-    "open",
-    "pow",
-    "print",
-    "range",
-    "round",
-    "str",
-    "sum",
-    "tuple",
+/// Python's builtins (3.11's, and 3.13's one more), separated by spaces: a name among them is no
+/// NameError (a call of one is only a call vramfit does not evaluate). One string, not a table
+/// of 150 entries: the page's wasm carries it.
+const PYTHON_BUILTINS: &str = concat!(
+    "ArithmeticError AssertionError AttributeError BaseException BaseExceptionGroup ",
+    "BlockingIOError BrokenPipeError BufferError BytesWarning ChildProcessError ",
+    "ConnectionAbortedError ConnectionError ConnectionRefusedError ConnectionResetError ",
+    "DeprecationWarning EOFError Ellipsis EncodingWarning EnvironmentError Exception ",
+    "ExceptionGroup FileExistsError FileNotFoundError FloatingPointError FutureWarning ",
+    "GeneratorExit IOError ImportError ImportWarning IndentationError IndexError InterruptedError ",
+    "IsADirectoryError KeyError KeyboardInterrupt LookupError MemoryError ModuleNotFoundError ",
+    "NameError NotADirectoryError NotImplemented NotImplementedError OSError OverflowError ",
+    "PendingDeprecationWarning PermissionError ProcessLookupError PythonFinalizationError ",
+    "RecursionError ReferenceError ResourceWarning RuntimeError RuntimeWarning StopAsyncIteration ",
+    "StopIteration SyntaxError SyntaxWarning SystemError SystemExit TabError TimeoutError ",
+    "TypeError UnboundLocalError UnicodeDecodeError UnicodeEncodeError UnicodeError ",
+    "UnicodeTranslateError UnicodeWarning UserWarning ValueError Warning ZeroDivisionError abs ",
+    "aiter all anext any ascii bin bool breakpoint bytearray bytes callable chr classmethod ",
+    "compile complex copyright credits delattr dict dir divmod enumerate eval exec exit filter ",
+    "float format frozenset getattr globals hasattr hash help hex id input int isinstance ",
+    "issubclass iter len license list locals map max memoryview min next object oct open ord pow ",
+    "print property quit range repr reversed round set setattr slice sorted staticmethod str sum ",
+    "super tuple type vars zip",
+);
+
+/// Python's keywords that cannot be a value (`True`, `False`, `None` are values; `lambda` starts
+/// one; `not` is an operator where it may stand).
+const PYTHON_KEYWORDS: [&str; 31] = [
+    "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del", "elif", "else", "except", "finally", "for",
+    "from", "global", "if", "import", "in", "is", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
 ];
+
+/// Whether `name` is one of Python's builtins.
+fn is_python_builtin(name: &str) -> bool {
+    PYTHON_BUILTINS.split(' ').any(|b| b == name)
+}
 
 /// What a name holds for an expression the reader evaluates: what the file assigned it, else
 /// train.py's global (a modelled setting's value so far, an unmodelled one's default); nothing
@@ -1553,11 +1566,14 @@ fn name_value(
 /// defines (not a builtin, not one a block, import or unreadable line may have set), or a
 /// division by zero.
 fn python_stops_on(e: &str, set_in_block: &BTreeMap<String, usize>, unread: &BTreeMap<String, usize>) -> Option<&'static str> {
-    if e == "division by zero" {
+    if e.starts_with("division by zero") {
         return Some("a ZeroDivisionError");
     }
+    if e.ends_with(PYTHON_REFUSES) {
+        return Some("a SyntaxError");
+    }
     let name = e.strip_prefix("unknown name ")?;
-    let defined = PYTHON_BUILTINS.contains(&name) || TRAIN_PY_GLOBALS.contains(&name) || name.starts_with("__");
+    let defined = is_python_builtin(name) || TRAIN_PY_GLOBALS.contains(&name) || name.starts_with("__");
     (!defined && !set_in_block.contains_key(name) && !unread.contains_key(name)).then_some("a NameError")
 }
 
@@ -2298,6 +2314,14 @@ impl Parser<'_> {
                 if self.tokens.get(self.pos) == Some(&Token::Open) {
                     return Err(format!("function calls are not supported ({}(...))", excerpt(n)));
                 }
+                // A keyword where a value goes (`6 or if`): Python refuses the file, even where it
+                // would skip the operand. A lambda is an expression vramfit does not evaluate.
+                if n == "lambda" {
+                    return Err("lambda is not supported".into());
+                }
+                if PYTHON_KEYWORDS.contains(&n.as_str()) {
+                    return Err(format!("`{n}` where a value goes {PYTHON_REFUSES}"));
+                }
                 let value = (self.lookup)(n).ok_or_else(|| format!("unknown name {}", excerpt(n)));
                 self.run(value)
             }
@@ -2467,9 +2491,13 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                     if y == 0 {
                         return Err(zero());
                     }
-                    return Ok(Value::Float(x as f64 / y as f64));
+                    return Ok(Value::Float(int_true_division(x, y)));
                 }
                 "**" => {
+                    // Python takes a negative power of an integer in floats (0 has none).
+                    if y < 0 && x == 0 {
+                        return Err("division by zero (0 to a negative power)".into());
+                    }
                     if y < 0 {
                         return finite((x as f64).powf(y as f64));
                     }
@@ -2505,6 +2533,8 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                     "/" => x / y,
                     "//" => float_divmod(x, y).0,
                     "%" => float_divmod(x, y).1,
+                    "**" if x == 0.0 && y < 0.0 => return Err("division by zero (0 to a negative power)".into()),
+                    "**" if x < 0.0 && y.fract() != 0.0 => return Err("a complex number (vramfit reads real numbers only)".into()),
                     "**" => x.powf(y),
                     _ => return Err(format!("unsupported operator {op}")),
                 };
@@ -2512,6 +2542,37 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
             }
             _ => Err(format!("unsupported operand types for {op}: {} and {}", a.type_name(), b.type_name())),
         },
+    }
+}
+
+/// Python's `x / y` of two integers: the exact quotient rounded once to the nearest float (ties
+/// to even). Dividing the two after rounding each to a float rounds twice, which differs past
+/// 2^53 (`874709080445262125 / 1999`). `y` is not 0.
+fn int_true_division(x: i64, y: i64) -> f64 {
+    let negative = (x < 0) != (y < 0);
+    let (n, d) = (u128::from(x.unsigned_abs()), u128::from(y.unsigned_abs()));
+    if n == 0 {
+        return if negative { -0.0 } else { 0.0 };
+    }
+    // The quotient in binary: its integer part, then bits of the fraction until it has at
+    // least 55 significant bits (two past a float's 53, for rounding), with what is left over.
+    let (mut q, mut r, mut exponent) = (n / d, n % d, 0i32);
+    while q < 1 << 55 {
+        r <<= 1;
+        let bit = u128::from(r >= d);
+        r -= bit * d;
+        q = q << 1 | bit;
+        exponent -= 1;
+    }
+    let drop = 128 - q.leading_zeros() as i32 - 53;
+    let (mantissa, rest, half) = (q >> drop, q & ((1 << drop) - 1), 1u128 << (drop - 1));
+    let up = rest > half || (rest == half && (r != 0 || mantissa & 1 == 1));
+    // Exact: at most 2^53, times a power of two well within the exponent range.
+    let value = (mantissa + u128::from(up)) as f64 * 2f64.powi(exponent + drop);
+    if negative {
+        -value
+    } else {
+        value
     }
 }
 
@@ -3043,6 +3104,20 @@ weight_decay = 1e-1
     /// reading it is refused, where it once read the value from before the block (a
     /// differential fuzz against Python found these). Names set at the top level again, names
     /// only a function sets locally, and train.py's own defaults read as Python reads them.
+    /// A modelled setting Python cannot evaluate either says which error train.py stops on; a
+    /// keyword where a value goes refuses the file, as Python does even where it would skip it.
+    #[test]
+    fn a_setting_python_cannot_evaluate_names_its_error() {
+        let base = Config::default();
+        let err = parse_config_file("n_layer = foo\n", &base).unwrap_err().to_string();
+        assert!(err.ends_with("unknown name foo (a NameError): train.py would stop"), "{err}");
+        let err = parse_config_file("n_layer = 6 or if\n", &base).unwrap_err().to_string();
+        assert!(err.contains("`if` where a value goes (Python would refuse the file)"), "{err}");
+        // What Python skips may not be readable: the value is what Python reads.
+        assert_eq!(parse_config_file("n_layer = 6 or foo\n", &base).unwrap().config.n_layer, 6);
+        assert_eq!(parse_config_file("n_layer = 0 and 1 / 0 or 7\n", &base).unwrap().config.n_layer, 7);
+    }
+
     #[test]
     fn names_a_block_may_set_are_not_read_with_their_old_values() {
         for (text, key, line, name) in [
@@ -3110,6 +3185,10 @@ weight_decay = 1e-1
             // A guard Python does not evaluate past: only what it runs raises.
             ("warm = 0\nassert warm != 0 and max_iters % warm == 0\nn_layer = 4\n", "the assertion fails (an AssertionError)"),
             ("x = 1 if False else big\nn_layer = 4\n", "(a NameError)"),
+            // Zero to a negative power is Python's ZeroDivisionError (QA: "number too large").
+            ("x = dropout ** -1\nn_layer = 4\n", "(a ZeroDivisionError)"),
+            // A keyword where a value goes is Python's SyntaxError, skipped or not.
+            ("assert 6 or if\nn_layer = 4\n", "(a SyntaxError)"),
             ("if 1:\n    x = 3 % 0\n", "(a ZeroDivisionError)"),
         ] {
             let f = parse(text).unwrap();
@@ -3139,8 +3218,9 @@ weight_decay = 1e-1
             "if n_layer > 50:\n    pass\nelif True or big:\n    pass\n",
             "if True:\n    x = 1 if True else big\n",
             "x = 0 and 1 / 0\ny = 1 > 2 > big\nn_layer = 4\n",
-            // Names train.py's globals have where it runs the file.
+            // Names train.py's globals have where it runs the file, and Python's builtins.
             "if __name__ == '__main__':\n    pass\nx = config_file\ny = os\nn_layer = 4\n",
+            "x = sorted\nassert callable\nif Exception:\n    pass\nn_layer = 4\n",
         ] {
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
@@ -3638,6 +3718,28 @@ weight_decay = 1e-1
     #[test]
     fn python_integer_division_floors() {
         let v = |e: &str| evaluate(e, &|_| None);
+        // True division of integers rounds the exact quotient once, as Python does past 2^53
+        // (QA: `874709080445262125 / 1999` was a float off by one unit). Python 3.11's bits.
+        for (x, y, bits) in [
+            (874709080445262125, 1999, 0x42f8df87ab654ba2),
+            (-874709080445262125, 1999, 0xc2f8df87ab654ba2),
+            (9223372036854775807, 3, 0x43c5555555555555),
+            (i64::MIN, 7, 0xc3b2492492492492),
+            (1, 3, 0x3fd5555555555555),
+            (2, 3, 0x3fe5555555555555),
+            (1000000000000000001, 1000000000000000000, 0x3ff0000000000000),
+            (9007199254740993, 1, 0x4340000000000000),
+            (9007199254740995, 1, 0x4340000000000002),
+            (i64::MIN, -1, 0x43e0000000000000),
+            (1, 9223372036854775807, 0x3c00000000000000),
+            (0, -5, 0x8000000000000000),
+            (7, 2, 0x400c000000000000),
+        ] {
+            assert_eq!(int_true_division(x, y).to_bits(), bits, "{x} / {y}");
+        }
+        assert_eq!(v("0 ** -1"), Err("division by zero (0 to a negative power)".into()));
+        assert_eq!(v("0.0 ** -0.5"), Err("division by zero (0 to a negative power)".into()));
+        assert!(v("(-8) ** 0.5").is_err());
         assert_eq!(v("-7 // 2"), Ok(Value::Int(-4)));
         assert_eq!(v("7 % -3"), Ok(Value::Int(-2)));
         assert_eq!(v("-2 ** 2"), Ok(Value::Int(-4)));
