@@ -855,9 +855,13 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 }
                 // A top-level `assert` evaluates its condition too: false, it is Python's
                 // AssertionError; one that holds needs no notice (nothing was skipped).
+                let mut assertion_holds = false;
                 if let Some(condition) = assert_condition(code) {
                     let stops = match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
-                        Ok(v) if v.is_truthy() => continue,
+                        Ok(v) if v.is_truthy() => {
+                            assertion_holds = true;
+                            None
+                        }
                         Ok(_) => Some(("the assertion fails".to_string(), "an AssertionError")),
                         Err(e) => python_stops_on(&e, &set_in_block, &unread).map(|why| (e, why)),
                     };
@@ -879,7 +883,11 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 if !import && !docstring && first_statement.is_none() {
                     first_statement = Some((line, excerpt(code.trim())));
                 }
-                notices.push(skip(if import { "imports are not needed" } else { "not a simple assignment" }));
+                // (An assertion that holds was read: nothing to say. What it binds, `:=`, was
+                // handled above as anything's.)
+                if !assertion_holds {
+                    notices.push(skip(if import { "imports are not needed" } else { "not a simple assignment" }));
+                }
                 continue;
             };
             // Python evaluates every value before it assigns any (`a, b = b, a`).
@@ -3229,6 +3237,9 @@ weight_decay = 1e-1
         // imported module's value) is skipped as before.
         let f = parse("n_layer = 4\nassert n_embd % n_head == 0, f'{n_embd} by {n_head}'\n").unwrap();
         assert!(f.notices.is_empty(), "{:?}", f.notices);
+        // A name an assertion binds (`:=`) is set, not undefined, after it.
+        let f = parse("assert (k := 5) > 0\nx = k\nn_layer = 4\n").unwrap();
+        assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{:?}", f.notices);
         let f = parse("import os\nassert os.path.exists('data')\nn_layer = 4\n").unwrap();
         assert!(f.notices.iter().all(|n| !n.contains(TRAIN_PY_WOULD_STOP)), "{:?}", f.notices);
         assert!(f.notices.iter().any(|n| n.ends_with("(not a simple assignment)")), "{:?}", f.notices);
