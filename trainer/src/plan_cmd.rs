@@ -115,11 +115,7 @@ fn keep_pretrained_shape(inputs: &mut inputs::Inputs) -> Result<bool, String> {
 /// train`, which reads no meta.pkl (its vocabulary comes from `--data`): the note says that.
 fn say_trainer_reads_no_meta_pkl(inputs: &mut inputs::Inputs) {
     let Some(at) = inputs.notices.iter().position(|n| is_dataset_note(n)) else { return };
-    let named = inputs.extra.iter().find_map(|(k, v)| match (k.as_str(), v) {
-        ("dataset", vramfit_core::nanogpt::Value::Str(d)) => Some(d.clone()),
-        _ => None,
-    });
-    let Some(dataset) = inputs.vocab_from_dataset.clone().or(named) else { return };
+    let Some(dataset) = dataset_named(inputs) else { return };
     // Where the setting came from ("command line: ", a file's name), as core said it.
     let source = inputs.notices[at].split("dataset = '").next().unwrap_or_default().to_string();
     inputs.notices[at] = format!(
@@ -128,6 +124,16 @@ fn say_trainer_reads_no_meta_pkl(inputs: &mut inputs::Inputs) {
         vramfit_core::shown_input(&dataset, 60),
         inputs.config.vocab_size
     );
+}
+
+/// The dataset whose meta.pkl sets the vocabulary: the one the inputs took it from, else the
+/// one a config file names.
+fn dataset_named(inputs: &inputs::Inputs) -> Option<String> {
+    let named = inputs.extra.iter().find_map(|(k, v)| match (k.as_str(), v) {
+        ("dataset", vramfit_core::nanogpt::Value::Str(d)) => Some(d.clone()),
+        _ => None,
+    });
+    inputs.vocab_from_dataset.clone().or(named)
 }
 
 /// Whether a notice is core's (or [`read_dataset_vocab`]'s) about a dataset's meta.pkl.
@@ -148,11 +154,7 @@ fn read_dataset_vocab(inputs: &mut inputs::Inputs, run: &crate::cli::RunArgs) ->
         inputs.notices.retain(|n| !dataset_note(n));
         return Ok(());
     }
-    let named = inputs.extra.iter().find_map(|(k, v)| match (k.as_str(), v) {
-        ("dataset", vramfit_core::nanogpt::Value::Str(d)) => Some(d.clone()),
-        _ => None,
-    });
-    let Some(dataset) = inputs.vocab_from_dataset.clone().or(named) else { return Ok(()) };
+    let Some(dataset) = dataset_named(inputs) else { return Ok(()) };
     let path = std::path::Path::new("data").join(&dataset).join(vramfit::data::META_FILE);
     let (shown_path, shown_set) = (vramfit_core::shown_input(&path.display().to_string(), 120), vramfit_core::shown_input(&dataset, 60));
     let found = vramfit::data::read_meta_vocab_size(&path)?;
