@@ -185,7 +185,8 @@ pub fn follow_edit(started: &Config, before: &Config, after: &mut Config) {
 /// n_head moved to a divisor of the new n_embd, or the eval context followed a block made no
 /// longer than it. `started` is the config when the edit began.
 pub fn followed(started: &Config, after: &Config) -> Option<String> {
-    if let Some(t) = started.eval_block_size.filter(|_| after.block_size != started.block_size && after.eval_block_size.is_none()) {
+    // (An eval context equal to the new block is unchanged in effect: nothing to say.)
+    if let Some(t) = started.eval_block_size.filter(|&t| t > after.block_size && after.eval_block_size.is_none()) {
         return Some(format!(
             "eval block_size {t} → {}: the eval context is at most block_size, so it follows the block",
             after.block_size
@@ -971,6 +972,9 @@ mod tests {
         let mut longer = Config { block_size: 2048, ..started.clone() };
         follow_edit(&started, &started, &mut longer);
         assert_eq!((longer.eval_block_size, followed(&started, &longer)), (Some(512), None));
+        let mut equal = Config { block_size: 512, ..started.clone() };
+        follow_edit(&started, &started, &mut equal);
+        assert_eq!((equal.eval_block_size, followed(&started, &equal)), (None, None));
     }
 
     /// A few MiB of headroom read as MiB, not as "0.00 GiB"; a tenth of a GiB and more as GiB.
