@@ -217,6 +217,18 @@ pub struct Simulation {
     pub eval_at_start: Peak,
 }
 
+impl Simulation {
+    /// Each window's peak bytes under the name the measured data files give it.
+    pub fn window_bytes(&self) -> [(&'static str, u64); 4] {
+        [
+            ("train", self.train.bytes),
+            ("first_iter", self.first_iter.bytes),
+            ("eval", self.eval.bytes),
+            ("eval_at_start", self.eval_at_start.bytes),
+        ]
+    }
+}
+
 /// One allocator event of an exact simulation: a block handed out (`block` > 0) or returned
 /// (`block` < 0), and the reserve after it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
