@@ -50,7 +50,7 @@ pub const NOT_PYTORCH_MEASUREMENTS: &[&str] = &[
     "trainer-cpu.json",
     "trainer-cpu-f16.json",
     "trainer-cpu-random.json",
-    "trainer-cpu-random-2threads.json",
+    "trainer-cpu-random-pool.json",
     "trainer-cpu-unfused-avx2.json",
     "trainer-cuda-h100-f32.json",
     "trainer-cuda-h100-bf16.json",

@@ -10,7 +10,7 @@
 //!   by the CUDA memory pool's high-water mark (`trainer/src/gpu_mem.rs`).
 //! - tests/reference/data/trainer-cpu-random.json: 30 small configs drawn at random (out of
 //!   sample), held to the looser bound their measurement published;
-//!   trainer-cpu-random-2threads.json: those and 30 more at two threads.
+//!   trainer-cpu-random-pool.json: those and 30 more at two threads, and 30 at four.
 
 use serde_json::Value;
 use vramfit_core::trainer_model::{gemm_slab_bytes, simulate, TrainerOptions};
@@ -35,13 +35,16 @@ fn check_within(file: &str, json: &str, tolerance: f64, slack_bytes: u64) {
         let sim = simulate(&cfg, &opts);
         for (window, predicted) in sim.window_bytes() {
             let measured = row["measured"][window].as_u64().expect("measured bytes") as f64;
-            let not_yet = slabs_not_made_yet(&opts, window) * gemm_slab_bytes(&opts);
             let within = |predicted: f64| {
                 ((predicted - measured) / measured).abs() <= tolerance || (predicted - measured).abs() <= slack_bytes as f64
             };
+            // Within the tolerance once some of the slabs a run may not have made yet are set
+            // aside (none, one, ...), and over only by those.
+            let slabs_aside = |n: u64| predicted.saturating_sub(n * gemm_slab_bytes(&opts)) as f64;
             let err = (predicted as f64 - measured) / measured;
             assert!(
-                within(predicted as f64) || (predicted as f64 > measured && within(predicted.saturating_sub(not_yet) as f64)),
+                within(predicted as f64)
+                    || (predicted as f64 > measured && (1..=slabs_not_made_yet(&opts, window)).any(|n| within(slabs_aside(n)))),
                 "{file}: {} {window}: predicted {predicted}, measured {measured} ({:+.2}%)",
                 row["name"],
                 err * 100.0
@@ -53,9 +56,9 @@ fn check_within(file: &str, json: &str, tolerance: f64, slack_bytes: u64) {
 /// How many of gemm's slabs the model may count that a run has not made yet (an over-estimate by
 /// at most that many). On the fused f32 CPU path the model makes each slab at the first product
 /// that packs into it, but a pool thread's exists only once rayon has handed it part of a
-/// product, and with few products split one pool thread may run them all (measured at 2
-/// threads, trainer-cpu-random-2threads.json: one slab over on 4 of 240 windows, 3 of them eval
-/// at start): at most threads - 1. Elsewhere (candle's attention, CPU f16) every slab is counted
+/// product, and with few products split one pool thread may run them all (measured,
+/// trainer-cpu-random-pool.json: one to three slabs over on 31 of 360 windows at 2 and 4 threads,
+/// most of them eval at start, none a training step): at most threads - 1. Elsewhere (candle's attention, CPU f16) every slab is counted
 /// from the start, so the eval at start may be over by all of them: the pool threads' run only
 /// matmuls large enough to split, the calling thread's only the first product gemm packs itself.
 fn slabs_not_made_yet(opts: &TrainerOptions, window: &str) -> u64 {
@@ -89,17 +92,20 @@ fn random_configs_match_their_cpu_measurements() {
 /// the calling thread's whenever some product was small enough for it; at a head size that is
 /// not a multiple of 16 attention's products prepack their operand and make no slab, and eval's
 /// products before the first step often split over no pool: one to three slabs over on 9 of
-/// seed 2's 30 steady steps and 17 of its 30 evals at start, up to +224% on small runs. Now (one slab of 1 MiB over on 4 of the 240 windows, where rayon ran
-/// every split product on one pool thread) all else within 0.9%, but for the smallest runs
-/// (1.3 MiB, 60 KB under: 4.5%). Held to 5% or 128 KiB, the medians to 0.5%.
+/// seed 2's 30 steady steps and 17 of its 30 evals at start, up to +224% on small runs. Now, at
+/// two threads, one slab of 1 MiB over on 4 of the 240 windows, where rayon ran every split
+/// product on one pool thread, and all else within 0.9% but for the smallest runs (1.3 MiB,
+/// 60 KB under: 4.5%). Seed 5 again at four threads (on two cores): up to three slabs over on 27
+/// of its 120 windows, mostly evals at start, no training step. Held to 5% or 128 KiB past
+/// those slabs, the medians to 0.5%.
 #[test]
-fn random_configs_at_two_threads_match_their_cpu_measurements() {
-    let json = include_str!("../../tests/reference/data/trainer-cpu-random-2threads.json");
-    check_within("trainer-cpu-random-2threads.json", json, 0.05, 128 << 10);
-    check_medians("trainer-cpu-random-2threads.json", json, 60);
+fn random_configs_with_a_thread_pool_match_their_cpu_measurements() {
+    let json = include_str!("../../tests/reference/data/trainer-cpu-random-pool.json");
+    check_within("trainer-cpu-random-pool.json", json, 0.05, 128 << 10);
+    check_medians("trainer-cpu-random-pool.json", json, 90);
     let data: Value = serde_json::from_str(json).expect("json");
     let rows = data["rows"].as_array().expect("rows");
-    assert!(rows.iter().all(|row| row["options"]["cpu_threads"] == 2), "every row at two threads");
+    assert!(rows.iter().all(|row| row["options"]["cpu_threads"].as_u64().is_some_and(|t| t >= 2)), "every row with a pool");
     // Both cases the old rule got wrong are in the data: heads of a size gemm prepacks, and ones
     // it packs into a slab.
     let head_sizes = rows.iter().map(|row| row["config"]["n_embd"].as_u64().unwrap_or(0) / row["config"]["n_head"].as_u64().unwrap_or(1));

@@ -505,13 +505,13 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         eval_chunks,
         py_bool(o.grad_clip),
     )?;
-    // Each window with whether its peak is an estimate: with a thread pool, the windows before
-    // the second step are upper bounds (a pool thread's gemm buffer may not exist yet; see the
-    // notes; measured over there only).
+    // Each window with whether its peak is an estimate: with a thread pool, all but the training
+    // step are upper bounds (a pool thread's gemm buffer may not exist yet early in a run; see
+    // the notes; measured over in those windows only).
     let pool = o.cpu_threads >= 2;
     let windows = [
         ("training step", &plan.train, false),
-        ("eval", &plan.eval, false),
+        ("eval", &plan.eval, pool),
         ("first iteration", &plan.first_iter, pool),
         ("eval at start", &plan.eval_at_start, pool),
     ];
@@ -651,9 +651,9 @@ mod tests {
         assert_eq!(size(1 << 29, true), "~0.50 GiB (512 MiB)");
     }
 
-    /// `plan --runtime trainer` marks eval at start and the first iteration `~` only with a thread
-    /// pool, the gemm buffers row always, and nothing else: the other windows and categories are
-    /// validated figures.
+    /// `plan --runtime trainer` marks every window but the training step `~` only with a thread
+    /// pool, the gemm buffers row always, and nothing else: the training step and the categories
+    /// are validated figures.
     #[test]
     fn trainer_report_marks_its_estimates() {
         use vramfit_core::trainer_model::{self, TrainerOptions};
@@ -675,7 +675,8 @@ mod tests {
             };
             assert_eq!(line("eval at start").contains('~'), threads >= 2, "{text}");
             assert_eq!(line("first iteration").contains('~'), threads >= 2, "{text}");
-            for unmarked in ["training step", "eval ", "Parameters", "Saved activations", "Fits:"] {
+            assert_eq!(line("eval ").contains('~'), threads >= 2, "{text}");
+            for unmarked in ["training step", "Parameters", "Saved activations", "Fits:"] {
                 assert!(!line(unmarked).contains('~'), "{unmarked:?} marked in {text}");
             }
             // One 2 MiB slab on one thread; with two, the calling thread's, made in the first eval
