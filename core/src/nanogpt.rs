@@ -1570,12 +1570,24 @@ fn name_value(
     env.get(n).cloned().or_else(|| (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(cfg, n).or_else(|| train_py_default(n))).flatten())
 }
 
+/// How the evaluator's errors begin where Python raises a TypeError: a binary operator, a unary
+/// sign, an ordering between types that have none (see [`python_stops_on`]).
+const TYPE_ERROR_BINARY: &str = "unsupported operand types for ";
+const TYPE_ERROR_UNARY: &str = "bad operand for unary ";
+const TYPE_ERROR_COMPARE: &str = "cannot compare ";
+
 /// The Python exception an evaluation error is certain to be, where it is one: a name no line
-/// defines (not a builtin, not one a block, import or unreadable line may have set), or a
-/// division by zero.
+/// defines (not a builtin, not one a block, import or unreadable line may have set), a
+/// division by zero, or an operator Python has no meaning for between the operands' types (a
+/// string and a number, None and anything; the reader's values carry Python's exact types, and
+/// it refuses non-finite floats before they reach an operator, so no NaN comparison is taken
+/// for one).
 fn python_stops_on(e: &str, set_in_block: &BTreeMap<String, usize>, unread: &BTreeMap<String, usize>) -> Option<&'static str> {
     if e.starts_with("division by zero") {
         return Some("a ZeroDivisionError");
+    }
+    if [TYPE_ERROR_BINARY, TYPE_ERROR_UNARY, TYPE_ERROR_COMPARE].iter().any(|start| e.starts_with(start)) {
+        return Some("a TypeError");
     }
     if e.ends_with(PYTHON_REFUSES) {
         return Some("a SyntaxError");
@@ -2293,7 +2305,7 @@ impl Parser<'_> {
                     ("+", v @ (Value::Int(_) | Value::Float(_))) => Ok(v),
                     ("-", Value::Int(n)) => n.checked_neg().map(Value::Int).ok_or_else(|| "integer overflow".into()),
                     ("-", Value::Float(x)) => Ok(Value::Float(-x)),
-                    (_, v) => Err(format!("bad operand for unary {op}: {}", v.type_name())),
+                    (_, v) => Err(format!("{TYPE_ERROR_UNARY}{op}: {}", v.type_name())),
                 };
                 self.run(result)
             }
@@ -2394,7 +2406,7 @@ fn compare(op: &str, a: &Value, b: &Value) -> Result<bool, String> {
             ">" => o == Ordering::Greater,
             _ => o != Ordering::Less,
         }),
-        (_, None) => Err(format!("cannot compare {} and {} with {op}", a.type_name(), b.type_name())),
+        (_, None) => Err(format!("{TYPE_ERROR_COMPARE}{} and {} with {op}", a.type_name(), b.type_name())),
     }
 }
 
@@ -2548,7 +2560,7 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                 };
                 finite(v)
             }
-            _ => Err(format!("unsupported operand types for {op}: {} and {}", a.type_name(), b.type_name())),
+            _ => Err(format!("{TYPE_ERROR_BINARY}{op}: {} and {}", a.type_name(), b.type_name())),
         },
     }
 }
@@ -3198,6 +3210,14 @@ weight_decay = 1e-1
             // A keyword where a value goes is Python's SyntaxError, skipped or not.
             ("assert 6 or if\nn_layer = 4\n", "(a SyntaxError)"),
             ("if 1:\n    x = 3 % 0\n", "(a ZeroDivisionError)"),
+            // Operators Python has no meaning for between the operands' types.
+            ("x = 1 + 'a'\nn_layer = 4\n", "(a TypeError)"),
+            ("x = None * 2\nn_layer = 4\n", "(a TypeError)"),
+            ("x = dataset - 1\nn_layer = 4\n", "(a TypeError)"),
+            ("x = 'ab' * 2.0\nn_layer = 4\n", "(a TypeError)"),
+            ("x = -'a'\nn_layer = 4\n", "(a TypeError)"),
+            ("assert n_layer < 'deep'\nn_layer = 4\n", "(a TypeError)"),
+            ("x = None < None\nn_layer = 4\n", "(a TypeError)"),
         ] {
             let f = parse(text).unwrap();
             assert!(f.notices.iter().any(|n| n.contains(error) && n.ends_with(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
@@ -3229,6 +3249,10 @@ weight_decay = 1e-1
             // Names train.py's globals have where it runs the file, and Python's builtins.
             "if __name__ == '__main__':\n    pass\nx = config_file\ny = os\nn_layer = 4\n",
             "x = sorted\nassert callable\nif Exception:\n    pass\nn_layer = 4\n",
+            // Operators Python does apply between these types.
+            "x = 'a' * 3 + 'b'\ny = True + 1.5\nz = -True\nw = 1 < 2.5 < True + 2\nn_layer = 4\n",
+            "x = 'a' == 1\ny = None != None\nz = dataset != None\nw = 'a' < 'b'\nn_layer = 4\n",
+            "x = 0 and 'a' + 1\ny = 1 if True else -'a'\nn_layer = 4\n",
         ] {
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
