@@ -343,6 +343,19 @@ pub fn gemm_slabs(cpu_threads: u32, smallest_product: u64) -> u64 {
     }
 }
 
+/// By how much a run's peaks may fall short of the model's with a thread pool: the pool threads'
+/// gemm slabs but one, which the model makes at the first product split over the pool while
+/// rayon may have handed every such product to one thread so far (measured: one to three slabs
+/// over at 2 and 4 threads, tests/reference/data/trainer-cpu-random-pool.json). 0 on one
+/// thread, on CUDA, and where every slab is counted from the start.
+pub fn pool_slabs_not_made_bound(opts: &TrainerOptions) -> u64 {
+    if opts.gemm_slabs_made_lazily() && opts.cpu_threads >= 2 {
+        u64::from(opts.cpu_threads - 1) * gemm_slab_bytes(opts)
+    } else {
+        0
+    }
+}
+
 /// A category's name in the trainer's reports. Its [`Category::Workspace`] is gemm's per-thread
 /// packing buffers ([`gemm_slab_bytes`] each), not the cuBLAS workspace PyTorch's model means.
 pub fn category_label(category: Category) -> &'static str {
@@ -1942,15 +1955,16 @@ fn cpu_notes(cfg: &Config, opts: &TrainerOptions) -> Vec<String> {
          validated against a counting allocator on 30 runs (peaks 29 MiB to 4.1 GiB, 15 at 1 thread and 15 at 2): every window \
          within 0.29% (under) (tests/reference/data/trainer-cpu.json). They exclude the data set and tokenizer."
         .to_string()];
-    if opts.cpu_threads >= 2 {
-        notes.push(
-            "~ with 2 or more threads: every window but the training step is an upper bound, by up to one gemm buffer per \
-             pool thread but one. A pool thread makes its buffer when rayon first hands it part of a product, and early in a \
-             small run one pool thread may run them all; the model counts every pool thread's from the first product split. \
-             Measured on 90 random runs at 2 and 4 threads: one to three 1 MiB buffers over on 31 of their 360 windows, none a \
-             training step (tests/reference/data/trainer-cpu-random-pool.json)."
-                .to_string(),
-        );
+    if pool_slabs_not_made_bound(opts) > 0 {
+        notes.push(format!(
+            "~ with 2 or more threads: every window is an upper bound, by up to one gemm buffer per pool thread but one \
+             ({:.1} MiB each). A pool thread makes its buffer when rayon first hands it part of a product: early in a run, and \
+             in a small run on a busy CPU even at its second step, one pool thread may have run them all. The model counts \
+             every pool thread's from the first product split. Measured on 90 random runs at 2 and 4 threads: one to three \
+             buffers over on 31 of their 360 windows, none a training step there \
+             (tests/reference/data/trainer-cpu-random-pool.json); with another process busy, training steps too.",
+            gemm_slab_bytes(opts) as f64 / (1u64 << 20) as f64
+        ));
     }
     notes.push(format!(
         "~ gemm buffers: {:.1} MiB per thread that runs a matmul (the L2 size as gemm reads it) and the loss head's packed \
@@ -2120,10 +2134,11 @@ mod plan_tests {
         assert_eq!(threads_seen, [2, 4]);
         let words = ["none", "one", "two", "three"];
         let part = format!(
-            "{} random runs at 2 and 4 threads: one to {} 1 MiB buffers over on {over} of their {windows} windows, none a training step",
+            "{} random runs at 2 and 4 threads: one to {} buffers over on {over} of their {windows} windows, none a training step there",
             random.len(),
             words[most_slabs as usize]
         );
+        assert!(note.contains("(2.0 MiB each)"), "{note}");
         assert!(note.contains(part.as_str()), "{part:?} not in {note:?}");
     }
 

@@ -199,9 +199,16 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
 }
 
 /// The pre-flight's line when the run fits; `available` is `u64::MAX` when no limit is known.
-pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis) -> String {
+/// `upper_by`: how much of the prediction a thread pool may not make
+/// ([`trainer_model::pool_slabs_not_made_bound`]); said when there is any.
+pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis, upper_by: u64) -> String {
     let room = if available == u64::MAX { "no limit known".to_string() } else { format!("{} available", mib(available)) };
-    format!("pre-flight: predicted peak {} (trainer memory model{}), {room}", predicted(predicted_peak, basis), basis.caveat())
+    let bound = if upper_by > 0 {
+        format!(", an upper bound by up to {}: gemm buffers a pool thread may not have made yet", mib(upper_by))
+    } else {
+        String::new()
+    };
+    format!("pre-flight: predicted peak {} (trainer memory model{}{bound}), {room}", predicted(predicted_peak, basis), basis.caveat())
 }
 
 /// On CUDA, where the tensors fit but would not with the pool's cache on top (as measured once,
@@ -418,6 +425,20 @@ mod tests {
         numbers.map(|n| (n.starts_with('~'), n.trim_start_matches('~').to_string())).collect()
     }
 
+    /// With a thread pool the pre-flight says how far over its prediction may be.
+    #[test]
+    fn a_thread_pools_prediction_says_by_how_much_it_is_an_upper_bound() {
+        let threads = |n: u32| TrainerOptions { cpu_threads: n, ..TrainerOptions::default() };
+        // One slab of 2 MiB (the default caches' L2) per pool thread but one.
+        assert_eq!(trainer_model::pool_slabs_not_made_bound(&threads(1)), 0);
+        assert_eq!(trainer_model::pool_slabs_not_made_bound(&threads(4)), 3 * (2 << 20));
+        assert_eq!(trainer_model::pool_slabs_not_made_bound(&TrainerOptions { cuda: true, unfused_ops: true, ..threads(4) }), 0);
+        let bound = trainer_model::pool_slabs_not_made_bound(&threads(4));
+        let line = predicted_line(40 << 20, 100 << 20, Basis::Measured, bound);
+        assert!(line.contains("40.0 MiB (trainer memory model, an upper bound by up to 6.0 MiB: gemm buffers"), "{line}");
+        assert!(!predicted_line(40 << 20, 100 << 20, Basis::Measured, 0).contains("upper bound"));
+    }
+
     /// On CUDA every predicted figure of every pre-flight message is marked and called an
     /// estimate; the memory available (read from the device, or the flag) is not a prediction.
     /// On the CPU nothing is.
@@ -430,8 +451,8 @@ mod tests {
         for basis in [Basis::Measured, Basis::Estimate] {
             let refusal = preflight(&cfg(), &opts, available, false, basis).expect_err("does not fit");
             let note = preflight(&cfg(), &opts, available, true, basis).expect("auto-fit").note.expect("a note");
-            let fits = predicted_line(need, need * 2, basis);
-            let unlimited = predicted_line(need, u64::MAX, basis);
+            let fits = predicted_line(need, need * 2, basis, 0);
+            let unlimited = predicted_line(need, u64::MAX, basis, 0);
             for message in [&refusal, &note, &fits, &unlimited] {
                 let sizes = figures(message);
                 assert!(sizes.len() >= 2 || message == &unlimited, "{message}");

@@ -505,12 +505,11 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         eval_chunks,
         py_bool(o.grad_clip),
     )?;
-    // Each window with whether its peak is an estimate: with a thread pool, all but the training
-    // step are upper bounds (a pool thread's gemm buffer may not exist yet early in a run; see
-    // the notes; measured over in those windows only).
-    let pool = o.cpu_threads >= 2;
+    // Each window with whether its peak is an estimate: with a thread pool, every window is an
+    // upper bound (a pool thread's gemm buffer may not exist yet; see the notes).
+    let pool = vramfit_core::trainer_model::pool_slabs_not_made_bound(o) > 0;
     let windows = [
-        ("training step", &plan.train, false),
+        ("training step", &plan.train, pool),
         ("eval", &plan.eval, pool),
         ("first iteration", &plan.first_iter, pool),
         ("eval at start", &plan.eval_at_start, pool),
@@ -651,9 +650,8 @@ mod tests {
         assert_eq!(size(1 << 29, true), "~0.50 GiB (512 MiB)");
     }
 
-    /// `plan --runtime trainer` marks every window but the training step `~` only with a thread
-    /// pool, the gemm buffers row always, and nothing else: the training step and the categories
-    /// are validated figures.
+    /// `plan --runtime trainer` marks every window and the need `~` only with a thread pool, the
+    /// gemm buffers row always, and nothing else: the categories are validated figures.
     #[test]
     fn trainer_report_marks_its_estimates() {
         use vramfit_core::trainer_model::{self, TrainerOptions};
@@ -676,7 +674,10 @@ mod tests {
             assert_eq!(line("eval at start").contains('~'), threads >= 2, "{text}");
             assert_eq!(line("first iteration").contains('~'), threads >= 2, "{text}");
             assert_eq!(line("eval ").contains('~'), threads >= 2, "{text}");
-            for unmarked in ["training step", "Parameters", "Saved activations", "Fits:"] {
+            assert_eq!(line("training step").contains('~'), threads >= 2, "{text}");
+            // The need is the highest window's, so it is an upper bound too with a pool.
+            assert_eq!(line("Fits:").contains('~'), threads >= 2, "{text}");
+            for unmarked in ["Parameters", "Saved activations"] {
                 assert!(!line(unmarked).contains('~'), "{unmarked:?} marked in {text}");
             }
             // One 2 MiB slab on one thread; with two, the calling thread's, made in the first eval

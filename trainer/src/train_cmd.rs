@@ -28,7 +28,7 @@ use vramfit::progress::Progress;
 use vramfit::train::{self, Run, TrainSettings};
 use vramfit_core::nanogpt::Value;
 use vramfit_core::params::thousands;
-use vramfit_core::trainer_model::TrainerOptions;
+use vramfit_core::trainer_model::{self, TrainerOptions};
 use vramfit_core::{Config, Dtype};
 
 /// A failure and the exit code it maps to.
@@ -306,7 +306,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     }
     let _lock = lock;
     print_header(&cfg, &settings, &data, &device, resume.as_ref());
-    say(predicted_line(checked.predicted_peak, available, basis));
+    say(predicted_line(checked.predicted_peak, available, basis, trainer_model::pool_slabs_not_made_bound(&trainer_opts)));
     if device.is_cpu() {
         vramfit::mem::note_planned(checked.predicted_peak, (available != u64::MAX).then_some(available));
     }
@@ -1024,14 +1024,14 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
     let device_name =
         if device.is_cpu() { format!("cpu ({threads} thread{})", if threads == 1 { "" } else { "s" }) } else { "cuda:0".to_string() };
     say(format!(
-        "model: {}, {}, {} wide, block {}, vocab {}: {:.2}M parameters ({} as nanoGPT prints)",
+        "model: {}, {}, {} wide, block {}, vocab {}: number of parameters {} as nanoGPT prints it ({} with position embeddings)",
         counted(cfg.n_layer.into(), "layer"),
         counted(cfg.n_head.into(), "head"),
         cfg.n_embd,
         cfg.block_size,
         cfg.vocab_size,
-        params.total as f64 / 1e6,
-        params.printed
+        params.printed_millions(),
+        thousands(params.total)
     ));
     say(format!(
         "data: {}, {} train / {} val tokens, vocabulary {}",

@@ -299,6 +299,14 @@ fn a_tiny_models_measured_peak_matches_the_prediction() {
     let dir = scratch("tiny-peak");
     let out = train_ok(&dir, &["--max-iters", "3", "--eval-interval", "2"]);
     let stdout = text(&out.stdout);
+    // The parameter count as `plan` words it: nanoGPT's printed millions, then the total (QA: the
+    // header gave the total's millions beside the printed count, called nanoGPT's).
+    let model = stdout.lines().find(|l| l.starts_with("model: ")).unwrap_or_else(|| panic!("{stdout}"));
+    let printed = model.split("number of parameters ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or_else(|| panic!("{model}"));
+    assert!(
+        printed.ends_with('M') && model.contains(" as nanoGPT prints it (") && model.ends_with(" with position embeddings)"),
+        "{model}"
+    );
     let early = stdout.lines().position(|l| l.starts_with("memory: measured peak of the first two iterations"));
     let whole = stdout.lines().position(|l| l.starts_with("memory: measured peak of the run"));
     assert!(early.is_some() && whole > early, "{stdout}");
