@@ -681,8 +681,8 @@ mod tests {
                 assert!(!line(unmarked).contains('~'), "{unmarked:?} marked in {text}");
             }
             // One 2 MiB slab on one thread; with two, the calling thread's, made in the first eval
-            // by p · v on a 64-row block (64 x 128 x 32: a head size gemm packs into a slab, work
-            // below its threading threshold), and each pool thread's from the first product
+            // by p · v on the first 64-row block (64 x 64 x 32: a head size gemm packs into a slab,
+            // work below its threading threshold), and each pool thread's from the first product
             // split over them, in the first training step (eval's are all too small to split).
             let slabs = if threads == 1 { 1 } else { threads + 1 };
             let gemm = line("gemm buffers");
