@@ -546,6 +546,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // import, a `del`), with the line: their value is not known from there on, so a later
     // line that reads one cannot be read either (it once kept the value from before the block).
     let mut set_in_block: BTreeMap<String, usize> = BTreeMap::new();
+    // train.py's settings a top-level `del` unbound, with its line and text: one still unbound
+    // when the file ends makes train.py's `config = {k: globals()[k] for k in config_keys}` raise.
+    let mut deleted_settings: Vec<(String, usize, String)> = Vec::new();
     // Whether the last top-level statement was an `if` (or `elif`) whose every condition so far
     // was read as false: Python then evaluates the next `elif`'s condition.
     let mut if_chain_false = false;
@@ -870,6 +873,34 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                         continue;
                     }
                 }
+                // `del` of plain names: Python unbinds each in turn.
+                if let Some(names) = deleted_names(code) {
+                    for name in names {
+                        let maybe_bound = set_in_block.contains_key(name) || unread.contains_key(name);
+                        let setting = is_train_py_setting(name);
+                        if maybe_bound || setting || TRAIN_PY_GLOBALS.contains(&name) || name.starts_with("__") {
+                            // Bound for sure or perhaps: its value is gone (a later read of a
+                            // setting would find train.py's default here otherwise).
+                            if setting && !maybe_bound {
+                                deleted_settings.push((name.to_string(), line, excerpt(code.trim())));
+                            }
+                            env.remove(name);
+                            set_in_block.insert(name.to_string(), line);
+                        } else if env.remove(name).is_none() {
+                            // Not bound (builtins are not in the module's globals): NameError.
+                            notices.push(format!(
+                                "line {line}: `{}`: unknown name {name} (a NameError): {TRAIN_PY_WOULD_STOP}",
+                                excerpt(code.trim())
+                            ));
+                            break;
+                        }
+                        // Bound by the file and now unbound: a later read is a NameError.
+                    }
+                    if first_statement.is_none() {
+                        first_statement = Some((line, excerpt(code.trim())));
+                    }
+                    continue;
+                }
                 // What the statement binds or unbinds (a loop's target, an import, `del`, a
                 // one-line body's assignments) has no value vramfit knows from here on.
                 for name in names_bound_in(code) {
@@ -975,6 +1006,16 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                     }
                 }
             }
+        }
+    }
+    // A setting of train.py's that a `del` left unbound: train.py's exec of the file succeeds,
+    // its next line does not.
+    for (name, line, code) in deleted_settings {
+        if set_in_block.get(&name) == Some(&line) && !env.contains_key(&name) && !unread.contains_key(&name) {
+            notices.push(format!(
+                "line {line}: `{code}`: {name} is not set again, so train.py's `config = {{k: globals()[k] for k in config_keys}}` fails \
+                 (a KeyError): {TRAIN_PY_WOULD_STOP}"
+            ));
         }
     }
     if let Some((_, start)) = in_triple {
@@ -1235,6 +1276,21 @@ fn statement_after_closing_quote(line: &str, quote: char) -> Option<&str> {
         }
     }
     None
+}
+
+/// The names of a top-level `del` of plain names (`del x`, `del a, b`), in order; `None` for any
+/// other statement, or a `del` of anything else (`del d[k]`, `del a.b`).
+fn deleted_names(code: &str) -> Option<Vec<&str>> {
+    let targets = code.trim().strip_prefix("del").filter(|r| r.starts_with(char::is_whitespace))?;
+    let names = top_level_items(targets.trim());
+    (!names.is_empty() && names.iter().all(|n| is_name(n.trim()) && !PYTHON_KEYWORDS.contains(&n.trim())))
+        .then(|| names.into_iter().map(str::trim).collect())
+}
+
+/// Whether train.py defines `name` itself before it runs the file (a setting with a default, in
+/// its `config_keys`), as opposed to vramfit's own settings, which only the file may bind.
+fn is_train_py_setting(name: &str) -> bool {
+    !VRAMFIT_ONLY.contains(&name) && (config_value(&Config::default(), name).is_some() || train_py_default(name).is_some())
 }
 
 /// Whether `s` is a Python name.
@@ -3138,6 +3194,42 @@ weight_decay = 1e-1
         assert_eq!(parse_config_file("n_layer = 0 and 1 / 0 or 7\n", &base).unwrap().config.n_layer, 7);
     }
 
+    /// A top-level `del` of plain names unbinds them as Python does: a name not bound is a
+    /// NameError there, a later read of a deleted one too, and a setting of train.py's left
+    /// deleted makes train.py's `config = {k: globals()[k] ...}` raise a KeyError.
+    #[test]
+    fn del_unbinds_names() {
+        let stops = |text: &str, error: &str| {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert!(f.notices.iter().any(|n| n.contains(error) && n.ends_with(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
+        };
+        stops("del undefined\nn_layer = 4\n", "unknown name undefined (a NameError)");
+        stops("del len\nn_layer = 4\n", "unknown name len (a NameError)");
+        stops("x = 1\ndel x, y\nn_layer = 4\n", "unknown name y (a NameError)");
+        stops("x = 1\ndel x\ndel x\nn_layer = 4\n", "unknown name x (a NameError)");
+        stops("n_layer = 4\ndel n_layer\n", "n_layer is not set again");
+        stops("del max_iters\nn_layer = 4\n", "(a KeyError)");
+        let err = parse("x = 3\ndel x\nn_layer = x\n").unwrap_err().to_string();
+        assert!(err.contains("unknown name x (a NameError): train.py would stop"), "{err}");
+        // Bound again, or perhaps bound: no claim.
+        for (text, n_layer) in [
+            ("n_layer = 4\ndel n_layer\nn_layer = 6\n", 6),
+            ("del learning_rate\nn_layer = 4\nlearning_rate = 1e-3\n", 4),
+            ("x = 1\ndel x\nx = 2\nn_layer = x\n", 2),
+            ("import os\ndel os\nn_layer = 4\n", 4),
+            ("vocab_size = 65\ndel vocab_size\nn_layer = 4\n", 4),
+            ("if big:\n    x = 1\ndel x\nn_layer = 4\n", 4),
+            ("del __name__\nn_layer = 3\n", 3),
+        ] {
+            let f = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.config.n_layer, n_layer, "{text:?}");
+            assert!(!f.notices.iter().any(|n| n.ends_with(TRAIN_PY_WOULD_STOP) && !n.contains("big")), "{text:?}: {:?}", f.notices);
+        }
+        // Other targets are skipped as before.
+        let f = parse("d = 1\ndel d[0]\nn_layer = 4\n").unwrap();
+        assert!(f.notices.iter().any(|n| n.ends_with("(not a simple assignment)")), "{:?}", f.notices);
+    }
+
     #[test]
     fn names_a_block_may_set_are_not_read_with_their_old_values() {
         for (text, key, line, name) in [
@@ -3148,7 +3240,6 @@ weight_decay = 1e-1
             ("if True:\n    bias = True\nbias = not bias\n", "bias", 3, "bias"),
             ("k = 1\ntry:\n    k = 8\nexcept Exception:\n    pass\nbatch_size = k\n", "batch_size", 6, "k"),
             ("k = 4\nif big: k = 8\nbatch_size = k\n", "batch_size", 3, "k"),
-            ("x = 3\ndel x\nn_layer = x\n", "n_layer", 3, "x"),
             ("for n_layer_i in range(3): pass\nn_layer = n_layer_i\n", "n_layer", 2, "n_layer_i"),
         ] {
             let err = parse(text).unwrap_err().to_string();
