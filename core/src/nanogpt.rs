@@ -1631,6 +1631,8 @@ fn name_value(
 const TYPE_ERROR_BINARY: &str = "unsupported operand types for ";
 const TYPE_ERROR_UNARY: &str = "bad operand for unary ";
 const TYPE_ERROR_COMPARE: &str = "cannot compare ";
+/// How the evaluator's error begins where a float power overflows: Python's OverflowError.
+const FLOAT_POWER_OVERFLOW: &str = "a float power out of range";
 
 /// The Python exception an evaluation error is certain to be, where it is one: a name no line
 /// defines (not a builtin, not one a block, import or unreadable line may have set), a
@@ -1644,6 +1646,9 @@ fn python_stops_on(e: &str, set_in_block: &BTreeMap<String, usize>, unread: &BTr
     }
     if [TYPE_ERROR_BINARY, TYPE_ERROR_UNARY, TYPE_ERROR_COMPARE].iter().any(|start| e.starts_with(start)) {
         return Some("a TypeError");
+    }
+    if e.starts_with(FLOAT_POWER_OVERFLOW) {
+        return Some("an OverflowError");
     }
     if e.ends_with(PYTHON_REFUSES) {
         return Some("a SyntaxError");
@@ -2611,6 +2616,9 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                     "%" => float_divmod(x, y).1,
                     "**" if x == 0.0 && y < 0.0 => return Err("division by zero (0 to a negative power)".into()),
                     "**" if x < 0.0 && y.fract() != 0.0 => return Err("a complex number (vramfit reads real numbers only)".into()),
+                    // Python raises where a float power overflows (`2.0 ** 1024`); other float
+                    // operations give inf there, which vramfit does not hold.
+                    "**" if x.powf(y).is_infinite() => return Err(format!("{FLOAT_POWER_OVERFLOW} ({x:?} ** {y:?})")),
                     "**" => x.powf(y),
                     _ => return Err(format!("unsupported operator {op}")),
                 };
@@ -3309,6 +3317,10 @@ weight_decay = 1e-1
             ("x = -'a'\nn_layer = 4\n", "(a TypeError)"),
             ("assert n_layer < 'deep'\nn_layer = 4\n", "(a TypeError)"),
             ("x = None < None\nn_layer = 4\n", "(a TypeError)"),
+            // A float power that overflows; other float operations give inf (not read, no stop).
+            ("x = 2.0 ** 1024\nn_layer = 4\n", "(an OverflowError)"),
+            ("x = 2 ** 1024.0\nn_layer = 4\n", "(an OverflowError)"),
+            ("x = (-1.5) ** 2001\nn_layer = 4\n", "(an OverflowError)"),
         ] {
             let f = parse(text).unwrap();
             assert!(f.notices.iter().any(|n| n.contains(error) && n.ends_with(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
@@ -3344,6 +3356,7 @@ weight_decay = 1e-1
             "x = 'a' * 3 + 'b'\ny = True + 1.5\nz = -True\nw = 1 < 2.5 < True + 2\nn_layer = 4\n",
             "x = 'a' == 1\ny = None != None\nz = dataset != None\nw = 'a' < 'b'\nn_layer = 4\n",
             "x = 0 and 'a' + 1\ny = 1 if True else -'a'\nn_layer = 4\n",
+            "x = 1e308 * 10\ny = 2.0 ** -2000\nz = 2 ** 1024\nw = 0.5 ** 1100\nn_layer = 4\n",
         ] {
             let f = parse(text).unwrap();
             assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{text:?}: {:?}", f.notices);
@@ -3788,9 +3801,12 @@ weight_decay = 1e-1
         assert!(why.starts_with("line 4: set inside a block"), "{why}");
         assert_eq!(f.unreadable_reason("learning_rate"), None);
         // Unreadable twice: the first place, the latest reason; read at last: neither.
-        let f = parse("min_lr = 1e400\nmax_iters = foo\nmin_lr = 2 ** 2000.0\n").unwrap();
+        let f = parse("min_lr = 1e400\nmax_iters = foo\nmin_lr = 1e308 * 10\n").unwrap();
         assert_eq!(f.unreadable, ["min_lr", "max_iters"]);
-        assert_eq!(f.unreadable_reason("min_lr"), Some("line 3: cannot read `2 ** 2000.0`: number too large"));
+        assert_eq!(f.unreadable_reason("min_lr"), Some("line 3: cannot read `1e308 * 10`: number too large"));
+        // A float power out of range is Python's OverflowError: the reason says which.
+        let f = parse("min_lr = 2 ** 2000.0\n").unwrap();
+        assert_eq!(f.unreadable_reason("min_lr"), Some("line 1: cannot read `2 ** 2000.0`: a float power out of range (2.0 ** 2000.0)"));
         let f = parse("min_lr = 1e400\nmin_lr = 1e-5\n").unwrap();
         assert!(f.unreadable.is_empty() && f.unreadable_reasons.is_empty(), "{f:?}");
     }
