@@ -2616,10 +2616,15 @@ fn binary(op: &str, a: Value, b: Value) -> Result<Value, String> {
                     "%" => float_divmod(x, y).1,
                     "**" if x == 0.0 && y < 0.0 => return Err("division by zero (0 to a negative power)".into()),
                     "**" if x < 0.0 && y.fract() != 0.0 => return Err("a complex number (vramfit reads real numbers only)".into()),
-                    // Python raises where a float power overflows (`2.0 ** 1024`); other float
-                    // operations give inf there, which vramfit does not hold.
-                    "**" if x.powf(y).is_infinite() => return Err(format!("{FLOAT_POWER_OVERFLOW} ({x:?} ** {y:?})")),
-                    "**" => x.powf(y),
+                    "**" => {
+                        // Python raises where a float power overflows (`2.0 ** 1024`); other
+                        // float operations give inf there, which vramfit does not hold.
+                        let v = x.powf(y);
+                        if v.is_infinite() {
+                            return Err(format!("{FLOAT_POWER_OVERFLOW} ({x:?} ** {y:?})"));
+                        }
+                        v
+                    }
                     _ => return Err(format!("unsupported operator {op}")),
                 };
                 finite(v)

@@ -214,52 +214,15 @@ impl CpuCaches {
     /// paths, which allocate nothing.
     #[allow(clippy::too_many_arguments)] // a product's shape, its operands' layout and gemm's kernel
     pub fn matmul_scratch_bytes(&self, m: u64, k: u64, n: u64, lhs_t: bool, rhs_t: bool, mr: u64, one_thread: bool) -> u64 {
-        const SIZE: u64 = 4;
-        let Some(p) = self.gemm_plan(m, k, n, lhs_t, rhs_t, mr, one_thread) else {
-            return 0;
-        };
-        let round = |bytes: u64| bytes.div_ceil(128) * 128;
-        let rhs = if p.pack_rhs { round(p.kc * (p.nc / GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS * SIZE) } else { 0 };
-        let lhs = if p.prepack_lhs { round(p.kc * p.m.div_ceil(mr.max(1)) * mr.max(1) * SIZE) } else { 0 };
-        rhs + lhs
+        self.gemm_plan(m, k, n, lhs_t, rhs_t, mr, one_thread).map_or(0, |p| p.scratch_bytes(mr))
     }
 
     /// Which threads' slabs ([`gemm_slab_bytes`]) one f32 product touches, as gemm-common 0.19's
-    /// `gemm_basic_generic` runs it: (the calling thread's, the pool threads'). A product packs
-    /// its left operand into the running thread's slab unless it prepacked that operand
-    /// ([`Self::matmul_scratch_bytes`]: the weight of x · wᵀ, attention's kᵀ, and any left
-    /// operand whose rows are not a multiple of the SIMD width, such as p · v's at a head size
-    /// that is not a multiple of 16 with AVX-512). Each k-block of each column panel runs on the
-    /// calling thread when its work m·n_chunk·k_chunk is below [`GEMM_THREADING_THRESHOLD`] (or
-    /// with one thread: candle then asks for no parallelism), else on `threads` pool threads.
+    /// `gemm_basic_generic` runs it: (the calling thread's, the pool threads'); see
+    /// [`GemmPlan::slab_use`].
     #[allow(clippy::too_many_arguments)] // as matmul_scratch_bytes, and the thread count
     pub fn slab_use(&self, m: u64, k: u64, n: u64, lhs_t: bool, rhs_t: bool, mr: u64, threads: u32) -> (bool, bool) {
-        let Some(p) = self.gemm_plan(m, k, n, lhs_t, rhs_t, mr, threads <= 1) else {
-            return (false, false);
-        };
-        if p.prepack_lhs {
-            return (false, false);
-        }
-        if threads <= 1 {
-            return (true, false);
-        }
-        let (k, n) = (p.k, p.n);
-        // The k-blocks: whole ones of kc and what is left; the panels likewise of nc.
-        let pieces = |total: u64, block: u64| {
-            let block = block.clamp(1, total);
-            [(total >= block).then_some(block), (!total.is_multiple_of(block)).then_some(total % block)]
-        };
-        let (mut calling, mut pool) = (false, false);
-        for n_chunk in pieces(n, p.nc).into_iter().flatten() {
-            for k_chunk in pieces(k, p.kc).into_iter().flatten() {
-                if p.m.saturating_mul(n_chunk).saturating_mul(k_chunk) < GEMM_THREADING_THRESHOLD {
-                    calling = true;
-                } else {
-                    pool = true;
-                }
-            }
-        }
-        (calling, pool)
+        self.gemm_plan(m, k, n, lhs_t, rhs_t, mr, threads <= 1).map_or((false, false), |p| p.slab_use(threads))
     }
 
     /// How gemm runs an f32 product `lhs [m, k] · rhs [k, n]` into a contiguous [m, n]
@@ -306,6 +269,51 @@ struct GemmPlan {
     nc: u64,
     pack_rhs: bool,
     prepack_lhs: bool,
+}
+
+impl GemmPlan {
+    /// The buffer the call allocates and frees as it returns (see
+    /// [`CpuCaches::matmul_scratch_bytes`]), with an `mr`-row microkernel.
+    fn scratch_bytes(&self, mr: u64) -> u64 {
+        const SIZE: u64 = 4;
+        let mr = mr.max(1);
+        let round = |bytes: u64| bytes.div_ceil(128) * 128;
+        let rhs = if self.pack_rhs { round(self.kc * (self.nc / GEMM_KERNEL_COLS) * GEMM_KERNEL_COLS * SIZE) } else { 0 };
+        let lhs = if self.prepack_lhs { round(self.kc * self.m.div_ceil(mr) * mr * SIZE) } else { 0 };
+        rhs + lhs
+    }
+
+    /// Which threads' slabs the product touches: (the calling thread's, the pool threads'). It
+    /// packs its left operand into the running thread's slab unless it prepacked that operand
+    /// (the weight of x · wᵀ, attention's kᵀ, and any left operand whose rows are not a
+    /// multiple of the SIMD width, such as p · v's at a head size that is not a multiple of 16
+    /// with AVX-512). Each k-block of each column panel runs on the calling thread when its work
+    /// m·n_chunk·k_chunk is below [`GEMM_THREADING_THRESHOLD`] (or with one thread: candle then
+    /// asks for no parallelism), else on `threads` pool threads.
+    fn slab_use(&self, threads: u32) -> (bool, bool) {
+        if self.prepack_lhs {
+            return (false, false);
+        }
+        if threads <= 1 {
+            return (true, false);
+        }
+        // The k-blocks: whole ones of kc and what is left; the panels likewise of nc.
+        let pieces = |total: u64, block: u64| {
+            let block = block.clamp(1, total);
+            [(total >= block).then_some(block), (!total.is_multiple_of(block)).then_some(total % block)]
+        };
+        let (mut calling, mut pool) = (false, false);
+        for n_chunk in pieces(self.n, self.nc).into_iter().flatten() {
+            for k_chunk in pieces(self.k, self.kc).into_iter().flatten() {
+                if self.m.saturating_mul(n_chunk).saturating_mul(k_chunk) < GEMM_THREADING_THRESHOLD {
+                    calling = true;
+                } else {
+                    pool = true;
+                }
+            }
+        }
+        (calling, pool)
+    }
 }
 
 /// The caches gemm read on the QA machine (2026-11-27) and on the one that measured
@@ -564,8 +572,6 @@ struct Dims {
     /// gemm's microkernel rows and the caches, which block its products.
     gemm_rows: u64,
     caches: CpuCaches,
-    /// Candle runs gemm without parallelism (see [`CpuCaches::product_blocks`]).
-    one_thread: bool,
     /// See [`TrainerOptions::unfused_ops`].
     unfused: bool,
     /// See [`TrainerOptions::mixed_precision`].
@@ -574,7 +580,8 @@ struct Dims {
     cb: u64,
     /// See [`TrainerOptions::cuda`].
     cuda: bool,
-    /// CPU threads gemm may use (`TrainerOptions::cpu_threads`, at least 1).
+    /// CPU threads gemm may use (`TrainerOptions::cpu_threads`, at least 1); with one, candle
+    /// runs gemm without parallelism (see [`CpuCaches::product_blocks`]).
     threads: u32,
     /// gemm's slabs are made at the first product that touches them ([`touch_slabs`]): on the
     /// fused f32 CPU path, where every product is in the model. Otherwise (candle's attention
@@ -617,25 +624,28 @@ fn gemm_scratch(m: &mut Tracker, d: &Dims, rows: u64, k: u64, cols: u64, lhs_t: 
     if d.cuda || d.mixed {
         return;
     }
-    let bytes = d.caches.matmul_scratch_bytes(rows, k, cols, lhs_t, rhs_t, d.gemm_rows, d.one_thread);
+    let Some(plan) = d.caches.gemm_plan(rows, k, cols, lhs_t, rhs_t, d.gemm_rows, d.threads <= 1) else {
+        return;
+    };
+    let bytes = plan.scratch_bytes(d.gemm_rows);
     let scratch = (bytes > 0).then(|| m.alloc_f32(Category::Workspace, bytes / F32));
-    touch_slabs(m, d, rows, k, cols, lhs_t, rhs_t);
+    touch_slabs(m, d, &plan);
     if let Some(id) = scratch {
         m.free(id);
     }
 }
 
 /// gemm's per-thread slabs ([`gemm_slab_bytes`] each, never freed), made by the first product
-/// that packs into them ([`CpuCaches::slab_use`]): the calling thread's, or one per pool thread.
+/// that packs into them ([`GemmPlan::slab_use`]): the calling thread's, or one per pool thread.
 /// Measured (`trainer_memory -- --random 2 30` at two threads): without this, runs whose only
 /// products small enough for the calling thread prepack their operand (head sizes not a
 /// multiple of 16) were predicted one slab over, and every run's eval at the start one slab per
 /// pool thread over when eval's products were too small to split.
-fn touch_slabs(m: &mut Tracker, d: &Dims, rows: u64, k: u64, cols: u64, lhs_t: bool, rhs_t: bool) {
+fn touch_slabs(m: &mut Tracker, d: &Dims, plan: &GemmPlan) {
     if !d.lazy_slabs {
         return;
     }
-    let (calling, pool) = d.caches.slab_use(rows, k, cols, lhs_t, rhs_t, d.gemm_rows, d.threads);
+    let (calling, pool) = plan.slab_use(d.threads);
     if calling && !m.slabs_made[0] {
         m.slabs_made[0] = true;
         m.alloc_f32(Category::Workspace, d.caches.slab_bytes() / F32);
@@ -1454,7 +1464,6 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
         dropout: cfg.dropout > 0.0,
         gemm_rows: if opts.gemm_kernel_rows == 0 { 16 } else { u64::from(opts.gemm_kernel_rows) },
         caches: opts.cpu_caches,
-        one_thread: opts.cpu_threads <= 1,
         unfused: opts.unfused_ops,
         mixed: opts.mixed(),
         cb: if opts.mixed() { 2 } else { F32 },
