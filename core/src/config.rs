@@ -129,6 +129,11 @@ pub struct Config {
     pub optimizer: Optimizer,
     /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: reserved memory tracks allocated.
     pub expandable_segments: bool,
+    /// train.py's `eval_only`: one `estimate_loss` at iteration 0, then exit (nanoGPT's
+    /// `config/eval_gpt2*.py`). Only the eval at start runs, so only it decides the fit; the
+    /// other windows are still simulated, as what training the same config would need.
+    #[serde(default)]
+    pub eval_only: bool,
 }
 
 impl Default for Config {
@@ -155,6 +160,7 @@ impl Default for Config {
             activation_checkpointing: false,
             optimizer: Optimizer::Adamw,
             expandable_segments: false,
+            eval_only: false,
         }
     }
 }

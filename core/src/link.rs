@@ -29,9 +29,10 @@
 //! | `gpu`   | GPU id                        | a preset id (`rtx-4070`) or `custom-<GiB>` |
 //! | `other` | MiB other programs hold       | integer                                  |
 //! | `init`  | `init_from`                   | `scratch`, `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl` |
+//! | `eo`    | `eval_only`                   | `0`, `1`; absent = `0`                   |
 //!
 //! [`encode`] always writes every key in this order (omitting `EB` / `ET` only when they are
-//! unset, and `init` for a run from scratch): a link then means the same thing even if
+//! unset, `init` for a run from scratch, and `eo` for a run that trains): a link then means the same thing even if
 //! vramfit's defaults change later, and two equal states always give byte-identical links.
 //! That costs about 150 characters.
 //!
@@ -144,10 +145,11 @@ enum Field {
     Gpu,
     OtherUsage,
     InitFrom,
+    EvalOnly,
 }
 
 /// (field, short key, long name). Long names are nanoGPT's where it has one.
-const FIELDS: [(Field, &str, &str); 22] = [
+const FIELDS: [(Field, &str, &str); 23] = [
     (Field::Version, "v", "version"),
     (Field::NLayer, "L", "n_layer"),
     (Field::NHead, "H", "n_head"),
@@ -170,6 +172,7 @@ const FIELDS: [(Field, &str, &str); 22] = [
     (Field::Gpu, "gpu", "gpu"),
     (Field::OtherUsage, "other", "other_usage_mib"),
     (Field::InitFrom, "init", "init_from"),
+    (Field::EvalOnly, "eo", "eval_only"),
 ];
 
 /// The model-shape fields a GPT-2 checkpoint sets (block_size only as a ceiling).
@@ -245,6 +248,9 @@ pub fn encode(state: &LinkState) -> String {
     ]);
     if let Some(name) = &state.init_from {
         pairs.push((Field::InitFrom, name.clone()));
+    }
+    if c.eval_only {
+        pairs.push((Field::EvalOnly, bool_key(true).to_string()));
     }
     let parts: Vec<String> = pairs.iter().map(|(f, v)| format!("{}={}", f.key(), percent_encode(v))).collect();
     parts.join("&")
@@ -444,6 +450,7 @@ fn apply(state: &mut LinkState, field: Field, value: &str) -> Result<(), String>
         Field::Compile => c.compile = parse_bool(value)?,
         Field::Checkpointing => c.activation_checkpointing = parse_bool(value)?,
         Field::Expandable => c.expandable_segments = parse_bool(value)?,
+        Field::EvalOnly => c.eval_only = parse_bool(value)?,
         Field::Dropout => c.dropout = parse_dropout(value)?,
         Field::Gpu => {
             if value.trim().is_empty() {
@@ -580,6 +587,7 @@ fn revert(cfg: &mut Config, base: &Config, field: Field) {
         Field::Checkpointing => cfg.activation_checkpointing = base.activation_checkpointing,
         Field::Optimizer => cfg.optimizer = base.optimizer,
         Field::Expandable => cfg.expandable_segments = base.expandable_segments,
+        Field::EvalOnly => cfg.eval_only = base.eval_only,
         Field::Version | Field::Gpu | Field::OtherUsage | Field::InitFrom => {}
     }
 }
@@ -1282,12 +1290,20 @@ pub(crate) mod tests {
         let gpu_ids: Vec<String> = device::presets().into_iter().map(|g| g.id).collect();
         let sizes = (1u32..=48, 1u32..=32, 1u32..=64, 1u32..=4096, 1u32..=200_000, 1u32..=512, 1u32..=1000);
         let eval = (proptest::option::of(1u32..=512), proptest::option::of(0.0f64..=1.0), 1u32..=1000);
-        let enums = (0usize..3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
+        let enums = (0usize..3, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
         let dropout = prop_oneof![Just(0.0), 0.0f64..1.0];
         let gpu = prop_oneof![proptest::sample::select(gpu_ids), (1u32..=40_000).prop_map(|q| Gpu::custom(q as f64 / 100.0).id)];
         let init = proptest::option::weighted(0.2, proptest::sample::select(crate::nanogpt::pretrained_names().to_vec()));
         (sizes, eval, enums, dropout, gpu, 0u64..=MAX_OTHER_USAGE_MIB, init).prop_map(
-            |((l, h, head_size, t, v, b, ga), (eb, et_frac, ei), (d, att, bias, cmp, ckpt, sgd, xs), dropout, gpu, other, init)| {
+            |(
+                (l, h, head_size, t, v, b, ga),
+                (eb, et_frac, ei),
+                (d, att, bias, cmp, ckpt, sgd, xs, eval_only),
+                dropout,
+                gpu,
+                other,
+                init,
+            )| {
                 let config = Config {
                     n_layer: l,
                     n_head: h,
@@ -1307,6 +1323,7 @@ pub(crate) mod tests {
                     activation_checkpointing: ckpt,
                     optimizer: if sgd { Optimizer::Sgd } else { Optimizer::Adamw },
                     expandable_segments: xs,
+                    eval_only,
                 };
                 let mut s = LinkState { config, gpu, other_usage_mib: other, init_from: init.map(str::to_string) };
                 if let Some(name) = init {

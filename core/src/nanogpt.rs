@@ -542,6 +542,12 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // reach). Only the line: quoting that line's reason would nest a chain of such names
     // (x1 = x0, x2 = x1, ...) into messages that grow with the square of the file.
     let mut unread: BTreeMap<String, usize> = BTreeMap::new();
+    // Names later lines read, with the line reading them: a name the file made up is not
+    // "ignored" where a later line uses its value (`tokens_per_iter = 2**19`, then
+    // `gradient_accumulation_steps = tokens_per_iter // ...`).
+    let reads: std::cell::RefCell<Vec<(String, usize)>> = std::cell::RefCell::new(Vec::new());
+    // Names the file made up, with their line (said to be ignored unless a later line reads them).
+    let mut made_up: Vec<(String, usize)> = Vec::new();
     // Names a block vramfit does not run may have set (an `if`'s body, a loop's target, an
     // import, a `del`), with the line: their value is not known from there on, so a later
     // line that reads one cannot be read either (it once kept the value from before the block).
@@ -790,7 +796,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // A line of a body that runs for sure (its first level: not a nested block's)
                 // raises what its values raise, before it binds anything.
                 if body_runs && levels.len() == 2 {
-                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread);
+                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line));
                     if let Some((e, why)) = certain_error_in(code.trim_start(), &lookup, &set_in_block, &unread) {
                         notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
                     }
@@ -827,7 +833,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // after conditions that were all false: a name nothing defines there is Python's
                 // NameError, where train.py stops.
                 if let Some((keyword, condition)) = header_condition(code).filter(|(k, _)| *k != "elif" || chain_before) {
-                    match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
+                    match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line))) {
                         Ok(v) => {
                             if_chain_false = keyword != "while" && !v.is_truthy();
                             body_runs = keyword != "while" && v.is_truthy();
@@ -848,7 +854,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 if let Some(body) = conditional_body(code).filter(|_| body_runs) {
                     let mut bound = set_in_block.clone();
                     for statement in top_level_statements(body) {
-                        let lookup = |n: &str| name_value(n, &env, &cfg, &bound, &unread);
+                        let lookup = |n: &str| name_value(n, &env, &cfg, &bound, &unread, (&reads, line));
                         if let Some((e, why)) = certain_error_in(statement, &lookup, &bound, &unread) {
                             notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
                             break;
@@ -860,7 +866,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // AssertionError; one that holds needs no notice (nothing was skipped).
                 let mut assertion_holds = false;
                 if let Some(condition) = assert_condition(code) {
-                    let stops = match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread)) {
+                    let stops = match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line))) {
                         Ok(v) if v.is_truthy() => {
                             assertion_holds = true;
                             None
@@ -925,7 +931,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             let values: Vec<Result<Value, String>> = {
                 // train.py's globals, and vramfit's own settings once the file has set them
                 // (before that, Python has no such name).
-                let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread);
+                let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line));
                 let unread_named = |e: String| {
                     let name = e.strip_prefix("unknown name ");
                     match (name.and_then(|n| set_in_block.get_key_value(n)), name.and_then(|n| unread.get_key_value(n))) {
@@ -979,6 +985,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                             }
                         } else {
                             notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
+                            made_up.push((name.to_string(), line));
                         }
                         env.insert(name.to_string(), value);
                     }
@@ -1056,9 +1063,17 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     apply_init_from(&mut cfg, &extra, &mut file_notes, &mut set_on);
     // train.py tests `if iter_num == 0 and eval_only`: any true value.
     if extra.iter().any(|(k, v)| k == "eval_only" && v.is_truthy()) {
-        file_notes.push("eval_only = True: train.py evaluates once and exits, so of the plan only the eval at start applies".into());
+        cfg.eval_only = true;
+        file_notes.push("eval_only = True: train.py evaluates once and exits, so the plan's fit is the eval at start's".into());
     }
     let vocab_from_dataset = apply_dataset_vocab(&mut cfg, &extra, &mut file_notes, &set_on);
+    // A made-up name whose value a later line read was used, not ignored.
+    for (name, line) in &made_up {
+        if reads.borrow().iter().any(|(read, at)| read == name && at > line) {
+            let said = format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows");
+            notices.retain(|n| *n != said);
+        }
+    }
     file_notes.append(&mut notices);
     let notices = file_notes;
 
@@ -1619,7 +1634,9 @@ fn name_value(
     cfg: &Config,
     set_in_block: &BTreeMap<String, usize>,
     unread: &BTreeMap<String, usize>,
+    (reads, line): (&std::cell::RefCell<Vec<(String, usize)>>, usize),
 ) -> Option<Value> {
+    reads.borrow_mut().push((n.to_string(), line));
     if set_in_block.contains_key(n) || unread.contains_key(n) {
         return None;
     }
@@ -2724,6 +2741,9 @@ pub fn to_config_file(cfg: &Config, init_from: Option<&str>) -> String {
     for (key, value) in lines {
         out.push_str(&format!("{key} = {value}\n"));
     }
+    if cfg.eval_only {
+        out.push_str("eval_only = True  # evaluate once and exit\n");
+    }
     out.push_str("\n# vramfit's settings: stock train.py does not read these\n");
     out.push_str(&format!("vocab_size = {}  # train.py takes it from the dataset's meta.pkl (50304 without one)\n", cfg.vocab_size));
     out.push_str(&format!("eval_batch_size = {}  # None: batch_size\n", py_optional(cfg.eval_batch_size)));
@@ -3008,10 +3028,17 @@ weight_decay = 1e-1
         let text = "import time\nout_dir = 'out'\nwandb_run_name = 'mini-gpt' + str(time.time())\nfoo = 3\nif foo:\n    n_layer = 2\nn_layer = foo + 1\n";
         let f = parse(text).unwrap();
         assert_eq!(f.config.n_layer, 4);
-        assert_eq!(f.notices.len(), 5, "{:#?}", f.notices);
+        assert_eq!(f.notices.len(), 4, "{:#?}", f.notices);
         assert!(f.notices[0].starts_with("line 1: skipped `import time`"));
         assert!(f.notices[1].starts_with("line 3: ignored wandb_run_name: cannot read"), "{}", f.notices[1]);
-        assert!(f.notices[2].starts_with("line 4: ignored foo"));
+        // foo is not nanoGPT's, but line 7 uses its value: not ignored. One nothing reads is.
+        assert!(!f.notices.iter().any(|n| n.contains("ignored foo")), "{:#?}", f.notices);
+        let unused = parse("foo = 3\nn_layer = 4\nbar = 1\nn_head = bar\nbar = 2\n").unwrap();
+        let ignored: Vec<&String> = unused.notices.iter().filter(|n| n.contains(": ignored ")).collect();
+        assert_eq!(
+            ignored,
+            ["line 1: ignored foo: not a nanoGPT setting vramfit knows", "line 5: ignored bar: not a nanoGPT setting vramfit knows"]
+        );
         assert_eq!(f.get("out_dir"), Some(&Value::Str("out".into())));
         assert_eq!(f.get("wandb_run_name"), None);
         // The first line that is not an assignment (imports do not count) is kept: with nothing
@@ -4013,8 +4040,10 @@ weight_decay = 1e-1
         fn export_round_trips_for_valid_configs(s in crate::link::tests::valid_state()) {
             prop_assume!(s.config.validate().is_ok());
             let f = parse_config_file(&to_config_file(&s.config, None), &Config::default()).unwrap();
-            prop_assert_eq!(f.config, s.config);
-            prop_assert!(f.notices.is_empty());
+            prop_assert_eq!(&f.config, &s.config);
+            // The one thing it says is what an eval-only run is planned as.
+            let said: Vec<&String> = f.notices.iter().filter(|n| !(s.config.eval_only && n.starts_with("eval_only = True: "))).collect();
+            prop_assert!(said.is_empty(), "{:?}", said);
         }
 
         #[test]

@@ -301,20 +301,30 @@ pub fn simulate_fast_on(cfg: &Config, gpu: &Gpu) -> Simulation {
     sim::simulate(cfg, &gpu.target())
 }
 
-fn windows(sim: &Simulation) -> [(&'static str, &Peak); 4] {
-    [("train", &sim.train), ("eval", &sim.eval), ("first_iter", &sim.first_iter), ("eval_at_start", &sim.eval_at_start)]
+/// A window's name (as the JSON and the data files give it) and its peak in a simulation.
+type NamedWindow = (&'static str, fn(&Simulation) -> &Peak);
+
+/// The windows the run goes through, the steady step first: all four, or for an eval-only run
+/// the eval at start alone (train.py exits after it).
+fn windows(sim: &Simulation) -> &'static [NamedWindow] {
+    const ALL: [NamedWindow; 4] =
+        [("train", |s| &s.train), ("eval", |s| &s.eval), ("first_iter", |s| &s.first_iter), ("eval_at_start", |s| &s.eval_at_start)];
+    if sim.eval_only {
+        &ALL[3..]
+    } else {
+        &ALL
+    }
 }
 
 /// What the process needs at its worst (nvidia-smi bytes; the reserve never shrinks, so the
-/// largest over the windows), and the window where it first needs that much: the first, in
-/// the order a run meets them, whose figure is the need (the one that made the reserve what
-/// it is; later windows reuse it).
+/// largest over the windows that run), and the window where it first needs that much: the
+/// first, in the order a run meets them, whose figure is the need (the one that made the
+/// reserve what it is; later windows reuse it).
 fn needed(sim: &Simulation, gpu: &Gpu) -> (u64, &'static str) {
-    let w = windows(sim);
-    let smi: [u64; 4] = std::array::from_fn(|i| window(w[i].1, gpu).nvidia_smi_bytes);
-    let need = smi.iter().copied().max().unwrap_or(0);
+    let smi = |peak: fn(&Simulation) -> &Peak| window(peak(sim), gpu).nvidia_smi_bytes;
+    let need = windows(sim).iter().map(|&(_, p)| smi(p)).max().unwrap_or(0);
     // `windows` lists the steady step first; the run meets them in the reverse order.
-    let worst = (0..4).rev().find(|&i| smi[i] == need).map_or("train", |i| w[i].0);
+    let worst = windows(sim).iter().rev().find(|&&(_, p)| smi(p) == need).map_or("train", |&(name, _)| name);
     (need, worst)
 }
 
@@ -325,7 +335,7 @@ fn card_fit(sim: &Simulation, cfg: &Config, gpu: &Gpu, other_usage: u64) -> Card
     let notes = notes(cfg, gpu);
     // `windows` lists the steady step first; the run meets them in the reverse order.
     let first_short_window =
-        windows(sim).iter().rev().find(|(_, p)| window(p, gpu).nvidia_smi_bytes > available).map(|(name, _)| name.to_string());
+        windows(sim).iter().rev().find(|&&(_, p)| window(p(sim), gpu).nvidia_smi_bytes > available).map(|(name, _)| name.to_string());
     CardFit {
         gpu: gpu.id.clone(),
         gpu_name: gpu.name.clone(),
@@ -683,7 +693,7 @@ fn largest_by_interpolation(lo: u32, hi: u32, target: f64, value: impl Fn(u32) -
 /// The fast simulation's highest allocated peak over the windows.
 fn fast_peak(cfg: &Config, gpu: &Gpu) -> u64 {
     let s = simulate_fast_on(cfg, gpu);
-    windows(&s).iter().map(|(_, p)| p.bytes).max().unwrap_or(0)
+    windows(&s).iter().map(|&(_, p)| p(&s).bytes).max().unwrap_or(0)
 }
 
 /// The largest micro-batch (everything else unchanged) whose every window fits, or `None`
@@ -1485,7 +1495,8 @@ fn fix_step(work: &mut FixWork, step: u8) {
                 None,
             );
         }
-        1 => {
+        // An eval-only run takes no step: no split keeps anything (its fix is step 3's batch).
+        1 if !cfg.eval_only => {
             // 2. Same tokens per iteration in smaller micro-batches: B' divides B*GA. An eval batch set
             // above B' is lowered with it when that is what it takes (the eval batch is then the worst).
             let split = |b: u32, eval_batch: Option<u32>| {
@@ -1539,6 +1550,24 @@ fn fix_step(work: &mut FixWork, step: u8) {
                 Largest::Batch(b) => b.map(|b| (b, None)),
                 Largest::Known(known) => known.map(|(b, n)| (b, Some(n))),
             };
+        }
+        3 if cfg.eval_only => {
+            // An eval-only run evaluates in batches of batch_size: the largest that fits, and
+            // the eval_iters that average as many sequences.
+            if let Some((b, need)) = largest.filter(|(b, _)| *b < cfg.batch_size) {
+                let as_many = (cfg.eval_iters as u64 * cfg.batch_size as u64).div_ceil(b as u64);
+                push(
+                    rank::EVAL_SLOWER,
+                    format!("batch_size = {b}"),
+                    format!(
+                        "estimate_loss averages {} batches of {b} sequences instead of {} per split: a noisier estimate \
+                         (eval_iters = {as_many} averages as many)",
+                        cfg.eval_iters, cfg.batch_size
+                    ),
+                    Config { batch_size: b, ..cfg.clone() },
+                    need,
+                );
+            }
         }
         3 => {
             let (split_batch, largest) = (*split_batch, *largest);
@@ -1611,7 +1640,8 @@ fn fix_step(work: &mut FixWork, step: u8) {
                 push(rank, split_title(&c), split_cost(&c), c, Some(need));
             }
         }
-        4 => {
+        // An eval-only run's eval batch is its batch_size (step 3), which stock train.py takes.
+        4 if !cfg.eval_only => {
             // 3. A smaller eval batch (when evaluation is what does not fit).
             // The need is far from monotone in the eval batch: an eval batch near the training one
             // reuses the blocks training left cached, a smaller one needs blocks of new sizes, so
@@ -2081,6 +2111,58 @@ mod tests {
 
     fn req(config: Config) -> PlanRequest {
         PlanRequest { config, gpus: vec![], other_usage_bytes: 0, with_fixes: true }
+    }
+
+    /// train.py's `eval_only` runs the eval at start and exits: that window alone decides the
+    /// fit, the largest batch and the fixes, and nothing follows it (nanoGPT's eval_gpt2*.py).
+    #[test]
+    fn an_eval_only_run_fits_by_its_eval_at_start() {
+        let gpu = Gpu::find("rtx-3060").unwrap();
+        let training = Config { batch_size: 16, compile: false, ..Config::default() };
+        let evaluating = Config { eval_only: true, ..training.clone() };
+        let request = |config: Config| PlanRequest { gpus: vec![gpu.clone()], ..req(config) };
+        let trains = plan(&request(training.clone())).unwrap();
+        assert!(!trains.cards[0].fits, "training GPT-2 at batch 16 on 12 GB: {:?}", trains.cards[0]);
+        let evals = plan(&request(evaluating.clone())).unwrap();
+        let card = &evals.cards[0];
+        assert!(card.fits && card.worst_window == "eval_at_start", "{card:?}");
+        assert_eq!(card.needed_bytes, evals.eval_at_start.nvidia_smi_bytes);
+        assert!(card.needed_bytes < evals.train.nvidia_smi_bytes, "the training windows are still simulated and shown");
+        assert!(evals.later.is_none() && evals.largest_lasting_micro_batch.is_none());
+        assert_eq!(evals.fixes.as_deref(), Some(&[][..]));
+        // The largest batch is the eval's: past the training one, and it fits by the same rule.
+        let largest = evals.largest_micro_batch.unwrap();
+        assert!(largest > 16, "{largest}");
+        assert!(fits(&Config { batch_size: largest, ..evaluating.clone() }, &gpu, 0));
+        assert!(!fits(&Config { batch_size: largest + 1, ..evaluating.clone() }, &gpu, 0));
+
+        // Too large a batch even to evaluate: the fix is that batch, stock train.py's; no split
+        // into micro-steps (no step is taken) and no eval_batch_size (batch_size is the eval's).
+        let too_big = Config { batch_size: largest * 2, ..evaluating };
+        let fixes = plan(&request(too_big.clone())).unwrap().fixes.unwrap();
+        assert_eq!(fixes[0].title, format!("batch_size = {largest}"), "{fixes:#?}");
+        assert!(fixes[0].fits && fixes[0].stock_nanogpt && fixes[0].config == Config { batch_size: largest, ..too_big.clone() });
+        assert!(
+            fixes.iter().all(|f| f.config.gradient_accumulation_steps == too_big.gradient_accumulation_steps
+                && f.config.eval_batch_size.is_none()
+                && f.config.eval_only),
+            "{fixes:#?}"
+        );
+    }
+
+    /// A search's simulation that stops at the card's limit asks only the eval at start of an
+    /// eval-only run: the windows after it run unlimited, as the plan shows them.
+    #[test]
+    fn a_limit_stops_an_eval_only_run_only_at_its_eval() {
+        let gpu = Gpu::find("rtx-3060").unwrap();
+        let cfg = Config { batch_size: 16, compile: false, eval_only: true, ..Config::default() };
+        let full = simulate_on(&cfg, &gpu);
+        let limit = full.eval_at_start.reserved_bytes;
+        assert!(full.train.reserved_bytes > limit);
+        assert_eq!(sim::simulate_exact_within(&cfg, &gpu.target(), limit), Ok(full.clone()));
+        assert!(sim::simulate_exact_within(&cfg, &gpu.target(), limit - 1).is_err());
+        let training = Config { eval_only: false, ..cfg };
+        assert!(sim::simulate_exact_within(&training, &gpu.target(), limit).is_err());
     }
 
     /// What is marked as an estimate follows what was measured: on the H100 (eager) nothing;

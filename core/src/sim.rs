@@ -215,6 +215,10 @@ pub struct Simulation {
     pub first_iter: Peak,
     /// The `estimate_loss` at iteration 0, before any step.
     pub eval_at_start: Peak,
+    /// The config's `eval_only`: train.py runs `eval_at_start` alone and exits; the other
+    /// windows are what training the same config would need.
+    #[serde(default)]
+    pub eval_only: bool,
 }
 
 impl Simulation {
@@ -3313,7 +3317,8 @@ pub fn simulate_exact_and_later(cfg: &Config, target: &Target, limit: Option<u64
     let mut run = exact_run(cfg, target);
     let sim = simulate_run(&mut run);
     let reserved = run.mem.allocator.as_ref().map_or(0, |a| a.reserved);
-    if limit.is_some_and(|l| reserved > l) {
+    // An eval-only run exits after its first eval: nothing follows.
+    if cfg.eval_only || limit.is_some_and(|l| reserved > l) {
         return (sim, None);
     }
     let later = continue_run(&mut run, limit);
@@ -3333,6 +3338,9 @@ pub fn simulate_exact_within_and_later(
     let sim = simulate_run(&mut run);
     if let Some(reserved) = run.mem.reserve_passed {
         return Err(reserved);
+    }
+    if cfg.eval_only {
+        return Ok((sim, None));
     }
     let later = continue_run(&mut run, Some(reserve_limit));
     Ok((sim, later))
@@ -3856,6 +3864,12 @@ fn simulate_run(run: &mut Run) -> Simulation {
     let eval_at_start_high = run.mem.window;
     let eval_at_start = run.mem.end_window();
     let after_first_eval = run.mem.live;
+    let eval_only = run.cfg.eval_only;
+    if eval_only && run.mem.reserve_passed.is_none() {
+        // An eval-only run ends here: a limit asks only whether this window fits, and the
+        // windows after it are simulated unlimited, as what training would need.
+        run.mem.reserve_limit = u64::MAX;
+    }
     if !run.fold {
         run.mem.begin_window();
         run.iteration();
@@ -3866,7 +3880,7 @@ fn simulate_run(run: &mut Run) -> Simulation {
         run.mem.begin_window();
         run.iteration();
         let train = run.mem.end_window();
-        return Simulation { train, eval, first_iter, eval_at_start };
+        return Simulation { train, eval, first_iter, eval_at_start, eval_only };
     }
     // Folded: the same windows, the later two from what the earlier ones recorded.
     run.mem.begin_window();
@@ -3880,7 +3894,7 @@ fn simulate_run(run: &mut Run) -> Simulation {
     run.mem.offer(eval_at_start_high.rebased(&after_first_eval, &run.mem.live));
     let eval = run.mem.end_window();
     let train = run.replay_iteration(&first);
-    Simulation { train, eval, first_iter, eval_at_start }
+    Simulation { train, eval, first_iter, eval_at_start, eval_only }
 }
 
 /// [`simulate_exact`] for a search that only asks whether the reserve stays within

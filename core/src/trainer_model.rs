@@ -1492,7 +1492,8 @@ fn run(cfg: &Config, opts: &TrainerOptions, timeline: bool) -> (Simulation, Vec<
     let eval = m.new_window();
     iteration(&mut m, cfg, &d, opts, &sizes, &mut state);
     let train = m.new_window();
-    (Simulation { train, eval, first_iter, eval_at_start }, m.timeline)
+    // `vramfit train` has no evaluate-only mode (it refuses eval_only).
+    (Simulation { train, eval, first_iter, eval_at_start, eval_only: false }, m.timeline)
 }
 
 /// The highest of the four windows: what a run of `cfg` needs.

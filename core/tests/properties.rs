@@ -32,6 +32,7 @@ fn arb_config() -> impl Strategy<Value = Config> {
                 activation_checkpointing: ckpt,
                 optimizer: if sgd { Optimizer::Sgd } else { Optimizer::Adamw },
                 expandable_segments: xs,
+                eval_only: false,
             }
         })
 }

@@ -99,6 +99,7 @@ pub fn config_from_row(c: &Value) -> Option<Config> {
         activation_checkpointing: b("activation_checkpointing").unwrap_or(false),
         optimizer: Optimizer::parse(s("optimizer").unwrap_or("adamw"))?,
         expandable_segments: b("expandable_segments").unwrap_or(false),
+        eval_only: false,
     };
     cfg.validate().ok()?;
     Some(cfg)

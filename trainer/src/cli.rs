@@ -382,6 +382,12 @@ fn take_training_only(args: &mut Vec<OsString>) -> Result<Vec<(String, String)>,
     let mut i = 2;
     while i < args.len() {
         let Some(flag) = args[i].to_str().and_then(|a| a.strip_prefix("--")) else {
+            // `--max_iters=<not UTF-8>`: clap would call the flag unknown.
+            let lossy = args[i].to_string_lossy();
+            let name = lossy.strip_prefix("--").and_then(|f| f.split_once('=')).map(|(name, _)| name.replace('-', "_"));
+            if let Some(name) = name.filter(|n| is_training_only(n)) {
+                return Err(format!("the value of --{name} is not valid UTF-8"));
+            }
             i += 1;
             continue;
         };
@@ -406,6 +412,7 @@ fn take_training_only(args: &mut Vec<OsString>) -> Result<Vec<(String, String)>,
                     taken.push((name, value.to_string()));
                     args.drain(i..i + 2);
                 }
+                None if args.get(i + 1).is_some() => return Err(format!("the value of --{name} is not valid UTF-8")),
                 _ => return Err(format!("--{flag} needs a value (--{name}=...): a train.py setting that plan notes and does not use")),
             },
         }

@@ -54,7 +54,25 @@ fn finish(result: Result<u8, train_cmd::Failure>) -> ExitCode {
 /// from a config file): line breaks become spaces, and the other control characters (an escape
 /// sequence could retitle the window) and bidirectional overrides are shown escaped, `\u{1b}`.
 fn one_line(message: &str) -> String {
-    vramfit_core::shown_input(&message.replace(['\n', '\r'], " "), usize::MAX)
+    let line = vramfit_core::shown_input(&message.replace(['\n', '\r'], " "), usize::MAX);
+    // A value thousands of characters long (`--gpu aaaa...`) is quoted by its start: the line
+    // stays one a terminal shows, and the rest of the message stays in view.
+    line.split(' ')
+        .map(|word| if word.chars().count() > LONGEST_WORD { shortened(word) } else { word.to_string() })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The most characters of one space-free run a message shows (a path is rarely longer).
+const LONGEST_WORD: usize = 160;
+
+/// The start of a long run, its length, and its last character (a closing quote stays).
+fn shortened(word: &str) -> String {
+    // Counted without the quotes around it.
+    let count = word.trim_matches(|c: char| !c.is_alphanumeric()).chars().count();
+    let start: String = word.chars().take(LONGEST_WORD / 2).collect();
+    let last = word.chars().last().filter(|c| !c.is_alphanumeric()).map(String::from).unwrap_or_default();
+    format!("{start}…[{count} characters]{last}")
 }
 
 /// Prints `error: <message>` as a single line on stderr.

@@ -36,6 +36,14 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     } else {
         say_trainer_reads_no_meta_pkl(&mut inputs);
     }
+    // train.py's configurator applies the command line after the file: its eval_only wins.
+    if let Some((_, value)) = args.training_only.iter().rev().find(|(name, _)| name == "eval_only") {
+        inputs.config.eval_only = crate::cli::parse_bool(value.trim()).unwrap_or(false);
+        if !inputs.config.eval_only {
+            // The file's note on its eval_only no longer holds.
+            inputs.notices.retain(|n| !n.contains("eval_only = True: train.py"));
+        }
+    }
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -88,6 +96,9 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     if args.json {
         to_json(&plan)
     } else {
+        // A file's setting given again on the command line is the command line's (its note says
+        // so): the file's value is not what train.py runs with.
+        inputs.extra.retain(|(name, _)| !args.training_only.iter().any(|(given, _)| given == name));
         Ok(report::render(&plan, &inputs, !args.no_fixes))
     }
 }
@@ -315,8 +326,10 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
             // --runtime trainer plans a CUDA run with it (`run_trainer`).
             "device" if runtime == Runtime::Trainer && value.starts_with("cuda") => {}
             "eval_only" if value == "true" || value == "1" => {
-                notes.push(format!("{flag}: train.py evaluates once and exits, so of this plan only the eval at start applies"))
+                notes.push(format!("{flag}: train.py evaluates once and exits, so the plan's fit is the eval at start's"))
             }
+            // Undoes a file's eval_only (the configurator applies the command line last).
+            "eval_only" => {}
             _ => unused.push(flag),
         }
     }

@@ -161,8 +161,18 @@ fn write_model(out: &mut String, plan: &Plan, inputs: &Inputs) -> std::fmt::Resu
     if let Some(name) = &inputs.init_from {
         writeln!(out, "  init_from '{name}': GPT-2's weights and shape (the same memory as from scratch); fixes keep the shape")?;
     }
-    if !inputs.extra.is_empty() {
-        let settings: Vec<String> = inputs.extra.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    if c.eval_only {
+        writeln!(out, "  eval_only True: train.py runs the eval at start and exits; only that window decides the fit")?;
+    }
+    // What the lines above or core's notes already say of (init_from, eval_only, and dataset,
+    // whose meta.pkl sets vocab_size) changes the plan: it is not listed here.
+    let settings: Vec<String> = inputs
+        .extra
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "init_from" | "eval_only" | "dataset"))
+        .map(|(k, v)| vramfit_core::shown_input(&format!("{k} = {v}"), 80))
+        .collect();
+    if !settings.is_empty() {
         writeln!(out, "  also in the config file, no effect on memory: {}", settings.join(", "))?;
     }
     Ok(())
@@ -172,6 +182,9 @@ fn write_peaks(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) 
     let card = inputs.gpus.first().map_or("the first card", |g| g.name.as_str());
     writeln!(out)?;
     writeln!(out, "Peaks on {card} (~ marks an estimate; see the notes)")?;
+    if plan.config.eval_only {
+        writeln!(out, "  (eval_only: only the eval at start runs; the other rows are what training this config would need)")?;
+    }
     // Columns of at least 27 and a space ("~232.86 GiB (238,446 MiB)" is 25 wide), wider where
     // a figure is, so the columns stay aligned.
     let rows: Vec<(&str, String, String, String)> = windows(plan)
@@ -320,11 +333,13 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         match plan.largest_micro_batch {
             Some(b) => writeln!(
                 out,
-                "  largest micro-batch that fits {}: {}{b} (batch_size is {}){}",
+                "  largest micro-batch that fits {}: {}{b} (batch_size is {}){}{}",
                 first.gpu,
                 tilde(approx),
                 plan.config.batch_size,
-                if first.bf16_unsupported { "; memory only: bf16 still needs another dtype there" } else { "" }
+                if first.bf16_unsupported { "; memory only: bf16 still needs another dtype there" } else { "" },
+                // The search stops at the largest batch vramfit takes, not where memory runs out.
+                if b == vramfit_core::config::MAX_BATCH { "; the most vramfit plans, and more may fit" } else { "" }
             )?,
             None => {
                 // With its own eval batch, eval does not shrink with the micro-batch: say when it

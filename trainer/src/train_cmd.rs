@@ -605,6 +605,14 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
         cfg.validate().map_err(|e| input(e.to_string()))?;
     }
     apply_config_extras(&mut settings, &resolved.extra, run.config.as_deref(), args.weights.is_some(), args.data.is_some())?;
+    // A file's eval_only stopped above; a link's (`eo=1`, the page's eval-only plan) the same way.
+    if cfg.eval_only {
+        return Err(input(
+            "--link: eo=1 (eval_only): vramfit train has no evaluate-only mode, and training would replace out_dir's checkpoint; \
+             take eo=1 out of the link to train"
+                .to_string(),
+        ));
+    }
     Ok((cfg, settings, explicit_vocab, resolved.init_from))
 }
 

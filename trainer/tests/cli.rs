@@ -441,11 +441,12 @@ fn bad_command_line_is_one_error_line() {
     }
     assert!(assert_one_error_line(&["plan", "--n-layr", "3"]).contains("--n-layer"));
     // Far values and long names are quoted short: 1e308 printed 309 digits, a long --gpu value
-    // came back whole in vramfit's part of the message too.
+    // came back whole in vramfit's part of the message too, and in clap's.
     assert!(assert_one_error_line(&["plan", "--dropout", "1e308"]).trim_end().ends_with("dropout must be in [0, 1) (got 1e308)"));
     let long = "x".repeat(300);
     let line = assert_one_error_line(&["plan", "--gpu", &long]);
-    assert_eq!(line.matches(&long).count(), 1, "{line}");
+    assert_eq!(line.matches(&long).count(), 0, "{line}");
+    assert!(line.contains("'xxxxxxxxxx") && line.contains("…[300 characters]'"), "{line}");
     assert!(line.contains("unknown GPU \"xxxxxxxxxx") && line.contains("…\""), "{line}");
     // A memory budget past what vramfit models was shown capped, not refused.
     let line = assert_one_error_line(&["plan", "--runtime", "trainer", "--max-memory-mib", "18446744073709551615"]);
@@ -1312,6 +1313,46 @@ fn the_batch_that_keeps_on_reads_as_its_own_plan() {
 /// be read, a checkpoint name it does not know, a block past GPT-2's positions in a file. A
 /// setting after a list continued over lines is read (it was once dropped, planning 12 layers
 /// for a file of 3).
+/// nanoGPT's `config/eval_gpt2*.py` (`eval_only = True`): train.py runs the eval at start and
+/// exits, so that window alone decides the fit, in the text, the JSON and the link; the command
+/// line's `--eval_only=False` trains again, as train.py's configurator applies it last.
+#[test]
+fn an_eval_only_file_plans_its_eval_at_start() {
+    let file =
+        temp_file("eval_gpt2_xl.py", "batch_size = 8\neval_iters = 500\neval_only = True\nwandb_log = False\ninit_from = 'gpt2-xl'\n");
+    let path = file.to_str().unwrap();
+    let evals = plan_json(&[path, "--gpu", "rtx-4090"]);
+    assert_eq!(evals["config"]["eval_only"], true);
+    assert_eq!(evals["cards"][0]["fits"], true, "{}", evals["cards"][0]);
+    assert_eq!(evals["cards"][0]["worst_window"], "eval_at_start");
+    assert_eq!(evals["cards"][0]["needed_bytes"], evals["eval_at_start"]["nvidia_smi_bytes"]);
+    let trains = plan_json(&[path, "--gpu", "rtx-4090", "--eval_only=False"]);
+    assert_eq!(trains["config"]["eval_only"], false);
+    assert_eq!(trains["cards"][0]["fits"], false, "GPT-2 XL does not train on 24 GB");
+
+    let out = vramfit(&["plan", "--no-fixes", path, "--gpu", "rtx-4090"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("eval_only True: train.py runs the eval at start and exits"), "{stdout}");
+    assert!(stdout.contains("needs ~") && stdout.contains("at eval at start of"), "{stdout}");
+    // What changes the plan is said where it applies, not listed as having no effect.
+    let unused = stdout.lines().find(|l| l.contains("no effect on memory")).unwrap_or_default();
+    assert!(unused.contains("wandb_log") && !unused.contains("eval_only") && !unused.contains("init_from"), "{unused}");
+    assert!(stderr.contains("the plan's fit is the eval at start's"), "{stderr}");
+    let overridden = vramfit(&["plan", "--no-fixes", path, "--gpu", "rtx-4090", "--eval_only=False", "--wandb_log=True"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&overridden.stdout), String::from_utf8_lossy(&overridden.stderr));
+    assert!(!stderr.contains("the plan's fit is the eval at start's") && !stdout.contains("eval_only True"), "{stderr}{stdout}");
+    assert!(!stdout.contains("wandb_log = False"), "the file's value, which the command line replaced: {stdout}");
+
+    // The link carries it, and plans the same.
+    let state =
+        LinkState { config: Config { eval_only: true, batch_size: 64, compile: false, ..Config::default() }, ..LinkState::default() };
+    let query = link::encode(&state);
+    assert!(query.ends_with("&eo=1"), "{query}");
+    let by_link = plan_json(&["--link", &query]);
+    assert_eq!(by_link["config"]["eval_only"], true);
+    assert_eq!(by_link["cards"][0]["worst_window"], "eval_at_start");
+}
+
 #[test]
 fn what_train_py_stops_on_is_an_error() {
     for (args, says) in [
@@ -1477,4 +1518,81 @@ fn the_report_tables_stay_aligned_for_large_figures() {
             assert!(text.contains("~32,813.26 GiB (33,600,779 MiB)") && text.contains("~19,415,040.0"), "{text}");
         }
     }
+}
+
+/// A train.py setting `plan` takes off the command line with a value that is not UTF-8 is said
+/// to be so, as a model flag's is, not called an unknown flag with a suggestion of another.
+#[cfg(unix)]
+#[test]
+fn a_train_py_setting_not_in_utf8_is_said_to_be_so() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    for args in [vec![&b"--max_iters=\xff"[..]], vec![&b"--dataset"[..], &b"\xff"[..]], vec![&b"--out-dir=\xff"[..]]] {
+        let args: Vec<&OsStr> = args.into_iter().map(OsStr::from_bytes).collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_vramfit")).arg("plan").args(&args).output().expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!((out.status.code(), stderr.lines().count()), (Some(2), 1), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: the value of --") && stderr.contains("is not valid UTF-8"), "{args:?}: {stderr}");
+    }
+}
+
+/// What a config file holds is quoted with the characters that would reshape a terminal's line
+/// escaped (an escape sequence could clear the screen or fake a verdict), as notes quote it.
+#[test]
+fn a_config_files_strings_reach_the_report_escaped() {
+    let file = temp_file("escapes.py", "wandb_run_name = 'x\\x1b[2J\\x1b[31mFITS\\x07'\nbatch_size = 4\n");
+    let out = vramfit(&["plan", "--no-fixes", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'), "{stdout:?}");
+    let line = stdout.lines().find(|l| l.contains("no effect on memory")).expect("the file's other settings are listed");
+    assert!(line.contains(r"wandb_run_name = 'x\u{1b}[2J\u{1b}[31mFITS\u{7}'"), "{line}");
+}
+
+/// Where the search reaches the largest batch vramfit plans, the report says that is its limit,
+/// not the card's.
+#[test]
+fn the_largest_batch_at_vramfits_limit_says_so() {
+    let args = ["plan", "--no-fixes", "--n-layer", "2", "--n-embd", "64", "--n-head", "2", "--block-size", "8", "--vocab-size", "65"];
+    let out = vramfit(&[&args[..], &["--batch-size", "65536", "--gpu", "h200"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find(|l| l.contains("largest micro-batch that fits")).unwrap_or_default();
+    assert!(line.contains(": ~65536 (") || line.contains(": 65536 ("), "{line}");
+    assert!(line.ends_with("; the most vramfit plans, and more may fit"), "{line}");
+    let small = vramfit(
+        &[
+            &args[..],
+            &[
+                "--batch-size",
+                "4",
+                "--gpu",
+                "rtx-3060",
+                "--n-layer",
+                "48",
+                "--n-embd",
+                "1024",
+                "--block-size",
+                "1024",
+                "--n-head",
+                "16",
+                "--vocab-size",
+                "50304",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(!String::from_utf8_lossy(&small.stdout).contains("the most vramfit plans"));
+}
+
+/// A value thousands of characters long is quoted by its start, in an error and in a note: the
+/// line stays one a terminal shows.
+#[test]
+fn a_very_long_value_is_quoted_by_its_start() {
+    let long = "a".repeat(5000);
+    for flag in ["--gpu", "--batch-size"] {
+        let err = assert_one_error_line(&["plan", flag, &long]);
+        assert!(err.len() < 600 && err.contains("…[5000 characters]"), "{flag}: {} bytes: {}", err.len(), &err[..200]);
+    }
+    let out = vramfit(&["plan", "--no-fixes", &format!("--out_dir={long}")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.len() < 600 && stderr.contains("characters]"), "{} bytes", stderr.len());
 }

@@ -447,6 +447,12 @@ fn config_settings_train_py_would_not_train_with_are_refused() {
         assert!(!text(&out.stderr).contains("note:"), "{}", text(&out.stderr));
         assert!(!out_dir.exists(), "a refused run created its out_dir");
     }
+    // A page link of an eval-only plan (`eo=1`) likewise.
+    let out_dir = dir.join("out");
+    let link = "v=1&L=1&H=2&C=16&T=16&B=4&GA=1&EI=2&eo=1";
+    let out = run_within(&["train", "--link", link, "--max-iters", "2", "--out-dir", out_dir.to_str().unwrap()], 60);
+    assert_has(&one_error_line(&out), &["eo=1 (eval_only)", "no evaluate-only mode"]);
+    assert!(!out_dir.exists(), "a refused run created its out_dir");
 }
 
 /// Runs the binary, failing the test (instead of hanging it) if it is still running after `secs`.

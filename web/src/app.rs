@@ -1328,6 +1328,14 @@ pub fn App() -> impl IntoView {
                                 |c, v| c.expandable_segments = v,
                                 false,
                             )}
+                            {check_control(
+                                state,
+                                "eval_only",
+                                "eval_only (one eval at start, no training)",
+                                |c| c.eval_only,
+                                |c, v| c.eval_only = v,
+                                false,
+                            )}
                         </div>
                     </fieldset>
                     <fieldset>
@@ -1485,6 +1493,11 @@ pub fn App() -> impl IntoView {
                                 state
                                     .with(|s| s.init_from.is_some())
                                     .then_some(" vramfit downloads no weights: add --weights with the checkpoint's model.safetensors from Hugging Face to fine-tune from them; without it, train starts GPT-2's shape from random weights (the same memory).")
+                            }}
+                            {move || {
+                                state
+                                    .with(|s| s.config.eval_only)
+                                    .then_some(" This plan is eval_only; vramfit train has no evaluate-only mode, so these commands train the config.")
                             }}
                         </p>
                         <pre class="command" id="train-command-link">{move || state.with(share::train_command_link)}</pre>

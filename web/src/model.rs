@@ -601,6 +601,9 @@ pub fn verdict(plan: &Plan) -> Verdict {
     {
         where_peak = format!("{where_peak}; first past the card in the {first}");
     }
+    if plan.config.eval_only {
+        where_peak = format!("{where_peak} (eval_only: train.py runs this eval alone and exits)");
+    }
     let later = plan.later_past_card().map(|l| {
         let at = l.when();
         let outcome = match l.past_card {
@@ -1012,6 +1015,17 @@ mod tests {
         let small = compute(&state(Config { batch_size: 1, ..Config::default() })).unwrap();
         assert!(verdict(&small.plan).fits);
         assert!(verdict(&small.plan).margin.ends_with("headroom"));
+        // An eval-only run (nanoGPT's eval_gpt2*.py) fits by the eval at start alone, and says so.
+        let eval_only = compute(&state(Config { batch_size: 16, compile: false, eval_only: true, ..Config::default() })).unwrap();
+        let v = verdict(&eval_only.plan);
+        assert!(
+            v.fits
+                && v.where_peak.starts_with("peak in the eval before the first step")
+                && v.where_peak.ends_with("(eval_only: train.py runs this eval alone and exits)"),
+            "{}",
+            v.where_peak
+        );
+        assert!(!verdict(&compute(&state(Config { eval_only: false, ..eval_only.plan.config.clone() })).unwrap().plan).fits);
         let t4 = compute(&LinkState { gpu: "t4".into(), ..state(Config { batch_size: 1, ..Config::default() }) }).unwrap();
         let v = verdict(&t4.plan);
         assert!(v.title.contains("bfloat16"));

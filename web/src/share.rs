@@ -40,8 +40,11 @@ pub fn share_url(page_url: &str, state: &LinkState) -> String {
 
 /// `vramfit train --link '...'`: the short hand-off. The link only holds characters of
 /// RFC 3986's unreserved set, `%`, `=` and `&`, so single quotes are enough for any shell.
+/// `train` has no evaluate-only mode (it refuses `eo=1`): its command trains the config.
 pub fn train_command_link(state: &LinkState) -> String {
-    format!("vramfit train --link '{}'", link::encode(state))
+    let mut training = state.clone();
+    training.config.eval_only = false;
+    format!("vramfit train --link '{}'", link::encode(&training))
 }
 
 /// The same run as explicit `vramfit train` flags (the names of `trainer/src/cli.rs`). The card
@@ -301,9 +304,12 @@ mod tests {
         // A file that sets the defaults themselves (nanoGPT's own train_gpt2.py) is not one.
         let (s, notices) = import_config("batch_size = 12\nblock_size = 1024\n", &odd_state()).unwrap();
         assert!(s.config == Config::default() && notices.is_empty(), "{notices:?}");
-        // eval_only is said to change what runs.
-        let (_, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
-        assert!(notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");
+        // eval_only is planned as the eval at start alone, and said to change what runs; the
+        // train command trains the config (train has no evaluate-only mode).
+        let (s, notices) = import_config("eval_only = True\ninit_from = 'scratch'\n", &LinkState::default()).unwrap();
+        assert!(s.config.eval_only && notices.iter().any(|n| n.contains("eval_only = True")), "{notices:?}");
+        assert!(query_of(&s).ends_with("&eo=1") && !train_command_link(&s).contains("eo="), "{}", train_command_link(&s));
+        assert!(export_config(&s).contains("\neval_only = True"), "{}", export_config(&s));
         // A huge paste: a few dozen notices and a count, not one per line.
         let text: String = std::iter::once("n_layer = 4\n".to_string()).chain((0..5000).map(|i| format!("foo{i} = 1\n"))).collect();
         let (s, notices) = import_config(&text, &LinkState::default()).unwrap();
