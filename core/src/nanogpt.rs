@@ -2744,6 +2744,15 @@ pub fn to_config_file(cfg: &Config, init_from: Option<&str>) -> String {
     if cfg.eval_only {
         out.push_str("eval_only = True  # evaluate once and exit\n");
     }
+    // train.py takes vocab_size from the data's meta.pkl, 50304 without one (openwebtext, its
+    // default): the data that gives this vocabulary, where nanoGPT has it, else what to look for.
+    // Without it the file trained GPT-2's vocabulary: shakespeare_char's 2.6 GiB became 8.7.
+    match cfg.vocab_size {
+        _ if init_from.is_some() => {}
+        65 => out.push_str("dataset = 'shakespeare_char'  # its meta.pkl gives vocab_size 65\n"),
+        50304 => {}
+        v => out.push_str(&format!("# dataset = ...  # data whose meta.pkl gives vocab_size {v} (train.py reads it there)\n")),
+    }
     out.push_str("\n# vramfit's settings: stock train.py does not read these\n");
     out.push_str(&format!("vocab_size = {}  # train.py takes it from the dataset's meta.pkl (50304 without one)\n", cfg.vocab_size));
     out.push_str(&format!("eval_batch_size = {}  # None: batch_size\n", py_optional(cfg.eval_batch_size)));
@@ -3990,7 +3999,19 @@ weight_decay = 1e-1
         assert!(!text.contains("init_from"), "{text}");
         let f = parse(&text).unwrap();
         assert_eq!(f.config, cfg);
-        assert!(f.notices.is_empty() && f.extra.is_empty(), "{:?} {:?}", f.notices, f.extra);
+        // The data that gives stock train.py the 65-character vocabulary is named.
+        assert!(
+            f.notices.is_empty() && f.extra == [("dataset".to_string(), Value::Str("shakespeare_char".into()))],
+            "{:?} {:?}",
+            f.notices,
+            f.extra
+        );
+        let without_vocab: String = text.lines().filter(|l| !l.starts_with("vocab_size")).map(|l| format!("{l}\n")).collect();
+        assert_eq!(parse(&without_vocab).unwrap().config, cfg, "stock train.py's reading of it");
+        // GPT-2's (train.py's default data) needs none; another says what to look for.
+        assert!(!to_config_file(&Config::default(), None).contains("dataset ="));
+        let other = to_config_file(&Config { vocab_size: 8192, ..cfg.clone() }, None);
+        assert!(other.contains("# dataset = ...  # data whose meta.pkl gives vocab_size 8192"), "{other}");
     }
 
     #[test]

@@ -194,7 +194,47 @@ impl Plan {
         let own = self.largest_micro_batch == Some(self.config.batch_size);
         self.largest_lasting_micro_batch.as_ref().filter(|_| own).and_then(|l| l.batch_size)
     }
+
+    /// For a run that fits the simulated steps and whose reserve the allocator model sees pass
+    /// the card later ([`Plan::later_past_card`]), what the plan found keeps it fitting, as
+    /// fixes to apply: expandable_segments, and the batch below the config's own that keeps
+    /// fitting where that one is the largest that fits. Both rest on the model's continuation,
+    /// an estimate. Empty otherwise (the fixes of [`fixes_of`] are for a run that does not fit).
+    pub fn later_fixes(&self) -> Vec<Fix> {
+        let (Some(later), Some(card)) = (self.later_past_card(), self.cards.first()) else { return Vec::new() };
+        let cfg = &self.config;
+        let fix = |title: String, cost: String, config: Config, needed_bytes: u64| Fix {
+            title,
+            cost,
+            config,
+            needed_bytes,
+            fits: needed_bytes <= card.available_bytes,
+            stock_nanogpt: true,
+            runs_out_later: None,
+            needed_is_estimate: true,
+            close_call: close_call(card.available_bytes as i64 - needed_bytes as i64, needed_bytes, true),
+        };
+        let mut fixes = Vec::new();
+        if let Some(need) = later.expandable_fix_bytes {
+            fixes.push(fix(EXPANDABLE_TITLE.into(), EXPANDABLE_COST.into(), Config { expandable_segments: true, ..cfg.clone() }, need));
+        }
+        let lasting = self.largest_lasting_micro_batch.as_ref().and_then(|l| l.needed_bytes);
+        if let (Some(b), Some(need)) = (self.own_lasting_batch(), lasting) {
+            let cost = format!(
+                "micro-batches of {b} instead of {}: {} sequences per iteration instead of {}",
+                cfg.batch_size,
+                params::thousands(b as u64 * cfg.gradient_accumulation_steps as u64),
+                params::thousands(cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64)
+            );
+            fixes.push(fix(format!("batch_size = {b}"), cost, Config { batch_size: b, ..cfg.clone() }, need));
+        }
+        fixes
+    }
 }
+
+/// The fix that changes nothing but the allocator's configuration.
+const EXPANDABLE_TITLE: &str = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+const EXPANDABLE_COST: &str = "none: an environment variable; the allocator maps pages instead of keeping whole segments";
 
 /// The largest micro-batch that fits sits at the card's edge, where a reserve that grows a few
 /// steps later (see [`LaterGrowth`]) is most likely to pass it. Where the allocator model says
@@ -407,6 +447,13 @@ type ExactCheck = Option<Result<u64, u64>>;
 pub struct BatchNeeds {
     pub training_bytes: u64,
     pub eval_bytes: u64,
+}
+
+/// A config's [`BatchNeeds`] by the exact simulation (a batch the page draws its curves
+/// through), if it is valid.
+pub fn batch_needs(cfg: &Config, gpu: &Gpu) -> Option<BatchNeeds> {
+    cfg.validate().ok()?;
+    Some(BatchNeeds::of(&simulate_on(cfg, gpu), gpu))
 }
 
 impl BatchNeeds {
@@ -1487,13 +1534,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
     match step {
         0 if !cfg.expandable_segments => {
             // 1. expandable_segments, free: the allocator keeps reserved close to allocated.
-            push(
-                rank::FREE,
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
-                "none: an environment variable; the allocator maps pages instead of keeping whole segments".into(),
-                Config { expandable_segments: true, ..cfg.clone() },
-                None,
-            );
+            push(rank::FREE, EXPANDABLE_TITLE.into(), EXPANDABLE_COST.into(), Config { expandable_segments: true, ..cfg.clone() }, None);
         }
         // An eval-only run takes no step: no split keeps anything (its fix is step 3's batch).
         1 if !cfg.eval_only => {
@@ -2148,6 +2189,27 @@ mod tests {
                 && f.config.eval_only),
             "{fixes:#?}"
         );
+    }
+
+    /// A run that fits the two simulated steps and runs out later by the allocator model gets
+    /// what keeps it fitting as fixes to apply (the page had only words for them), each of
+    /// which plans as fitting without the later growth past the card.
+    #[test]
+    fn a_run_out_later_gets_fixes_that_keep_it_fitting() {
+        let cfg =
+            Config { n_head: 6, block_size: 256, batch_size: 33, gradient_accumulation_steps: 4, compile: false, ..Config::default() };
+        let p = plan(&req(cfg.clone())).unwrap();
+        assert!(p.later_past_card().is_some() && p.fixes.as_deref() == Some(&[][..]), "the case: {:?}", p.later);
+        let fixes = p.later_fixes();
+        assert!(!fixes.is_empty());
+        for f in &fixes {
+            assert!(f.fits && f.needed_is_estimate && f.stock_nanogpt, "{f:?}");
+            let fixed = plan(&PlanRequest { with_fixes: false, ..req(f.config.clone()) }).unwrap();
+            assert!(fixed.cards[0].fits && fixed.later_past_card().is_none(), "{}: {:?}", f.title, fixed.later);
+        }
+        let batch = fixes.iter().find(|f| f.title.starts_with("batch_size = ")).expect("the batch that keeps fitting");
+        assert_eq!(Some(batch.config.batch_size), p.own_lasting_batch());
+        assert!(plan(&req(Config { batch_size: 8, ..cfg })).unwrap().later_fixes().is_empty(), "nothing to keep");
     }
 
     /// A search's simulation that stops at the card's limit asks only the eval at start of an

@@ -532,7 +532,7 @@ fn legend_view(c: &Computed) -> impl IntoView {
     let rows: Vec<_> =
         Segment::all().into_iter().map(|s| (s, s.bytes(w, ctx), model::estimate_detail(&c.plan, model::segment_figures(s)))).collect();
     view! {
-        <p class="legend-caption">"At the " {desc} "'s peak:"</p>
+        <p class="legend-caption">"At the peak of the " {desc} ":"</p>
         <ul class="legend">
             {rows
                 .into_iter()
@@ -542,7 +542,7 @@ fn legend_view(c: &Computed) -> impl IntoView {
                             <span class="swatch" style=format!("background:{}", charts::css_color(s.color()))></span>
                             <strong>{s.label()}</strong>
                             " "
-                            <span class="num">{format_gib(bytes)} " GiB"</span>
+                            <span class="num">{model::format_margin(bytes)}</span>
                             " "
                             {estimate_marker(estimate)}
                             " — "
@@ -589,7 +589,8 @@ fn fix_view(f: Fix, state: RwSignal<LinkState>, need_estimate: Option<String>) -
                 <span class="fix-need">" → needs " {format_gib(f.needed_bytes)} " GiB (" {status} ")"</span>
                 " "
                 {estimate_marker(need_estimate)}
-                {(!f.stock_nanogpt).then(|| view! { <span class="tag">"needs a train.py change"</span> })}
+                // A space between the badges: copied text and screen readers ran them together.
+                {(!f.stock_nanogpt).then(|| view! { " " <span class="tag">"needs a train.py change"</span> })}
             </div>
             <div class="fix-cost">"Cost: " {f.cost.clone()}</div>
             <button
@@ -1413,8 +1414,10 @@ pub fn App() -> impl IntoView {
                             let key = state.with(link::encode);
                             let fits = computed.with(|r| r.as_ref().map(|c| c.plan.cards[0].fits).unwrap_or(false));
                             let invalid = computed.with(|r| r.is_err());
-                            // The verdict warns of growth past the card after the simulated steps.
+                            // The verdict warns of growth past the card after the simulated steps;
+                            // what keeps it fitting then is offered to apply.
                             let later = computed.with(|r| r.as_ref().ok().is_some_and(|c| c.plan.later_past_card().is_some()));
+                            let later_fixes = computed.with(|r| r.as_ref().ok().map(|c| c.plan.later_fixes()).unwrap_or_default());
                             // When the card leaves nothing for any run, no fix can help.
                             let no_room =
                                 computed.with(|r| r.as_ref().ok().is_some_and(|c| state.with(|s| model::capacity_warning(s, c)).is_some()));
@@ -1423,7 +1426,24 @@ pub fn App() -> impl IntoView {
                             fixes
                                 .with(|f| match f {
                                     Some((k, list)) if *k == key => {
-                                        if list.is_empty() || no_room {
+                                        if list.is_empty() && fits && !later_fixes.is_empty() && !no_room {
+                                            view! {
+                                                <p class="fixes-none">
+                                                    "It fits the first two steps; for the growth the allocator model sees after them (see the verdict), these keep it fitting (estimates):"
+                                                </p>
+                                                <ol class="fixes later-fixes" data-state="ready">
+                                                    {later_fixes
+                                                        .iter()
+                                                        .cloned()
+                                                        .map(|f| {
+                                                            let estimate = Some("the allocator model's continuation past the two simulated steps".to_string());
+                                                            fix_view(f, state, estimate)
+                                                        })
+                                                        .collect_view()}
+                                                </ol>
+                                            }
+                                                .into_any()
+                                        } else if list.is_empty() || no_room {
                                             let msg = if no_room {
                                                 "No fix can help: the card leaves too little for any run (see the warning above)."
                                             } else if invalid {
@@ -1493,6 +1513,16 @@ pub fn App() -> impl IntoView {
                                 state
                                     .with(|s| s.init_from.is_some())
                                     .then_some(" vramfit downloads no weights: add --weights with the checkpoint's model.safetensors from Hugging Face to fine-tune from them; without it, train starts GPT-2's shape from random weights (the same memory).")
+                            }}
+                            {move || {
+                                state
+                                    .with(|s| s.config.optimizer == Optimizer::Sgd)
+                                    .then_some(" vramfit train trains AdamW only: optimizer sgd is planned here, not trained.")
+                            }}
+                            {move || {
+                                state
+                                    .with(|s| s.config.expandable_segments)
+                                    .then_some(" expandable_segments is PyTorch's allocator setting: train notes it and does not apply it.")
                             }}
                             {move || {
                                 state
