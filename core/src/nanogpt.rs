@@ -486,8 +486,15 @@ fn set_modelled(cfg: &mut Config, name: &str, value: &Value) -> Result<(), Strin
         }
         "dtype" => {
             let s = string(value, "'float32', 'float16' or 'bfloat16'")?;
-            cfg.dtype =
-                Dtype::parse(s).ok_or_else(|| format!("unknown dtype {}: expected 'float32', 'float16' or 'bfloat16'", quoted(value)))?;
+            // train.py looks the name up in a dict of these three (`ptdtype = {...}[dtype]`):
+            // 'fp16', which vramfit's own flags take, is its KeyError.
+            if !matches!(s, "float32" | "float16" | "bfloat16") {
+                return Err(format!(
+                    "{} is not one of train.py's names ('float32', 'float16' or 'bfloat16'): it stops on any other (a KeyError)",
+                    quoted(value)
+                ));
+            }
+            cfg.dtype = Dtype::parse(s).unwrap_or(cfg.dtype);
         }
         "attention" => {
             let s = string(value, "'flash' or 'manual'")?;
@@ -1067,6 +1074,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         file_notes.push("eval_only = True: train.py evaluates once and exits, so the plan's fit is the eval at start's".into());
     }
     let vocab_from_dataset = apply_dataset_vocab(&mut cfg, &extra, &mut file_notes, &set_on);
+    if let Some(note) = vramfit_only_note(&cfg, &set_on) {
+        file_notes.push(note);
+    }
     // A made-up name whose value a later line read was used, not ignored.
     for (name, line) in &made_up {
         if reads.borrow().iter().any(|(read, at)| read == name && at > line) {
@@ -1717,6 +1727,34 @@ fn assert_condition(code: &str) -> Option<&str> {
 /// sets it stops with Python's NameError.
 const VRAMFIT_ONLY: [&str; 7] =
     ["vocab_size", "eval_batch_size", "eval_block_size", "attention", "optimizer", "activation_checkpointing", "expandable_segments"];
+
+/// What the file's vramfit-only settings change from what stock train.py runs (which never
+/// reads them), said once: the plan is then for a train.py changed to use them.
+fn vramfit_only_note(cfg: &Config, set_on: &[(&'static str, usize)]) -> Option<String> {
+    let set = |name: &str| set_on.iter().any(|(k, _)| *k == name);
+    let changed: Vec<String> = [
+        ("eval_batch_size", cfg.eval_batch_size.is_some_and(|e| e != cfg.batch_size)),
+        ("eval_block_size", cfg.eval_block_size.is_some_and(|t| t != cfg.block_size)),
+        ("attention", cfg.attention != crate::config::Attention::Flash),
+        ("optimizer", cfg.optimizer != crate::config::Optimizer::Adamw),
+        ("activation_checkpointing", cfg.activation_checkpointing),
+    ]
+    .into_iter()
+    .filter(|&(name, differs)| differs && set(name))
+    .map(|(name, _)| config_value(cfg, name).map_or_else(|| name.to_string(), |v| format!("{name} = {v}")))
+    .collect();
+    let mut notes = Vec::new();
+    if !changed.is_empty() {
+        notes.push(format!(
+            "{}: vramfit's settings, which stock train.py does not read; the plan is for a train.py changed to use them",
+            changed.join(", ")
+        ));
+    }
+    if cfg.expandable_segments && set("expandable_segments") {
+        notes.push("expandable_segments = True: planned as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which train.py takes from the environment, not from this file".to_string());
+    }
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
 
 /// train.py's own default of a setting vramfit does not model, which a config file may read
 /// (`eval_iters = max_iters // 3000`); nanoGPT's train.py as of its master branch.
@@ -3032,6 +3070,17 @@ weight_decay = 1e-1
         assert!(f.notices.iter().any(|n| n.starts_with("init_from = 5 is not a name")), "{:#?}", f.notices);
     }
 
+    /// train.py looks dtype up in a dict of three names: the spellings vramfit's flags take
+    /// (`fp16`, `bf16`) are its KeyError in a config file; a later line may still replace it.
+    #[test]
+    fn a_dtype_train_py_does_not_name_is_refused() {
+        for name in ["fp16", "bf16", "Float16", "half"] {
+            let err = parse(&format!("dtype = '{name}'\n")).unwrap_err().to_string();
+            assert!(err.contains(&format!("'{name}' is not one of train.py's names")) && err.ends_with("(a KeyError)"), "{err}");
+        }
+        assert_eq!(parse("dtype = 'fp16'\ndtype = 'float16'\n").unwrap().config.dtype, Dtype::Float16);
+    }
+
     #[test]
     fn unsupported_lines_are_notices() {
         let text = "import time\nout_dir = 'out'\nwandb_run_name = 'mini-gpt' + str(time.time())\nfoo = 3\nif foo:\n    n_layer = 2\nn_layer = foo + 1\n";
@@ -3999,12 +4048,13 @@ weight_decay = 1e-1
         assert!(!text.contains("init_from"), "{text}");
         let f = parse(&text).unwrap();
         assert_eq!(f.config, cfg);
-        // The data that gives stock train.py the 65-character vocabulary is named.
-        assert!(
-            f.notices.is_empty() && f.extra == [("dataset".to_string(), Value::Str("shakespeare_char".into()))],
-            "{:?} {:?}",
+        // The data that gives stock train.py the 65-character vocabulary is named; what stock
+        // train.py does not read is said once.
+        assert_eq!(f.extra, [("dataset".to_string(), Value::Str("shakespeare_char".into()))]);
+        assert_eq!(
             f.notices,
-            f.extra
+            ["eval_batch_size = 8, attention = 'manual', optimizer = 'sgd': vramfit's settings, which stock train.py does not read; \
+              the plan is for a train.py changed to use them"]
         );
         let without_vocab: String = text.lines().filter(|l| !l.starts_with("vocab_size")).map(|l| format!("{l}\n")).collect();
         assert_eq!(parse(&without_vocab).unwrap().config, cfg, "stock train.py's reading of it");
@@ -4062,8 +4112,14 @@ weight_decay = 1e-1
             prop_assume!(s.config.validate().is_ok());
             let f = parse_config_file(&to_config_file(&s.config, None), &Config::default()).unwrap();
             prop_assert_eq!(&f.config, &s.config);
-            // The one thing it says is what an eval-only run is planned as.
-            let said: Vec<&String> = f.notices.iter().filter(|n| !(s.config.eval_only && n.starts_with("eval_only = True: "))).collect();
+            // What it says is what an eval-only run is planned as, and what stock train.py does
+            // not read.
+            let said: Vec<&String> = f
+                .notices
+                .iter()
+                .filter(|n| !(s.config.eval_only && n.starts_with("eval_only = True: ")))
+                .filter(|n| !n.contains("which stock train.py does not read") && !n.starts_with("expandable_segments = True: planned as"))
+                .collect();
             prop_assert!(said.is_empty(), "{:?}", said);
         }
 

@@ -197,9 +197,10 @@ impl Plan {
 
     /// For a run that fits the simulated steps and whose reserve the allocator model sees pass
     /// the card later ([`Plan::later_past_card`]), what the plan found keeps it fitting, as
-    /// fixes to apply: expandable_segments, and the batch below the config's own that keeps
-    /// fitting where that one is the largest that fits. Both rest on the model's continuation,
-    /// an estimate. Empty otherwise (the fixes of [`fixes_of`] are for a run that does not fit).
+    /// fixes to apply: expandable_segments, and the batch that keeps fitting below the largest
+    /// that fits ([`LastingMicroBatch`]; near the card the need is not monotone, so it can be
+    /// above the config's own). Both rest on the model's continuation, an estimate. Empty
+    /// otherwise (the fixes of [`fixes_of`] are for a run that does not fit).
     pub fn later_fixes(&self) -> Vec<Fix> {
         let (Some(later), Some(card)) = (self.later_past_card(), self.cards.first()) else { return Vec::new() };
         let cfg = &self.config;
@@ -218,10 +219,11 @@ impl Plan {
         if let Some(need) = later.expandable_fix_bytes {
             fixes.push(fix(EXPANDABLE_TITLE.into(), EXPANDABLE_COST.into(), Config { expandable_segments: true, ..cfg.clone() }, need));
         }
-        let lasting = self.largest_lasting_micro_batch.as_ref().and_then(|l| l.needed_bytes);
-        if let (Some(b), Some(need)) = (self.own_lasting_batch(), lasting) {
+        let lasting = self.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size.zip(l.needed_bytes));
+        if let Some((b, need)) = lasting.filter(|(b, _)| *b != cfg.batch_size) {
+            let above = if b > cfg.batch_size { " (near the card the need rises and falls with the batch)" } else { "" };
             let cost = format!(
-                "micro-batches of {b} instead of {}: {} sequences per iteration instead of {}",
+                "micro-batches of {b} instead of {}: {} sequences per iteration instead of {}{above}",
                 cfg.batch_size,
                 params::thousands(b as u64 * cfg.gradient_accumulation_steps as u64),
                 params::thousands(cfg.batch_size as u64 * cfg.gradient_accumulation_steps as u64)
@@ -2209,6 +2211,27 @@ mod tests {
         }
         let batch = fixes.iter().find(|f| f.title.starts_with("batch_size = ")).expect("the batch that keeps fitting");
         assert_eq!(Some(batch.config.batch_size), p.own_lasting_batch());
+        // Below the largest that fits, the batch that keeps fitting can be above the config's
+        // own, which runs out too (QA: batch 33 and 34 run out, 35 keeps fitting, 36 runs out).
+        let not_monotone = Config {
+            n_layer: 3,
+            n_head: 12,
+            n_embd: 1152,
+            block_size: 256,
+            batch_size: 33,
+            gradient_accumulation_steps: 14,
+            attention: crate::config::Attention::Manual,
+            compile: false,
+            ..Config::default()
+        };
+        let p = plan(&PlanRequest { other_usage_bytes: 1000 << 20, ..req(not_monotone) }).unwrap();
+        let lasting = p.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size).expect("the case");
+        assert!(p.later_past_card().is_some() && lasting > 33 && p.own_lasting_batch().is_none(), "{:?}", p.largest_lasting_micro_batch);
+        let fixes = p.later_fixes();
+        let batch = fixes.iter().find(|f| f.title == format!("batch_size = {lasting}")).expect("offered");
+        assert!(batch.cost.ends_with("(near the card the need rises and falls with the batch)"), "{}", batch.cost);
+        let fixed = plan(&PlanRequest { with_fixes: false, other_usage_bytes: 1000 << 20, ..req(batch.config.clone()) }).unwrap();
+        assert!(fixed.cards[0].fits && fixed.later_past_card().is_none(), "{:?}", fixed.later);
         assert!(plan(&req(Config { batch_size: 8, ..cfg })).unwrap().later_fixes().is_empty(), "nothing to keep");
     }
 

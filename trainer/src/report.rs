@@ -362,9 +362,18 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
                 (Some(k), Some(need)) => format!("~{k} keeps fitting (needs {})", size(need, true)),
                 _ => "no smaller micro-batch keeps fitting".to_string(),
             };
+            // The config's own batch below it running out too reads as "anything below is safe":
+            // near the card the allocator's packing makes the need rise and fall with the batch.
+            let own = plan.config.batch_size;
+            let not_monotone = match (plan.later_past_card(), lasting.batch_size) {
+                (Some(_), Some(k)) if own < k => {
+                    format!(" (above batch_size {own}, which runs out too: near the card the need rises and falls with the batch)")
+                }
+                _ => String::new(),
+            };
             writeln!(
                 out,
-                "  after a few steps (the allocator model, an estimate): batch_size {b} runs out of memory at {}; {keeps}",
+                "  after a few steps (the allocator model, an estimate): batch_size {b} runs out of memory at {}; {keeps}{not_monotone}",
                 lasting.when()
             )?;
         }
@@ -391,15 +400,17 @@ fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Res
         return writeln!(out, "  none can help: the card leaves no room for any run (see Fit)");
     }
     if fixes.is_empty() {
-        let none = match (plan.later_past_card(), plan.own_lasting_batch()) {
-            (Some(l), lasting) => {
-                let mut ways: Vec<String> = Vec::new();
-                if l.expandable_fix_bytes.is_some() {
-                    ways.push("expandable_segments:True".into());
-                }
-                if let Some(b) = lasting {
-                    ways.push(format!("--batch-size {b}"));
-                }
+        let none = match plan.later_past_card() {
+            Some(_) => {
+                // What the page offers to apply (core's `later_fixes`), as flags and settings.
+                let ways: Vec<String> = plan
+                    .later_fixes()
+                    .iter()
+                    .map(|f| match f.config.expandable_segments && !plan.config.expandable_segments {
+                        true => "expandable_segments:True".to_string(),
+                        false => format!("--batch-size {}", f.config.batch_size),
+                    })
+                    .collect();
                 match ways.is_empty() {
                     true => "none needed for the two simulated steps; for the growth after them, see the notes".to_string(),
                     false => {
@@ -407,8 +418,8 @@ fn write_fixes(out: &mut String, plan: &Plan, with_fixes: bool) -> std::fmt::Res
                     }
                 }
             }
-            (None, _) if fits => "none needed: it fits".to_string(),
-            (None, _) => "none found".to_string(),
+            None if fits => "none needed: it fits".to_string(),
+            None => "none found".to_string(),
         };
         return writeln!(out, "  {none}");
     }

@@ -245,7 +245,8 @@ mod tests {
         assert!(text.contains("n_layer = 7"));
         let (back, notices) = import_config(&text, &LinkState::default()).unwrap();
         assert_eq!(back.config, s.config);
-        assert!(notices.is_empty(), "{notices:?}");
+        // What it says is which of them stock train.py does not read.
+        assert!(notices.len() == 1 && notices[0].contains("which stock train.py does not read"), "{notices:?}");
         // The card is the page's, not the file's.
         assert_eq!(back.gpu, LinkState::default().gpu);
     }
