@@ -248,6 +248,10 @@ pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str)
     Ok(out)
 }
 
+/// Where the batch chart's curve legend starts in the row above the plot: room for "training"
+/// and "eval" with their swatches before the right margin.
+const CURVES_LEGEND_X: i32 = (WIDTH - MARGIN_RIGHT) as i32 - 160;
+
 /// Chart 2: the process's need against the micro-batch size for training and eval, the
 /// capacity line, the current point and the largest batch that fits.
 pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
@@ -285,7 +289,7 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         ))
         .map_err(err)?;
         // The largest batch that fits, and (thin: the allocator model's estimate) the one below
-        // it that keeps fitting after a few steps; labels below the curves' legend (top left).
+        // it that keeps fitting after a few steps; labels below the plot's top.
         let fit_label = series.largest_fit.map(|lf| {
             // The verdict says the card cannot run the dtype; the marker must not read as a go.
             let label = if series.dtype_unsupported {
@@ -295,18 +299,35 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             };
             (lf, 2, label, 40, 0.6)
         });
-        // The batch that keeps fitting lies below the largest: its label runs leftwards sooner,
-        // away from the largest's line (rightwards it ran through it).
+        // The batch that keeps fitting lies below the largest, left of its line.
         let keeps = if series.lasting_frees_cached_blocks { "keeps running" } else { "keeps fitting" };
-        let lasting_label = series.lasting.map(|k| (k, 1, format!("{keeps} after a few steps: {k} (estimate)"), 56, 0.45));
+        let lasting_label = series.lasting.map(|k| (k, 1, format!("{keeps} later: {k} (estimate)"), 56, 0.45));
         let (_, cap_y) = chart.backend_coord(&(x0, available as f64 / GIB));
+        let fit_px = series.largest_fit.map(|lf| chart.backend_coord(&(lf as f64, ymax)).0);
         // Each label below the one before it if moving it off the line brought them together.
         let mut above: Option<i32> = None;
         for (b, width, label, dy, leftwards_from) in fit_label.into_iter().chain(lasting_label) {
             let x = b as f64;
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, ymax)], FITS.stroke_width(width)))).map_err(err)?;
             let (px, top) = chart.backend_coord(&(x, ymax));
-            let (anchor, dx) = if x > max_b * leftwards_from { (HPos::Right, -4) } else { (HPos::Left, 4) };
+            // Rightwards the label of the one that keeps fitting ran through the largest's line
+            // (batch 29's through 33's): it runs leftwards where the y axis leaves room (7 pixels
+            // a character is the font's widest), else it starts past that line, under the
+            // largest's own label (its number says which line is its).
+            let label_width = 7 * label.chars().count() as i32;
+            let (anchor, dx) = if width == 1 {
+                let right_start = fit_px.filter(|f| (px..px + 4 + label_width).contains(f)).map_or(px + 4, |f| f + 4);
+                let (room_left, room_right) = (px - 4 - MARGIN_LEFT as i32, (WIDTH - MARGIN_RIGHT) as i32 - right_start);
+                if room_left >= label_width || (room_right < label_width && room_left > room_right) {
+                    (HPos::Right, -4)
+                } else {
+                    (HPos::Left, right_start - px)
+                }
+            } else if x > max_b * leftwards_from {
+                (HPos::Right, -4)
+            } else {
+                (HPos::Left, 4)
+            };
             let mut label_top = off_line(top + dy, cap_y, false);
             if let Some(prev) = above.filter(|prev| label_top < prev + LABEL_ROW + 2) {
                 label_top = off_line(prev + LABEL_ROW + 2, cap_y, false);
@@ -330,10 +351,10 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         let leftwards = px - 8 - 7 * now.len() as i32 >= MARGIN_LEFT as i32;
         let (anchor, x) = if leftwards { (HPos::Right, px - 8) } else { (HPos::Left, px + 8) };
         root.draw(&Text::new(now, (x, label_top), font(12.0).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
-        // Legend for the two curves, top left inside the plot.
-        for (i, (name, color)) in [("training", TRAIN), ("eval", EVAL)].into_iter().enumerate() {
-            let y = MARGIN_TOP as i32 + 8 + 16 * i as i32;
-            let x = MARGIN_LEFT as i32 + 10;
+        // Legend for the two curves, at the right of the row above the plot (the capacity's is
+        // at its left): inside the plot the largest batch's line ran through it.
+        for (name, color, x) in [("training", TRAIN, CURVES_LEGEND_X), ("eval", EVAL, CURVES_LEGEND_X + 90)] {
+            let y = 11;
             root.draw(&PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))).map_err(err)?;
             root.draw(&Text::new(name, (x + 24, y), font(12.0).pos(Pos::new(HPos::Left, VPos::Center)))).map_err(err)?;
         }
@@ -495,8 +516,31 @@ mod tests {
         for gib in [4.0, 20.0, 21.0, 22.0, 23.0, 24.0, 26.0, 30.0, 40.0] {
             let svg = batch_svg(&series, (gib * GIB) as u64).unwrap();
             let fit = text_ys(&svg, "largest that fits")[0];
-            let lasting = text_ys(&svg, "keeps fitting after a few steps")[0];
+            let lasting = text_ys(&svg, "keeps fitting later")[0];
             assert!((fit - lasting).abs() >= LABEL_ROW as f64, "{gib} GiB: {fit} and {lasting}");
+        }
+        // Its label never runs through the largest's line (QA: rightwards from batch 29 it ran
+        // through batch 33's): leftwards where there is room, else past that line.
+        let largest = series.largest_fit.unwrap();
+        for below in [1, 2, 4, 8] {
+            series.lasting = Some(largest.saturating_sub(below).max(1));
+            for (series, max) in [(series.clone(), None), (series.clone(), Some(largest * 3))] {
+                let mut series = series;
+                if let Some(max) = max {
+                    series.points.push((max, series.points.last().unwrap().1, series.points.last().unwrap().2));
+                }
+                let svg = batch_svg(&series, c.available()).unwrap();
+                let fit_x = polylines_in(&svg, FITS).into_iter().find(|l| l.len() == 2).map(|l| l[0].0).unwrap();
+                let text = svg
+                    .match_indices("<text ")
+                    .map(|(i, _)| &svg[i..i + svg[i..].find("</text>").unwrap()])
+                    .find(|t| t.contains("keeps fitting later"))
+                    .unwrap();
+                let (x, width) = (attr(text, "x"), 7.0 * "keeps fitting later: 00 (estimate)".len() as f64);
+                let span = if text.contains("text-anchor=\"end\"") { (x - width, x) } else { (x, x + width) };
+                assert!(!(span.0..span.1).contains(&fit_x), "{below} below, max {max:?}: {span:?} across {fit_x}");
+                assert!(span.0 >= 0.0 && span.1 <= WIDTH as f64, "{below} below, max {max:?}: {span:?} off the chart");
+            }
         }
         // At batch 1 the "now" label runs rightwards, clear of the y axis's labels.
         let one = compute(&state_at_batch(1)).unwrap();
@@ -578,21 +622,31 @@ mod tests {
         assert!(fit.len() == 1 && fit[0][0].0 == fit[0][1].0);
     }
 
-    /// The curves stay below the legend's two rows (top left), however flat and high they run:
-    /// a huge model on a card far too small drew its eval curve through the legend.
+    /// The curves' legend sits in the row above the plot, which no curve or marker line
+    /// reaches, however flat and high they run: inside the plot a huge model's eval curve, and
+    /// the largest batch's line at a small batch (QA), ran through it.
     #[test]
     fn batch_curves_stay_clear_of_the_legend() {
         let huge = Config { n_layer: 96, n_embd: 12288, n_head: 96, block_size: 2048, batch_size: 1, ..Config::default() };
-        for state in [LinkState::default(), LinkState { config: huge, ..LinkState::default() }] {
+        let small_largest = Config { batch_size: 64, gradient_accumulation_steps: 8, ..Config::default() };
+        let states = [
+            LinkState::default(),
+            LinkState { config: huge, ..LinkState::default() },
+            LinkState { config: small_largest, other_usage_mib: 300, ..LinkState::default() },
+        ];
+        for state in states {
             let c = compute(&state).unwrap();
             let svg = batch_svg(&c.series, c.available()).unwrap();
-            // The second row's centre, half its text, and a 10 px gap.
-            let legend_bottom = (MARGIN_TOP + 8 + 16 + 6 + 10) as f64;
             for colour in [TRAIN, EVAL] {
-                let curve: Vec<(f64, f64)> = polylines_in(&svg, colour).into_iter().filter(|l| l.len() > 2).flatten().collect();
+                let lines = polylines_in(&svg, colour);
+                let swatch: Vec<&Vec<(f64, f64)>> = lines.iter().filter(|l| l.len() == 2).collect();
+                assert!(swatch.len() == 1 && swatch[0].iter().all(|(_, y)| *y < MARGIN_TOP as f64), "{swatch:?}");
+                let curve: Vec<(f64, f64)> = lines.iter().filter(|l| l.len() > 2).flatten().copied().collect();
                 assert!(!curve.is_empty(), "no {colour:?} curve drawn");
-                assert!(curve.iter().all(|(_, y)| *y > legend_bottom), "{:?}", curve.iter().map(|p| p.1).fold(f64::MAX, f64::min));
+                assert!(curve.iter().all(|(_, y)| *y >= MARGIN_TOP as f64), "{:?}", curve.iter().map(|p| p.1).fold(f64::MAX, f64::min));
             }
+            let markers = polylines_in(&svg, FITS);
+            assert!(markers.iter().flatten().all(|(_, y)| *y >= MARGIN_TOP as f64), "{markers:?}");
         }
         assert_eq!(tick_label(800_000.0), "800,000");
         assert_eq!(tick_label(2.5), "2.5");

@@ -1151,7 +1151,7 @@ mod tests {
         assert!(said.ends_with(&format!("; batch_size {lasting} keeps fitting")), "{said}");
         assert_eq!(c.series.lasting, Some(lasting));
         let svg = crate::charts::batch_svg(&c.series, c.available()).unwrap();
-        assert!(svg.contains(&format!("keeps fitting after a few steps: {lasting} (estimate)")), "{svg}");
+        assert!(svg.contains(&format!("keeps fitting later: {lasting} (estimate)")), "{svg}");
         let small = compute(&state(Config { batch_size: 4, ..cfg })).unwrap();
         assert!(small.plan.later.as_ref().is_none_or(|l| l.fits));
         assert_eq!(verdict(&small.plan).later, None);

@@ -296,7 +296,7 @@ async fn a_reserve_that_grows_later_is_shown_in_the_verdict() {
     let lasting = want.series.lasting.expect("a smaller batch keeps fitting");
     assert!(later.ends_with(&format!("; batch_size {lasting} keeps fitting")), "{later}");
     let chart = page.chart("chart-batch");
-    assert!(chart.contains(&format!("keeps fitting after a few steps: {lasting} (estimate)")), "{chart}");
+    assert!(chart.contains(&format!("keeps fitting later: {lasting} (estimate)")), "{chart}");
     // The fixes, a moment later, do not say a plain "it fits".
     page.wait_for(".fixes-none", "no fixes").await;
     assert!(page.text(".fixes-none").starts_with("It fits the first two steps"), "{}", page.text(".fixes-none"));
