@@ -69,7 +69,7 @@ pub enum Command {
         run's training schedule. With --config, settings come from nanoGPT's defaults, then the file, then --link, then the \
         flags; the [default: ...] of a training setting names both. The model flags' [default: ...] are nanoGPT's, which apply with --config or --link. With --resume the checkpoint's settings replace all \
         of those; flags may still change the training ones (not the model's shape). CPU threads: --threads, else \
-        CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model (no config, link, weights or flag sizing the model or batch) and all cores otherwise.")]
+        CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model (its 2 layers, 4 heads, 64 wide, block 64 and batch 16, however they are set, a resumed run's included) and all cores otherwise.")]
     Train(Box<TrainArgs>),
     /// Generate text from a checkpoint written by `vramfit train`.
     #[command(allow_negative_numbers = true, args_override_self = true)]

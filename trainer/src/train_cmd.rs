@@ -59,22 +59,9 @@ fn failed(message: impl Into<String>) -> Failure {
 
 /// Runs `vramfit train`; `Ok` carries the exit code (0, or 130 after Ctrl-C).
 pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
-    // Before candle starts its thread pools (they read these once). The small default model is
-    // faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a
-    // busy 2-core machine), so it gets one unless told otherwise.
+    // Read first, so that a bad value is refused before any work; applied once the model is
+    // known (see `set_threads`).
     let env_threads = if args.threads.is_none() { crate::cli::threads_from_env().map_err(input)? } else { None };
-    // The small default model (one thread): no config, link or weights, and no flag that sizes
-    // the model or its batch (a model set by flags gets every core, as `plan --runtime trainer`
-    // plans it).
-    let r = &args.run;
-    let sized_by_flags = [r.n_layer, r.n_head, r.n_embd, r.block_size, r.batch_size, r.vocab_size].iter().any(Option::is_some);
-    let small_default = r.config.is_none() && r.link.is_none() && args.weights.is_none() && !sized_by_flags;
-    // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
-    let threads = args.threads.or(env_threads).or(small_default.then_some(1));
-    if let Some(n) = threads {
-        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-    }
     let device = make_device(args.device)?;
     // With --resume, the directory read from is the one written to, wherever the checkpoint says
     // the run started.
@@ -152,6 +139,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         }
     };
     let explicit_vocab = explicit_vocab || weights.is_some();
+    // Before the data's scan, the first thing to run on candle's thread pool.
+    set_threads(args.threads.or(env_threads), &cfg);
     apply_training_flags(&mut settings, args);
     let checked_out_dir = out_dir.is_some();
     if let Some(dir) = out_dir {
@@ -477,6 +466,28 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         progress.line(&l);
     }
     Ok(if summary.interrupted { 130 } else { 0 })
+}
+
+/// Sets the thread count before candle starts its thread pools (they read it once): `given`
+/// (--threads, or the environment's), else one thread for the small default model, which is
+/// faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a busy
+/// 2-core machine), else candle's default, every core (as `plan --runtime trainer` plans it).
+fn set_threads(given: Option<u32>, cfg: &Config) {
+    let threads = given.or(is_small_default_model(cfg).then_some(1));
+    // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
+    if let Some(n) = threads {
+        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+}
+
+/// Whether `cfg` trains the small default model's layers, heads, width, block and batch, however
+/// it came to (no flags, flags or a link that name the same, or a checkpoint of it resumed): its
+/// vocabulary is the data's, whichever that is.
+fn is_small_default_model(cfg: &Config) -> bool {
+    let (small, _) = train::small_default();
+    let shape = |c: &Config| (c.n_layer, c.n_head, c.n_embd, c.block_size, c.batch_size);
+    shape(cfg) == shape(&small)
 }
 
 pub fn make_device(arg: Option<DeviceArg>) -> Result<Device, Failure> {
