@@ -6,7 +6,7 @@
 //!   keep tokens per iteration).
 //! - [`available_cpu_bytes`]: free memory, within the cgroup's and `ulimit -v`'s limits (Linux); `None` elsewhere.
 //! - [`predicted_line`]: the pre-flight's line when the run fits.
-//! - [`measured_line`]: "measured peak vs predicted" for after the first iterations.
+//! - [`measured_line`]: "measured peak vs predicted" after the first iterations and at the run's end.
 //!
 //! The model was validated against the trainer's measured peaks on the CPU and, for the tensors, on
 //! an H100 (the CUDA pool's high-water marks, within 0.02%). On CUDA the run also needs memory the
@@ -318,20 +318,59 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// Which part of a run a measured peak covers, and the prediction it is set beside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MeasuredSpan {
+    /// The first two iterations: before the evaluation after a step (which may be the run's
+    /// peak) and before any save; beside the run's predicted peak.
+    FirstTwoIterations { predicted: u64 },
+    /// The whole run, every window and save behind it; beside the run's predicted peak.
+    WholeRun { predicted: u64 },
+    /// A whole run that took no training step (`--max-iters 0`, Ctrl-C in the first
+    /// evaluation): the run's predicted peak is a training step's, which never ran. Beside the
+    /// evaluation at start's prediction where that evaluation ran whole, else beside nothing.
+    NoTrainingStep { eval_at_start_predicted: Option<u64> },
+}
+
 /// "memory: measured peak ... X, predicted Y (+e%)"; `measured` is the counting allocator's
-/// (or the CUDA pool's) peak minus what was live before the model was built. `whole_run`: the
-/// run's end, every window and save behind it; otherwise after its first two iterations, before
-/// the evaluation after a step (which may be the run's peak) and before any save.
-pub fn measured_line(measured: u64, predicted: u64, whole_run: bool) -> String {
-    let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
-    let (what, against) = if whole_run {
-        ("measured peak of the run (from before the model was built)", "predicted")
+/// peak (or, `on_gpu`, the CUDA pool's) minus what was live before the model was built: the
+/// run's own memory, not the data's, where the progress lines' process heap counts the data too.
+pub fn measured_line(measured: u64, span: MeasuredSpan, on_gpu: bool) -> String {
+    let source = if on_gpu {
+        "the run's tensors in the CUDA pool from before the model was built"
     } else {
-        ("measured peak of the first two iterations (the eval after a step and the saves still to come)", "predicted for the run")
+        "the run's own heap from before the model was built, not the data"
     };
-    // Equal sizes at one decimal with an error beside them would contradict it.
-    let (measured, predicted) = if measured == predicted { (mib(measured), mib(predicted)) } else { sizes_apart(measured, predicted) };
-    format!("memory: {what} {measured}, {against} {predicted} ({err:+.1}%)")
+    let beside = |predicted: u64| {
+        let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
+        // Equal sizes at one decimal with an error beside them would contradict it.
+        let (measured, predicted) = if measured == predicted { (mib(measured), mib(predicted)) } else { sizes_apart(measured, predicted) };
+        (measured, predicted, format!("{err:+.1}%"))
+    };
+    match span {
+        MeasuredSpan::FirstTwoIterations { predicted } => {
+            let (measured, predicted, err) = beside(predicted);
+            format!(
+                "memory: measured peak of the first two iterations ({source}; before the eval after a step and the saves) \
+                 {measured}, predicted for the run {predicted} ({err})"
+            )
+        }
+        MeasuredSpan::WholeRun { predicted } => {
+            let (measured, predicted, err) = beside(predicted);
+            format!("memory: measured peak of the run ({source}) {measured}, predicted {predicted} ({err})")
+        }
+        MeasuredSpan::NoTrainingStep { eval_at_start_predicted: Some(predicted) } => {
+            let (measured, predicted, err) = beside(predicted);
+            format!(
+                "memory: measured peak of the run ({source}) {measured}, predicted {predicted} for the evaluation at start, \
+                 all that ran: no training step did ({err})"
+            )
+        }
+        MeasuredSpan::NoTrainingStep { eval_at_start_predicted: None } => format!(
+            "memory: measured peak of the run ({source}) {}; no training step ran, so no prediction to set it beside",
+            mib(measured)
+        ),
+    }
 }
 
 /// What an auto-fit does to the sequences per iteration: kept, or how many more.
@@ -572,19 +611,34 @@ mod tests {
 
     #[test]
     fn measured_line_reports_the_error() {
+        let whole = |measured, predicted| measured_line(measured, MeasuredSpan::WholeRun { predicted }, false);
         assert_eq!(
-            measured_line(100 << 20, 103 << 20, true),
-            "memory: measured peak of the run (from before the model was built) 100.0 MiB, predicted 103.0 MiB (+3.0%)"
+            whole(100 << 20, 103 << 20),
+            "memory: measured peak of the run (the run's own heap from before the model was built, not the data) \
+             100.0 MiB, predicted 103.0 MiB (+3.0%)"
         );
-        assert!(measured_line(100 << 20, 103 << 20, false).starts_with("memory: measured peak of the first two iterations"));
+        let early = measured_line(100 << 20, MeasuredSpan::FirstTwoIterations { predicted: 103 << 20 }, false);
+        assert!(early.starts_with("memory: measured peak of the first two iterations ("), "{early}");
+        assert!(early.contains("; before the eval after a step and the saves) 100.0 MiB, predicted for the run 103.0 MiB"), "{early}");
+        let on_gpu = measured_line(100 << 20, MeasuredSpan::WholeRun { predicted: 103 << 20 }, true);
+        assert!(on_gpu.contains("(the run's tensors in the CUDA pool from") && !on_gpu.contains("heap"), "{on_gpu}");
         // Sizes that round alike at one decimal get more, so they never read equal beside an error.
         let (measured, predicted) = (6_130_000, 6_075_000);
+        assert!(whole(measured, predicted).ends_with(" 5.846 MiB, predicted 5.794 MiB (-0.9%)"), "{}", whole(measured, predicted));
+        assert!(whole(measured, measured).ends_with(" 5.8 MiB, predicted 5.8 MiB (+0.0%)"));
+    }
+
+    /// A run that took no training step is not set beside a training step's prediction (it
+    /// read "3.9 MiB, predicted 10.2 MiB (+158.5%)" after --max-iters 0).
+    #[test]
+    fn a_run_without_a_training_step_is_not_set_beside_one() {
+        let eval_only = measured_line(4 << 20, MeasuredSpan::NoTrainingStep { eval_at_start_predicted: Some(4 << 20) }, false);
         assert!(
-            measured_line(measured, predicted, true).ends_with(" 5.846 MiB, predicted 5.794 MiB (-0.9%)"),
-            "{}",
-            measured_line(measured, predicted, true)
+            eval_only.contains(" 4.0 MiB, predicted 4.0 MiB for the evaluation at start, all that ran: no training step did (+0.0%)"),
+            "{eval_only}"
         );
-        assert!(measured_line(measured, measured, true).ends_with(" 5.8 MiB, predicted 5.8 MiB (+0.0%)"));
+        let nothing = measured_line(4 << 20, MeasuredSpan::NoTrainingStep { eval_at_start_predicted: None }, false);
+        assert!(nothing.contains(" 4.0 MiB; no training step ran") && !nothing.contains("predicted"), "{nothing}");
     }
 
     /// The pool-cache note comes only where the tensors fit and the cache would not.

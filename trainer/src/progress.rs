@@ -186,6 +186,9 @@ struct MemoryCheck {
     iter: u64,
     baseline: u64,
     predicted: u64,
+    /// The evaluation at start's own prediction, for a run that takes no training step (`None`
+    /// where the run's first evaluation is not that window: a resumed run's).
+    eval_at_start_predicted: Option<u64>,
 }
 
 fn mib(bytes: u64) -> String {
@@ -227,6 +230,9 @@ pub struct Progress {
     gpu: Option<candle_core::Device>,
     /// Whether a record could not be written to the log (said once on stderr; training goes on).
     log_write_failed: bool,
+    /// Training steps and whole evaluations this run has recorded.
+    steps_run: u64,
+    evaluations_run: u64,
 }
 
 impl Progress {
@@ -253,6 +259,8 @@ impl Progress {
             memory_check: None,
             gpu: None,
             log_write_failed: false,
+            steps_run: 0,
+            evaluations_run: 0,
         })
     }
 
@@ -266,6 +274,8 @@ impl Progress {
             memory_check: None,
             gpu: None,
             log_write_failed: false,
+            steps_run: 0,
+            evaluations_run: 0,
         }
     }
 
@@ -320,19 +330,27 @@ impl Progress {
     }
 
     /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or with
-    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction.
-    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64) {
-        self.memory_check = Some(MemoryCheck { iter, baseline, predicted });
+    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction;
+    /// `eval_at_start_predicted`: see [`MemoryCheck`].
+    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64, eval_at_start_predicted: Option<u64>) {
+        self.memory_check = Some(MemoryCheck { iter, baseline, predicted, eval_at_start_predicted });
     }
 
     /// The memory line for the whole run, at its end (where a memory check was asked for).
     pub fn whole_run_memory_line(&self) -> Option<String> {
+        use crate::preflight::MeasuredSpan;
         let check = self.memory_check.as_ref()?;
         let peak = match &self.gpu {
             None => crate::mem::installed().then(crate::mem::peak),
             Some(_) => self.pool().map(|b| b.used_high),
         }?;
-        Some(crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted, true))
+        let span = if self.steps_run > 0 {
+            MeasuredSpan::WholeRun { predicted: check.predicted }
+        } else {
+            // A partial evaluation (Ctrl-C) is no window the model predicts.
+            MeasuredSpan::NoTrainingStep { eval_at_start_predicted: check.eval_at_start_predicted.filter(|_| self.evaluations_run > 0) }
+        };
+        Some(crate::preflight::measured_line(peak.saturating_sub(check.baseline), span, self.gpu.is_some()))
     }
 
     /// Measure and report `device`'s memory pool (a CUDA run: the tensors live there, not on the heap).
@@ -341,6 +359,7 @@ impl Progress {
     }
 
     pub fn iter(&mut self, rec: &IterRecord) {
+        self.steps_run += 1;
         let pool = self.pool();
         self.record_with("iter", rec, pool);
         if let Some(check) = self.memory_check.as_ref().filter(|c| c.iter == rec.iter) {
@@ -349,13 +368,16 @@ impl Progress {
                 Some(_) => pool.map(|b| b.used_high),
             };
             if let Some(peak) = peak {
-                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted, false);
+                let span = crate::preflight::MeasuredSpan::FirstTwoIterations { predicted: check.predicted };
+                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), span, self.gpu.is_some());
                 self.line(&line);
             }
         }
         // The whole process (data, tokenizer and all), where the memory line's measured peak is
-        // the training run's own, from the baseline before the model was built.
-        let mut mem = memory().map(|(live, peak)| format!(", process mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
+        // the training run's own, from the baseline before the model was built: named apart.
+        let kind = if crate::mem::installed() { "process heap" } else { "process resident memory" };
+        let mut mem =
+            memory().map(|(live, peak)| format!(", {kind} {} (peak {}, the data included)", mib(live), mib(peak))).unwrap_or_default();
         if let Some(pool) = pool {
             mem.push_str(&format!(", gpu tensors {} (peak {})", mib(pool.used), mib(pool.used_high)));
         }
@@ -369,6 +391,7 @@ impl Progress {
     }
 
     pub fn eval(&mut self, rec: &EvalRecord) {
+        self.evaluations_run += 1;
         self.record("eval", rec);
         self.line(&format!("step {}: train loss {:.4}, val loss {:.4}", rec.iter, rec.train_loss, rec.val_loss));
     }

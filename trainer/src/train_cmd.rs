@@ -389,11 +389,15 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // After the second iteration the AdamW state exists and the first evaluation has run; the
     // evaluation after a step and the saves come later (the run's end reports its whole peak).
     let check_at = start.saturating_add(1);
+    // A fresh run that takes no training step (--max-iters 0, Ctrl-C before the first) runs only
+    // the evaluation at start, a window the model predicts on its own. (A resumed run's first
+    // evaluation has the optimizer's state beside it: not that window.)
+    let eval_at_start_predicted = resume.is_none().then(|| trainer_model::simulate(&cfg, &trainer_opts).eval_at_start.bytes);
     if device.is_cpu() && vramfit::mem::installed() {
-        progress.compare_memory_after(check_at, baseline, checked.predicted_peak);
+        progress.compare_memory_after(check_at, baseline, checked.predicted_peak, eval_at_start_predicted);
     } else if let Some(gpu_baseline) = gpu_baseline {
         progress.watch_gpu(&device);
-        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak);
+        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak, eval_at_start_predicted);
     }
     let summary = train::run(
         Run {
@@ -421,7 +425,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             shell_word(&settings.out_dir)
         ));
     } else {
-        lines.push(format!("done: {} iterations, {:.0} tokens/s", summary.iter_num, summary.tokens_per_s));
+        lines.push(format!("done: {}, {:.0} tokens/s", counted(summary.iter_num, "iteration"), summary.tokens_per_s));
     }
     if let Some((_, val)) = summary.last_eval {
         // After Ctrl-C the last evaluation may be far behind the model that was saved.
@@ -450,7 +454,15 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             "no checkpoint written; {} is the previous run's, kept (--resume continues that run)",
             settings.out_dir.join(checkpoint::FILE_NAME).display()
         )),
-        None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
+        None => lines.push(match summary.best_val_loss {
+            // Steps ran, and their evaluations saved nothing: only an improvement saves with
+            // always_save_checkpoint off, and the evaluation at iteration 0 set the mark.
+            Some(first) if summary.iter_num > 0 && !settings.always_save_checkpoint => format!(
+                "no checkpoint written: val loss never went below its first value, {first:.4} at iteration 0 (which is never \
+                 saved), and always_save_checkpoint is off"
+            ),
+            _ => "no checkpoint written (none is saved at iteration 0)".into(),
+        }),
     }
     // Every window and save is behind it now: the line the early one could only foretell.
     if let Some(line) = progress.whole_run_memory_line() {
@@ -1052,12 +1064,12 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         describe_vocab(&data.vocab)
     ));
     say(format!(
-        "training: batch {} x block {} x {} micro-steps = {} tokens per iteration, {} iterations, lr {:e}, on {device_name}",
+        "training: batch {} x block {} x {} = {} tokens per iteration, {}, lr {:e}, on {device_name}",
         cfg.batch_size,
         cfg.block_size,
-        cfg.gradient_accumulation_steps,
+        counted(cfg.gradient_accumulation_steps.into(), "micro-step"),
         cfg.tokens_per_iter(),
-        s.max_iters,
+        counted(s.max_iters, "iteration"),
         s.lr.learning_rate
     ));
     match vramfit::train::compute_dtype(cfg, device) {
@@ -1088,8 +1100,12 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         say(format!("note: PyTorch settings the trainer does not have, not applied: {}", unused.join(", ")));
     }
     if let Some(ckpt) = resume {
-        let lowest = ckpt.meta.lowest_val_loss.or(ckpt.meta.best_val_loss).map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));
-        say(format!("resuming from iteration {} (lowest val loss so far {lowest})", ckpt.meta.iter_num));
+        let lowest = ckpt
+            .meta
+            .lowest_val_loss
+            .or(ckpt.meta.best_val_loss)
+            .map_or_else(|| "no val loss measured yet".to_string(), |l| format!("lowest val loss so far {l:.4}"));
+        say(format!("resuming from iteration {} ({lowest})", ckpt.meta.iter_num));
     }
 }
 

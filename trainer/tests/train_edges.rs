@@ -266,3 +266,44 @@ fn one_run_at_a_time_per_out_dir() {
     killed.wait().unwrap();
     train_ok(&dir, &["--resume", "--max-iters", "60", "--eval-interval", "2"]);
 }
+
+/// What a run's end says is what happened. A run of no training step: its memory is set beside
+/// the evaluation at start, the one window that ran (it was set beside a training step's
+/// prediction, +158%). One iteration is singular. A run whose val loss never went below its
+/// first value with always_save_checkpoint off says so (it blamed iteration 0).
+#[test]
+fn the_end_of_a_run_says_what_ran() {
+    let out = train_ok(&scratch("end-no-steps"), &["--max-iters", "0"]);
+    let stdout = text(&out.stdout);
+    let memory = stdout.lines().find(|l| l.starts_with("memory: measured peak of the run")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(memory.contains(" for the evaluation at start, all that ran: no training step did ("), "{memory}");
+    assert!(stdout.contains("done: 0 iterations,") && stdout.contains("no checkpoint written (none is saved at iteration 0)"), "{stdout}");
+
+    let out = train_ok(&scratch("end-one-step"), &["--max-iters", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("x 1 micro-step = ") && stdout.contains(" tokens per iteration, 1 iteration, lr "), "{stdout}");
+    assert!(stdout.contains("done: 1 iteration,"), "{stdout}");
+    let memory = stdout.lines().find(|l| l.starts_with("memory: measured peak of the run")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(memory.contains(", predicted ") && !memory.contains("evaluation at start"), "{memory}");
+
+    // A val split of one window and a learning rate of 0: every evaluation scores the same
+    // model on the same sequence, so none goes below the first.
+    let dir = scratch("end-never-improved");
+    let data = dir.join("text.txt");
+    std::fs::write(&data, "abcdefghij".repeat(17)).unwrap();
+    let out = train_ok(
+        &dir.join("out"),
+        &["--data", data.to_str().unwrap(), "--max-iters", "2", "--learning-rate", "0", "--always-save-checkpoint", "false"],
+    );
+    let stdout = text(&out.stdout);
+    let vals: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step ")).filter_map(|l| l.split("val loss ").nth(1)).collect();
+    assert!(vals.len() == 2 && vals[0] == vals[1], "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "no checkpoint written: val loss never went below its first value, {} at iteration 0 (which is never saved), and \
+             always_save_checkpoint is off",
+            vals[0]
+        )),
+        "{stdout}"
+    );
+}
