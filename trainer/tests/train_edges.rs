@@ -307,3 +307,37 @@ fn the_end_of_a_run_says_what_ran() {
         "{stdout}"
     );
 }
+
+/// A save says why it was made: "best val loss so far" only below every val loss measured;
+/// with always_save_checkpoint, below the last save's (train.py's best_val_loss) is not that
+/// (it was labelled "best val loss").
+#[test]
+fn a_save_says_truthfully_why_it_was_made() {
+    let dir = scratch("save-reason");
+    let last_reason = || log_records(&dir, "checkpoint").last().map(|r| r["why"].as_str().unwrap().to_string()).unwrap();
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    assert_eq!(last_reason(), "best val loss so far");
+    // The last save's val loss far above anything, the lowest measured far below.
+    let doctor = || {
+        let path = dir.join("ckpt.safetensors");
+        let mut doctored = vramfit::checkpoint::load(&path, &candle_core::Device::Cpu).unwrap();
+        (doctored.meta.best_val_loss, doctored.meta.lowest_val_loss) = (Some(100.0), Some(0.001));
+        vramfit::checkpoint::save(&path, &doctored).unwrap();
+    };
+    doctor();
+    let out = train_ok(&dir, &["--resume", "--max-iters", "4", "--eval-interval", "2"]);
+    assert_eq!(last_reason(), "always_save_checkpoint");
+    assert!(text(&out.stdout).contains("(always_save_checkpoint)"), "{}", text(&out.stdout));
+    doctor();
+    train_ok(&dir, &["--resume", "--max-iters", "6", "--eval-interval", "2", "--always-save-checkpoint", "false"]);
+    assert_eq!(last_reason(), "val loss below the last save's");
+    // A checkpoint of no evaluation yet (Ctrl-C in the first one) resumes saying so (it read
+    // "lowest val loss so far none yet"), and its first save is the best so far.
+    let path = dir.join("ckpt.safetensors");
+    let mut doctored = vramfit::checkpoint::load(&path, &candle_core::Device::Cpu).unwrap();
+    (doctored.meta.best_val_loss, doctored.meta.lowest_val_loss) = (None, None);
+    vramfit::checkpoint::save(&path, &doctored).unwrap();
+    let out = train_ok(&dir, &["--resume", "--max-iters", "8", "--eval-interval", "2"]);
+    assert!(text(&out.stdout).contains("resuming from iteration 6 (no val loss measured yet)"), "{}", text(&out.stdout));
+    assert_eq!(last_reason(), "best val loss so far");
+}
