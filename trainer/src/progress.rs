@@ -95,12 +95,16 @@ fn set_aside_unclaimed(out_dir: &Path) -> Result<Option<String>, String> {
 /// A resumed run continues the log from its checkpoint's save: what a run wrote after that save
 /// (one that failed or was killed before saving again) would otherwise stand in the log beside
 /// this run's records of the same iterations. Cuts `log.jsonl` after its last `checkpoint`
-/// record at `iter`, the checkpoint's; leaves it as it is where it has none. A note when it cut.
+/// record at `iter`, the checkpoint's; leaves it as it is where it has none, but for a last
+/// record cut short (no whole JSON and no newline), which goes. A note when it cut.
 pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String>, String> {
     use std::io::{BufRead, BufReader};
     let path = out_dir.join(LOG_FILE);
     let Ok(file) = File::open(&path) else { return Ok(None) };
     let (mut offset, mut cut, mut lines_after, mut last_byte) = (0u64, None, 0u64, None);
+    // Where a last line without its newline starts, if it is no whole JSON record: a run killed
+    // mid-write. Only the last line can lack its newline.
+    let mut cut_short_at = None;
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     loop {
@@ -108,6 +112,9 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
         let n = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         if n == 0 {
             break;
+        }
+        if line.last() != Some(&b'\n') && serde_json::from_slice::<serde_json::Value>(&line).is_err() {
+            cut_short_at = Some(offset);
         }
         offset += n as u64;
         lines_after += 1;
@@ -123,9 +130,15 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
         }
     }
     // A last record cut short (a run killed mid-write) would have the next one appended onto
-    // its line: the log ends with a newline before anything is appended.
+    // its line: it goes (the cut below removes it too), and a whole last record without its
+    // newline gets one, so the log ends with a newline before anything is appended.
     let ends_in_newline = last_byte.is_none_or(|b| b == b'\n');
     let Some(cut) = cut.filter(|_| lines_after > 0) else {
+        if let Some(start) = cut_short_at {
+            let log = OpenOptions::new().write(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            log.set_len(start).map_err(|e| format!("cannot trim {}: {e}", path.display()))?;
+            return Ok(Some(format!("{}: removed its last record, cut short by a run that was stopped while writing it", path.display())));
+        }
         if !ends_in_newline {
             let mut log = OpenOptions::new().append(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
             writeln!(log).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -431,8 +444,8 @@ mod tests {
     }
 
     /// The log a resume continues: cut after the checkpoint's own save record, the last one of
-    /// its iteration; left whole where it has none; ending in a newline either way, so that the
-    /// next record never joins a line cut short.
+    /// its iteration; left whole where it has none, but for a last record cut short; ending in
+    /// a newline either way, so that the next record never joins a line cut short.
     #[test]
     fn a_resume_cuts_the_log_back_to_its_checkpoint() {
         let dir = std::env::temp_dir().join(format!("vramfit-log-cut-{}", std::process::id()));
@@ -450,7 +463,10 @@ mod tests {
                 saved[..saved.find("{\"iter\":2,\"kind\":\"iter\"}").unwrap()].to_string(),
                 true,
             ),
-            (format!("{saved}{{\"iter\":9,\"ki"), 7, format!("{saved}{{\"iter\":9,\"ki\n"), false),
+            // A record cut short goes, with no checkpoint record to cut back to (it was kept,
+            // and the next record appended after it), and where it is that record itself.
+            (format!("{saved}{{\"iter\":9,\"ki"), 7, saved.to_string(), true),
+            (format!("{saved}{{\"iter\":6,\"kind\":\"checkp"), 6, saved.to_string(), true),
             (String::new(), 4, String::new(), false),
         ];
         for (before, iter, after, noted) in cases {
