@@ -357,8 +357,20 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // Ctrl-C, and (ctrlc's `termination` feature) SIGTERM and SIGHUP on Unix.
     ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
-            // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
-            std::process::exit(130);
+            // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes); a save
+            // in progress is abandoned (it exited 130 with no word, mid-save).
+            checkpoint::exit_abandoning_write(130, |abandoned| {
+                let line = match abandoned {
+                    Some(path) if path.exists() => {
+                        format!("interrupt: quit at once: the save in progress was abandoned; {} is the previous one, kept", path.display())
+                    }
+                    Some(path) => {
+                        format!("interrupt: quit at once: the save in progress was abandoned; no checkpoint at {}", path.display())
+                    }
+                    None => "interrupt: quit at once".to_string(),
+                };
+                let _ = writeln!(std::io::stderr(), "\n{line}");
+            });
         }
         let _ = writeln!(
             std::io::stderr(),
