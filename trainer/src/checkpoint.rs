@@ -33,9 +33,34 @@ pub const FORMAT_VERSION: u32 = 1;
 
 /// Test hook, in debug builds only (what `cargo test` runs): `VRAMFIT_TEST_CRASH_IN_CHECKPOINT=mid-write`
 /// aborts the process after writing half of the temporary file, `=before-rename` after writing
-/// and syncing all of it. The tests use it to show a crash at those moments leaves the previous
-/// checkpoint loadable; a release binary ignores the variable.
+/// and syncing all of it, and `=pause-before-rename` waits a minute there instead (a slow save,
+/// for a second Ctrl-C to land in). The tests use it to show a crash at those moments leaves the
+/// previous checkpoint loadable; a release binary ignores the variable.
 const CRASH_HOOK: &str = "VRAMFIT_TEST_CRASH_IN_CHECKPOINT";
+
+/// The temporary file of a checkpoint write in progress, and the checkpoint it is to replace,
+/// until its rename: what [`exit_abandoning_write`] abandons.
+static WRITING: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
+
+fn writing() -> std::sync::MutexGuard<'static, Option<(PathBuf, PathBuf)>> {
+    // A panic elsewhere while holding it leaves a value as valid as any.
+    WRITING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Ends the process at once with `code` (a second Ctrl-C). A checkpoint write in progress is
+/// abandoned: its temporary file is removed, and it is not renamed over the checkpoint on disk
+/// afterwards (this holds the lock the rename takes until the process is gone); one renaming
+/// already finishes first. `say` is called first with the checkpoint whose write was abandoned,
+/// if one was.
+pub fn exit_abandoning_write(code: i32, say: impl FnOnce(Option<&Path>)) -> ! {
+    let mut in_progress = writing();
+    let abandoned = in_progress.take();
+    if let Some((temp, _)) = &abandoned {
+        let _ = std::fs::remove_file(temp);
+    }
+    say(abandoned.as_ref().map(|(_, path)| path.as_path()));
+    std::process::exit(code)
+}
 
 /// Everything but the tensors.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -236,6 +261,7 @@ fn write_atomically_with(path: &Path, len: u64, write: &dyn Fn(&mut dyn Write) -
     let crash = if cfg!(debug_assertions) { std::env::var(CRASH_HOOK).ok() } else { None };
     let run = || -> Result<(), String> {
         let file = std::fs::File::create(&temp).map_err(|e| e.to_string())?;
+        *writing() = Some((temp.clone(), path.to_path_buf()));
         if crash.as_deref() == Some("mid-write") {
             let mut out = CrashAfter { file, left: len / 2 };
             write(&mut out)?;
@@ -249,7 +275,16 @@ fn write_atomically_with(path: &Path, len: u64, write: &dyn Fn(&mut dyn Write) -
         if crash.as_deref() == Some("before-rename") {
             std::process::abort();
         }
-        std::fs::rename(&temp, path).map_err(|e| e.to_string())?;
+        if crash.as_deref() == Some("pause-before-rename") {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+        {
+            // Held through the rename: a second Ctrl-C either abandons the write before it (and
+            // holds this until the process ends) or waits for it.
+            let mut in_progress = writing();
+            std::fs::rename(&temp, path).map_err(|e| e.to_string())?;
+            *in_progress = None;
+        }
         // The rename is durable once the directory entry is on disk. Opening a directory to
         // sync it works on Linux and macOS; elsewhere the rename is still atomic.
         if let Ok(d) = std::fs::File::open(dir) {
@@ -257,7 +292,9 @@ fn write_atomically_with(path: &Path, len: u64, write: &dyn Fn(&mut dyn Write) -
         }
         Ok(())
     };
-    run().map_err(|e| {
+    let written = run();
+    *writing() = None;
+    written.map_err(|e| {
         let _ = std::fs::remove_file(&temp);
         format!("cannot write checkpoint {shown}: {e}")
     })

@@ -69,7 +69,7 @@ pub enum Command {
         run's training schedule. With --config, settings come from nanoGPT's defaults, then the file, then --link, then the \
         flags; the [default: ...] of a training setting names both. The model flags' [default: ...] are nanoGPT's, which apply with --config or --link. With --resume the checkpoint's settings replace all \
         of those; flags may still change the training ones (not the model's shape). CPU threads: --threads, else \
-        CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model (no config, link, weights or flag sizing the model or batch) and all cores otherwise.")]
+        CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model (its 2 layers, 4 heads, 64 wide, block 64 and batch 16, however they are set, a resumed run's included) and all cores otherwise.")]
     Train(Box<TrainArgs>),
     /// Generate text from a checkpoint written by `vramfit train`.
     #[command(allow_negative_numbers = true, args_override_self = true)]
@@ -117,7 +117,10 @@ pub struct TrainArgs {
     #[arg(long = "max-iters", alias = "max_iters", value_name = "N", value_parser = parse_count)]
     pub max_iters: Option<u64>,
     /// Peak learning rate [default: 1e-3; with --config: 6e-4].
-    #[arg(long = "learning-rate", alias = "learning_rate", value_name = "LR", value_parser = parse_non_negative)]
+    // allow_hyphen_values on every float flag: clap's allow_negative_numbers takes -1e3 but not
+    // -1e-3 (an exponent's sign), which it called an unexpected argument '-1'; the value's own
+    // parser says what is wrong with it.
+    #[arg(long = "learning-rate", alias = "learning_rate", value_name = "LR", value_parser = parse_non_negative, allow_hyphen_values = true)]
     pub learning_rate: Option<f64>,
     /// Cosine decay with warmup: true or false (constant learning rate) [default: true].
     #[arg(long = "decay-lr", alias = "decay_lr", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
@@ -129,19 +132,19 @@ pub struct TrainArgs {
     #[arg(long = "lr-decay-iters", alias = "lr_decay_iters", value_name = "N", value_parser = parse_count)]
     pub lr_decay_iters: Option<u64>,
     /// Final learning rate [default: 1e-4; with --config: 6e-5].
-    #[arg(long = "min-lr", alias = "min_lr", value_name = "LR", value_parser = parse_non_negative)]
+    #[arg(long = "min-lr", alias = "min_lr", value_name = "LR", value_parser = parse_non_negative, allow_hyphen_values = true)]
     pub min_lr: Option<f64>,
     /// AdamW weight decay of the 2-D parameters [default: 0.1].
-    #[arg(long = "weight-decay", alias = "weight_decay", value_name = "WD", value_parser = parse_non_negative)]
+    #[arg(long = "weight-decay", alias = "weight_decay", value_name = "WD", value_parser = parse_non_negative, allow_hyphen_values = true)]
     pub weight_decay: Option<f64>,
     /// AdamW beta1 [default: 0.9].
-    #[arg(long, value_name = "B", value_parser = parse_beta)]
+    #[arg(long, value_name = "B", value_parser = parse_beta, allow_hyphen_values = true)]
     pub beta1: Option<f64>,
     /// AdamW beta2 [default: 0.99; with --config: 0.95].
-    #[arg(long, value_name = "B", value_parser = parse_beta)]
+    #[arg(long, value_name = "B", value_parser = parse_beta, allow_hyphen_values = true)]
     pub beta2: Option<f64>,
     /// Clip gradients to this global norm; 0 disables [default: 1.0].
-    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "NORM", value_parser = parse_non_negative)]
+    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "NORM", value_parser = parse_non_negative, allow_hyphen_values = true)]
     pub grad_clip: Option<f64>,
     /// Iterations between evaluations (and checkpoints) [default: 100; with --config: 2000].
     #[arg(long = "eval-interval", alias = "eval_interval", value_name = "N", value_parser = parse_positive)]
@@ -216,7 +219,8 @@ pub struct SampleArgs {
         value_parser = |s: &str| parse_u32_in(s, 1, 1_000_000))]
     pub max_new_tokens: u32,
     /// Divides the logits: below 1 is more conservative, above 1 more random.
-    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = parse_temperature)]
+    // allow_hyphen_values: see TrainArgs::learning_rate.
+    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = parse_temperature, allow_hyphen_values = true)]
     pub temperature: f64,
     /// Sample only among the K most likely tokens.
     #[arg(long = "top-k", alias = "top_k", value_name = "K", default_value_t = 200, value_parser = |s: &str| parse_u32_in(s, 1, u32::MAX))]
@@ -340,7 +344,8 @@ pub struct PlanArgs {
     #[arg(long = "eval-chunk-rows", alias = "eval_chunk_rows", value_name = "N", value_parser = parse_positive)]
     pub eval_chunk_rows: Option<u64>,
     /// trainer runtime: gradient clipping on: true or false, or train's norm (0 is off) [default: true, as train's grad_clip 1.0].
-    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL|NORM", value_parser = parse_clip_on, action = clap::ArgAction::Set)]
+    // allow_hyphen_values: see TrainArgs::learning_rate.
+    #[arg(long = "grad-clip", alias = "grad_clip", value_name = "BOOL|NORM", value_parser = parse_clip_on, action = clap::ArgAction::Set, allow_hyphen_values = true)]
     pub grad_clip: Option<bool>,
     /// trainer runtime: CPU threads of the matmuls [default: CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else all cores].
     #[arg(long, value_name = "N", value_parser = |s: &str| parse_u32_in(s, 1, MAX_THREADS as u32))]
@@ -483,7 +488,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub bias: Option<bool>,
     /// Dropout probability in [0, 1) [default: 0.0].
-    #[arg(long, value_name = "P", value_parser = parse_number)]
+    // allow_hyphen_values: see TrainArgs::learning_rate.
+    #[arg(long, value_name = "P", value_parser = parse_number, allow_hyphen_values = true)]
     pub dropout: Option<f64>,
     /// Micro-batch size: sequences per forward/backward [default: 12].
     #[arg(long = "batch-size", alias = "batch_size", value_name = "N", value_parser = parse_setting)]
@@ -712,6 +718,30 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// A negative number with an exponent's sign reaches the flag's own parser (clap called
+    /// -1e-3 an unexpected argument '-1'), for train, plan and sample alike; a valid one parses.
+    #[test]
+    fn a_negative_number_in_scientific_notation_reaches_the_value_parser() {
+        for (command, flag, reason) in [
+            ("train", "--learning-rate", "expected a finite number >= 0"),
+            ("train", "--min-lr", "expected a finite number >= 0"),
+            ("train", "--weight-decay", "expected a finite number >= 0"),
+            ("train", "--beta1", "expected a number in [0, 1)"),
+            ("train", "--beta2", "expected a number in [0, 1)"),
+            ("train", "--grad-clip", "expected a finite number >= 0"),
+            ("plan", "--grad-clip", "expected true, false or a norm >= 0"),
+            ("sample", "--temperature", "expected a finite number > 0"),
+        ] {
+            let line = error_line(&Cli::try_parse_from(["vramfit", command, flag, "-1e-3"]).expect_err("refused"));
+            assert!(line.contains(&format!("invalid value '-1e-3' for '{flag}")) && line.contains(reason), "{command} {flag}: {line}");
+        }
+        // --dropout takes any number here (the config's check refuses it later, with its range),
+        // and the flags after a value still parse as flags.
+        let parsed = Cli::try_parse_from(["vramfit", "plan", "--dropout", "-1e-3", "--n-layer", "2"]).expect("parses");
+        let Command::Plan(args) = parsed.command else { panic!("not plan") };
+        assert_eq!((args.run.dropout, args.run.n_layer), (Some(-1e-3), Some(2)));
     }
 
     /// A value with a line break in it is quoted escaped, and the reason after it is kept.

@@ -6,7 +6,7 @@
 //!   keep tokens per iteration).
 //! - [`available_cpu_bytes`]: free memory, within the cgroup's and `ulimit -v`'s limits (Linux); `None` elsewhere.
 //! - [`predicted_line`]: the pre-flight's line when the run fits.
-//! - [`measured_line`]: "measured peak vs predicted" for after the first iterations.
+//! - [`measured_line`]: "measured peak vs predicted" after the first iterations and at the run's end.
 //!
 //! The model was validated against the trainer's measured peaks on the CPU and, for the tensors, on
 //! an H100 (the CUDA pool's high-water marks, within 0.02%). On CUDA the run also needs memory the
@@ -87,9 +87,10 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-/// A need and what is available, written so that two different sizes never read the same
-/// ("needs 1.0 MiB but 1.0 MiB is available"): MiB to one decimal, else to three, else bytes.
-fn need_and_available(need: u64, available: u64) -> (String, String) {
+/// Two sizes (a need and what is available, a measurement and its prediction), written so that
+/// two different sizes never read the same ("needs 1.0 MiB but 1.0 MiB is available"): MiB to
+/// one decimal, else to three, else bytes.
+fn sizes_apart(need: u64, available: u64) -> (String, String) {
     let at = |decimals: usize, b: u64| format!("{:.*} MiB", decimals, b as f64 / (1u64 << 20) as f64);
     for decimals in [1, 3] {
         let (n, a) = (at(decimals, need), at(decimals, available));
@@ -180,15 +181,25 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
     let fixes = if !fixes.is_empty() {
         format!("fixes: {}", fixes.join("; "))
     } else {
-        // Said with the one that comes closest, if any lowers the peak at all.
-        match savers.iter().filter(|(_, n)| *n < need).min_by_key(|(_, n)| *n) {
+        // Said with the one that comes closest, if any lowers the peak at all: a memory saver,
+        // or the smallest micro-batch, which auto_fit tried and found too large (it often needs
+        // the least: a run of batch 64 that needs 35 MiB with checkpointing needed 5.6 at batch 1).
+        let mut closest: Vec<(String, u64)> = savers.iter().map(|(flags, n)| (flags.to_string(), *n)).collect();
+        if cfg.batch_size > 1 {
+            let sequences = u64::from(cfg.batch_size) * u64::from(cfg.gradient_accumulation_steps.max(1));
+            let accumulation = u32::try_from(sequences).unwrap_or(u32::MAX);
+            let one = Config { batch_size: 1, gradient_accumulation_steps: accumulation, ..cfg.clone() };
+            let one_need = trainer_model::peak_bytes(&trainer_model::simulate(&one, opts));
+            closest.push((format!("--batch-size 1 --gradient-accumulation-steps {accumulation}"), one_need));
+        }
+        match closest.iter().filter(|(_, n)| *n < need).min_by_key(|(_, n)| *n) {
             Some((flags, n)) => {
                 format!("no single fix fits (the closest, {flags}, still needs {}): use a smaller model", predicted(*n, basis))
             }
             None => "no single fix fits: use a smaller model".to_string(),
         }
     };
-    let (need_shown, available_shown) = need_and_available(need, available);
+    let (need_shown, available_shown) = sizes_apart(need, available);
     Err(format!(
         "this run needs {}{need_shown} (trainer memory model{}) but {available_shown} is available; {}; {}",
         basis.mark(),
@@ -203,8 +214,10 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
 /// ([`trainer_model::pool_slabs_not_made_bound`]); said when there is any.
 pub fn predicted_line(predicted_peak: u64, available: u64, basis: Basis, upper_by: u64) -> String {
     let room = if available == u64::MAX { "no limit known".to_string() } else { format!("{} available", mib(available)) };
+    // Not an upper bound: what the model leaves out (rayon's workers, candle's bookkeeping) puts
+    // a measurement a little above it where every slab was made.
     let bound = if upper_by > 0 {
-        format!(", an upper bound by up to {}: gemm buffers a pool thread may not have made yet", mib(upper_by))
+        format!(", may over-count by up to {}: gemm buffers a pool thread may not have made yet", mib(upper_by))
     } else {
         String::new()
     };
@@ -305,18 +318,59 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// Which part of a run a measured peak covers, and the prediction it is set beside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MeasuredSpan {
+    /// The first two iterations: before the evaluation after a step (which may be the run's
+    /// peak) and before any save; beside the run's predicted peak.
+    FirstTwoIterations { predicted: u64 },
+    /// The whole run, every window and save behind it; beside the run's predicted peak.
+    WholeRun { predicted: u64 },
+    /// A whole run that took no training step (`--max-iters 0`, Ctrl-C in the first
+    /// evaluation): the run's predicted peak is a training step's, which never ran. Beside the
+    /// evaluation at start's prediction where that evaluation ran whole, else beside nothing.
+    NoTrainingStep { eval_at_start_predicted: Option<u64> },
+}
+
 /// "memory: measured peak ... X, predicted Y (+e%)"; `measured` is the counting allocator's
-/// (or the CUDA pool's) peak minus what was live before the model was built. `whole_run`: the
-/// run's end, every window and save behind it; otherwise after its first two iterations, before
-/// the evaluation after a step (which may be the run's peak) and before any save.
-pub fn measured_line(measured: u64, predicted: u64, whole_run: bool) -> String {
-    let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
-    let (what, against) = if whole_run {
-        ("measured peak of the run (from before the model was built)", "predicted")
+/// peak (or, `on_gpu`, the CUDA pool's) minus what was live before the model was built: the
+/// run's own memory, not the data's, where the progress lines' process heap counts the data too.
+pub fn measured_line(measured: u64, span: MeasuredSpan, on_gpu: bool) -> String {
+    let source = if on_gpu {
+        "the run's tensors in the CUDA pool from before the model was built"
     } else {
-        ("measured peak of the first two iterations (the eval after a step and the saves still to come)", "predicted for the run")
+        "the run's own heap from before the model was built, not the data"
     };
-    format!("memory: {what} {}, {against} {} ({err:+.1}%)", mib(measured), mib(predicted))
+    let beside = |predicted: u64| {
+        let err = if measured > 0 { (predicted as f64 - measured as f64) / measured as f64 * 100.0 } else { 0.0 };
+        // Equal sizes at one decimal with an error beside them would contradict it.
+        let (measured, predicted) = if measured == predicted { (mib(measured), mib(predicted)) } else { sizes_apart(measured, predicted) };
+        (measured, predicted, format!("{err:+.1}%"))
+    };
+    match span {
+        MeasuredSpan::FirstTwoIterations { predicted } => {
+            let (measured, predicted, err) = beside(predicted);
+            format!(
+                "memory: measured peak of the first two iterations ({source}; before the eval after a step and the saves) \
+                 {measured}, predicted for the run {predicted} ({err})"
+            )
+        }
+        MeasuredSpan::WholeRun { predicted } => {
+            let (measured, predicted, err) = beside(predicted);
+            format!("memory: measured peak of the run ({source}) {measured}, predicted {predicted} ({err})")
+        }
+        MeasuredSpan::NoTrainingStep { eval_at_start_predicted: Some(predicted) } => {
+            let (measured, predicted, err) = beside(predicted);
+            format!(
+                "memory: measured peak of the run ({source}) {measured}, predicted {predicted} for the evaluation at start, \
+                 all that ran: no training step did ({err})"
+            )
+        }
+        MeasuredSpan::NoTrainingStep { eval_at_start_predicted: None } => format!(
+            "memory: measured peak of the run ({source}) {}; no training step ran, so no prediction to set it beside",
+            mib(measured)
+        ),
+    }
 }
 
 /// What an auto-fit does to the sequences per iteration: kept, or how many more.
@@ -337,11 +391,11 @@ mod tests {
     #[test]
     fn a_need_and_the_room_are_written_apart() {
         const MIB: u64 = 1 << 20;
-        assert_eq!(need_and_available(25 * MIB, MIB), ("25.0 MiB".to_string(), "1.0 MiB".to_string()));
-        assert_eq!(need_and_available(MIB + MIB / 30, MIB), ("1.033 MiB".to_string(), "1.000 MiB".to_string()));
-        assert_eq!(need_and_available(MIB + 100, MIB), ("1,048,676 bytes".to_string(), "1,048,576 bytes".to_string()));
+        assert_eq!(sizes_apart(25 * MIB, MIB), ("25.0 MiB".to_string(), "1.0 MiB".to_string()));
+        assert_eq!(sizes_apart(MIB + MIB / 30, MIB), ("1.033 MiB".to_string(), "1.000 MiB".to_string()));
+        assert_eq!(sizes_apart(MIB + 100, MIB), ("1,048,676 bytes".to_string(), "1,048,576 bytes".to_string()));
         for (need, room) in [(MIB + 1, MIB), (3 * MIB + 5000, 3 * MIB), (MIB + MIB / 19, MIB)] {
-            let (n, r) = need_and_available(need, room);
+            let (n, r) = sizes_apart(need, room);
             assert_ne!(n, r, "{need} vs {room}");
         }
     }
@@ -392,6 +446,23 @@ mod tests {
         assert!(err.contains("still needs") && err.ends_with("use a smaller model"), "{err}");
     }
 
+    /// Where nothing fits, "the closest" is the single fix that needs least: at batch 64 the
+    /// smallest micro-batch, not a memory saver (it named checkpointing at 35.4 MiB where
+    /// batch 1 x 64 needed 5.6).
+    #[test]
+    fn the_closest_fix_is_the_one_that_needs_least() {
+        let opts = TrainerOptions::default();
+        let big_batch = Config { batch_size: 64, gradient_accumulation_steps: 2, ..cfg() };
+        let need = |c: &Config, o: &TrainerOptions| trainer_model::peak_bytes(&trainer_model::simulate(c, o));
+        let one = need(&Config { batch_size: 1, gradient_accumulation_steps: 128, ..big_batch.clone() }, &opts);
+        let checkpointed = need(&Config { activation_checkpointing: true, ..big_batch.clone() }, &opts);
+        let chunked = need(&big_batch, &TrainerOptions { chunked_loss: true, ..opts });
+        assert!(one < checkpointed.min(chunked), "batch 1 needs {one}, the savers {checkpointed} and {chunked}");
+        let err = preflight(&big_batch, &opts, 1 << 20, false, Basis::Measured).expect_err("does not fit");
+        let closest = format!("(the closest, --batch-size 1 --gradient-accumulation-steps 128, still needs {})", mib(one));
+        assert!(err.contains(&closest), "{err}");
+    }
+
     #[test]
     fn fits_refuses_and_auto_fits() {
         let opts = TrainerOptions::default();
@@ -427,7 +498,7 @@ mod tests {
 
     /// With a thread pool the pre-flight says how far over its prediction may be.
     #[test]
-    fn a_thread_pools_prediction_says_by_how_much_it_is_an_upper_bound() {
+    fn a_thread_pools_prediction_says_by_how_much_it_may_over_count() {
         let threads = |n: u32| TrainerOptions { cpu_threads: n, ..TrainerOptions::default() };
         // One slab of 2 MiB (the default caches' L2) per pool thread but one.
         assert_eq!(trainer_model::pool_slabs_not_made_bound(&threads(1)), 0);
@@ -435,8 +506,9 @@ mod tests {
         assert_eq!(trainer_model::pool_slabs_not_made_bound(&TrainerOptions { cuda: true, unfused_ops: true, ..threads(4) }), 0);
         let bound = trainer_model::pool_slabs_not_made_bound(&threads(4));
         let line = predicted_line(40 << 20, 100 << 20, Basis::Measured, bound);
-        assert!(line.contains("40.0 MiB (trainer memory model, an upper bound by up to 6.0 MiB: gemm buffers"), "{line}");
-        assert!(!predicted_line(40 << 20, 100 << 20, Basis::Measured, 0).contains("upper bound"));
+        assert!(line.contains("40.0 MiB (trainer memory model, may over-count by up to 6.0 MiB: gemm buffers"), "{line}");
+        assert!(!line.contains("upper bound"), "measurements come out a little above it: {line}");
+        assert!(!predicted_line(40 << 20, 100 << 20, Basis::Measured, 0).contains("over-count"));
     }
 
     /// On CUDA every predicted figure of every pre-flight message is marked and called an
@@ -539,11 +611,34 @@ mod tests {
 
     #[test]
     fn measured_line_reports_the_error() {
+        let whole = |measured, predicted| measured_line(measured, MeasuredSpan::WholeRun { predicted }, false);
         assert_eq!(
-            measured_line(100 << 20, 103 << 20, true),
-            "memory: measured peak of the run (from before the model was built) 100.0 MiB, predicted 103.0 MiB (+3.0%)"
+            whole(100 << 20, 103 << 20),
+            "memory: measured peak of the run (the run's own heap from before the model was built, not the data) \
+             100.0 MiB, predicted 103.0 MiB (+3.0%)"
         );
-        assert!(measured_line(100 << 20, 103 << 20, false).starts_with("memory: measured peak of the first two iterations"));
+        let early = measured_line(100 << 20, MeasuredSpan::FirstTwoIterations { predicted: 103 << 20 }, false);
+        assert!(early.starts_with("memory: measured peak of the first two iterations ("), "{early}");
+        assert!(early.contains("; before the eval after a step and the saves) 100.0 MiB, predicted for the run 103.0 MiB"), "{early}");
+        let on_gpu = measured_line(100 << 20, MeasuredSpan::WholeRun { predicted: 103 << 20 }, true);
+        assert!(on_gpu.contains("(the run's tensors in the CUDA pool from") && !on_gpu.contains("heap"), "{on_gpu}");
+        // Sizes that round alike at one decimal get more, so they never read equal beside an error.
+        let (measured, predicted) = (6_130_000, 6_075_000);
+        assert!(whole(measured, predicted).ends_with(" 5.846 MiB, predicted 5.794 MiB (-0.9%)"), "{}", whole(measured, predicted));
+        assert!(whole(measured, measured).ends_with(" 5.8 MiB, predicted 5.8 MiB (+0.0%)"));
+    }
+
+    /// A run that took no training step is not set beside a training step's prediction (it
+    /// read "3.9 MiB, predicted 10.2 MiB (+158.5%)" after --max-iters 0).
+    #[test]
+    fn a_run_without_a_training_step_is_not_set_beside_one() {
+        let eval_only = measured_line(4 << 20, MeasuredSpan::NoTrainingStep { eval_at_start_predicted: Some(4 << 20) }, false);
+        assert!(
+            eval_only.contains(" 4.0 MiB, predicted 4.0 MiB for the evaluation at start, all that ran: no training step did (+0.0%)"),
+            "{eval_only}"
+        );
+        let nothing = measured_line(4 << 20, MeasuredSpan::NoTrainingStep { eval_at_start_predicted: None }, false);
+        assert!(nothing.contains(" 4.0 MiB; no training step ran") && !nothing.contains("predicted"), "{nothing}");
     }
 
     /// The pool-cache note comes only where the tensors fit and the cache would not.

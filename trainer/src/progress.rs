@@ -95,12 +95,16 @@ fn set_aside_unclaimed(out_dir: &Path) -> Result<Option<String>, String> {
 /// A resumed run continues the log from its checkpoint's save: what a run wrote after that save
 /// (one that failed or was killed before saving again) would otherwise stand in the log beside
 /// this run's records of the same iterations. Cuts `log.jsonl` after its last `checkpoint`
-/// record at `iter`, the checkpoint's; leaves it as it is where it has none. A note when it cut.
+/// record at `iter`, the checkpoint's; leaves it as it is where it has none, but for a last
+/// record cut short (no whole JSON and no newline), which goes. A note when it cut.
 pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String>, String> {
     use std::io::{BufRead, BufReader};
     let path = out_dir.join(LOG_FILE);
     let Ok(file) = File::open(&path) else { return Ok(None) };
     let (mut offset, mut cut, mut lines_after, mut last_byte) = (0u64, None, 0u64, None);
+    // Where a last line without its newline starts, if it is no whole JSON record: a run killed
+    // mid-write. Only the last line can lack its newline.
+    let mut cut_short_at = None;
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     loop {
@@ -108,6 +112,9 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
         let n = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         if n == 0 {
             break;
+        }
+        if line.last() != Some(&b'\n') && serde_json::from_slice::<serde_json::Value>(&line).is_err() {
+            cut_short_at = Some(offset);
         }
         offset += n as u64;
         lines_after += 1;
@@ -123,9 +130,15 @@ pub fn trim_log_to_checkpoint(out_dir: &Path, iter: u64) -> Result<Option<String
         }
     }
     // A last record cut short (a run killed mid-write) would have the next one appended onto
-    // its line: the log ends with a newline before anything is appended.
+    // its line: it goes (the cut below removes it too), and a whole last record without its
+    // newline gets one, so the log ends with a newline before anything is appended.
     let ends_in_newline = last_byte.is_none_or(|b| b == b'\n');
     let Some(cut) = cut.filter(|_| lines_after > 0) else {
+        if let Some(start) = cut_short_at {
+            let log = OpenOptions::new().write(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            log.set_len(start).map_err(|e| format!("cannot trim {}: {e}", path.display()))?;
+            return Ok(Some(format!("{}: removed its last record, cut short by a run that was stopped while writing it", path.display())));
+        }
         if !ends_in_newline {
             let mut log = OpenOptions::new().append(true).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
             writeln!(log).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -186,6 +199,9 @@ struct MemoryCheck {
     iter: u64,
     baseline: u64,
     predicted: u64,
+    /// The evaluation at start's own prediction, for a run that takes no training step (`None`
+    /// where the run's first evaluation is not that window: a resumed run's).
+    eval_at_start_predicted: Option<u64>,
 }
 
 fn mib(bytes: u64) -> String {
@@ -227,6 +243,9 @@ pub struct Progress {
     gpu: Option<candle_core::Device>,
     /// Whether a record could not be written to the log (said once on stderr; training goes on).
     log_write_failed: bool,
+    /// Training steps and whole evaluations this run has recorded.
+    steps_run: u64,
+    evaluations_run: u64,
 }
 
 impl Progress {
@@ -253,6 +272,8 @@ impl Progress {
             memory_check: None,
             gpu: None,
             log_write_failed: false,
+            steps_run: 0,
+            evaluations_run: 0,
         })
     }
 
@@ -266,6 +287,8 @@ impl Progress {
             memory_check: None,
             gpu: None,
             log_write_failed: false,
+            steps_run: 0,
+            evaluations_run: 0,
         }
     }
 
@@ -320,19 +343,27 @@ impl Progress {
     }
 
     /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or with
-    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction.
-    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64) {
-        self.memory_check = Some(MemoryCheck { iter, baseline, predicted });
+    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction;
+    /// `eval_at_start_predicted`: see [`MemoryCheck`].
+    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64, eval_at_start_predicted: Option<u64>) {
+        self.memory_check = Some(MemoryCheck { iter, baseline, predicted, eval_at_start_predicted });
     }
 
     /// The memory line for the whole run, at its end (where a memory check was asked for).
     pub fn whole_run_memory_line(&self) -> Option<String> {
+        use crate::preflight::MeasuredSpan;
         let check = self.memory_check.as_ref()?;
         let peak = match &self.gpu {
             None => crate::mem::installed().then(crate::mem::peak),
             Some(_) => self.pool().map(|b| b.used_high),
         }?;
-        Some(crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted, true))
+        let span = if self.steps_run > 0 {
+            MeasuredSpan::WholeRun { predicted: check.predicted }
+        } else {
+            // A partial evaluation (Ctrl-C) is no window the model predicts.
+            MeasuredSpan::NoTrainingStep { eval_at_start_predicted: check.eval_at_start_predicted.filter(|_| self.evaluations_run > 0) }
+        };
+        Some(crate::preflight::measured_line(peak.saturating_sub(check.baseline), span, self.gpu.is_some()))
     }
 
     /// Measure and report `device`'s memory pool (a CUDA run: the tensors live there, not on the heap).
@@ -341,6 +372,7 @@ impl Progress {
     }
 
     pub fn iter(&mut self, rec: &IterRecord) {
+        self.steps_run += 1;
         let pool = self.pool();
         self.record_with("iter", rec, pool);
         if let Some(check) = self.memory_check.as_ref().filter(|c| c.iter == rec.iter) {
@@ -349,13 +381,16 @@ impl Progress {
                 Some(_) => pool.map(|b| b.used_high),
             };
             if let Some(peak) = peak {
-                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), check.predicted, false);
+                let span = crate::preflight::MeasuredSpan::FirstTwoIterations { predicted: check.predicted };
+                let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), span, self.gpu.is_some());
                 self.line(&line);
             }
         }
         // The whole process (data, tokenizer and all), where the memory line's measured peak is
-        // the training run's own, from the baseline before the model was built.
-        let mut mem = memory().map(|(live, peak)| format!(", process mem {} (peak {})", mib(live), mib(peak))).unwrap_or_default();
+        // the training run's own, from the baseline before the model was built: named apart.
+        let kind = if crate::mem::installed() { "process heap" } else { "process resident memory" };
+        let mut mem =
+            memory().map(|(live, peak)| format!(", {kind} {} (peak {}, the data included)", mib(live), mib(peak))).unwrap_or_default();
         if let Some(pool) = pool {
             mem.push_str(&format!(", gpu tensors {} (peak {})", mib(pool.used), mib(pool.used_high)));
         }
@@ -369,6 +404,7 @@ impl Progress {
     }
 
     pub fn eval(&mut self, rec: &EvalRecord) {
+        self.evaluations_run += 1;
         self.record("eval", rec);
         self.line(&format!("step {}: train loss {:.4}, val loss {:.4}", rec.iter, rec.train_loss, rec.val_loss));
     }
@@ -408,8 +444,8 @@ mod tests {
     }
 
     /// The log a resume continues: cut after the checkpoint's own save record, the last one of
-    /// its iteration; left whole where it has none; ending in a newline either way, so that the
-    /// next record never joins a line cut short.
+    /// its iteration; left whole where it has none, but for a last record cut short; ending in
+    /// a newline either way, so that the next record never joins a line cut short.
     #[test]
     fn a_resume_cuts_the_log_back_to_its_checkpoint() {
         let dir = std::env::temp_dir().join(format!("vramfit-log-cut-{}", std::process::id()));
@@ -427,7 +463,10 @@ mod tests {
                 saved[..saved.find("{\"iter\":2,\"kind\":\"iter\"}").unwrap()].to_string(),
                 true,
             ),
-            (format!("{saved}{{\"iter\":9,\"ki"), 7, format!("{saved}{{\"iter\":9,\"ki\n"), false),
+            // A record cut short goes, with no checkpoint record to cut back to (it was kept,
+            // and the next record appended after it), and where it is that record itself.
+            (format!("{saved}{{\"iter\":9,\"ki"), 7, saved.to_string(), true),
+            (format!("{saved}{{\"iter\":6,\"kind\":\"checkp"), 6, saved.to_string(), true),
             (String::new(), 4, String::new(), false),
         ];
         for (before, iter, after, noted) in cases {

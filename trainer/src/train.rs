@@ -318,14 +318,23 @@ pub fn run(run: Run<'_>, resume: Option<&CheckpointMeta>, progress: &mut Progres
                     divergence_advice(settings)
                 ));
             }
+            let lowest_yet = state.lowest_val_loss.is_none_or(|lowest| val_loss < lowest);
             state.lowest_val_loss = Some(state.lowest_val_loss.map_or(val_loss, |l| l.min(val_loss)));
+            // train.py's rule: best_val_loss is the last save's, so with always_save_checkpoint it
+            // may be above the lowest, and "improved" is no best val loss.
             let improved = state.best_val_loss.is_none_or(|best| val_loss < best);
             if improved || settings.always_save_checkpoint {
                 state.best_val_loss = Some(val_loss);
                 if state.iter_num > 0 {
                     save(&ckpt_path, cfg, settings, data, model, optimizer, &state)?;
                     saved_any = true;
-                    progress.checkpoint(state.iter_num, &ckpt_path, if improved { "best val loss" } else { "always_save_checkpoint" });
+                    let why = match (lowest_yet, settings.always_save_checkpoint) {
+                        (true, _) => "best val loss so far",
+                        (false, true) => "always_save_checkpoint",
+                        // A checkpoint of an always-saving run resumed with it off.
+                        (false, false) => "val loss below the last save's",
+                    };
+                    progress.checkpoint(state.iter_num, &ckpt_path, why);
                     plot.redraw();
                 }
             }

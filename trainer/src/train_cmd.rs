@@ -59,22 +59,9 @@ fn failed(message: impl Into<String>) -> Failure {
 
 /// Runs `vramfit train`; `Ok` carries the exit code (0, or 130 after Ctrl-C).
 pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
-    // Before candle starts its thread pools (they read these once). The small default model is
-    // faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a
-    // busy 2-core machine), so it gets one unless told otherwise.
+    // Read first, so that a bad value is refused before any work; applied once the model is
+    // known (see `set_threads`).
     let env_threads = if args.threads.is_none() { crate::cli::threads_from_env().map_err(input)? } else { None };
-    // The small default model (one thread): no config, link or weights, and no flag that sizes
-    // the model or its batch (a model set by flags gets every core, as `plan --runtime trainer`
-    // plans it).
-    let r = &args.run;
-    let sized_by_flags = [r.n_layer, r.n_head, r.n_embd, r.block_size, r.batch_size, r.vocab_size].iter().any(Option::is_some);
-    let small_default = r.config.is_none() && r.link.is_none() && args.weights.is_none() && !sized_by_flags;
-    // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
-    let threads = args.threads.or(env_threads).or(small_default.then_some(1));
-    if let Some(n) = threads {
-        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-    }
     let device = make_device(args.device)?;
     // With --resume, the directory read from is the one written to, wherever the checkpoint says
     // the run started.
@@ -152,6 +139,8 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         }
     };
     let explicit_vocab = explicit_vocab || weights.is_some();
+    // Before the data's scan, the first thing to run on candle's thread pool.
+    set_threads(args.threads.or(env_threads), &cfg);
     apply_training_flags(&mut settings, args);
     let checked_out_dir = out_dir.is_some();
     if let Some(dir) = out_dir {
@@ -368,8 +357,20 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // Ctrl-C, and (ctrlc's `termination` feature) SIGTERM and SIGHUP on Unix.
     ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
-            // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes).
-            std::process::exit(130);
+            // A second Ctrl-C: stop now. The checkpoint on disk is whole (atomic writes); a save
+            // in progress is abandoned (it exited 130 with no word, mid-save).
+            checkpoint::exit_abandoning_write(130, |abandoned| {
+                let line = match abandoned {
+                    Some(path) if path.exists() => {
+                        format!("interrupt: quit at once: the save in progress was abandoned; {} is the previous one, kept", path.display())
+                    }
+                    Some(path) => {
+                        format!("interrupt: quit at once: the save in progress was abandoned; no checkpoint at {}", path.display())
+                    }
+                    None => "interrupt: quit at once".to_string(),
+                };
+                let _ = writeln!(std::io::stderr(), "\n{line}");
+            });
         }
         let _ = writeln!(
             std::io::stderr(),
@@ -400,11 +401,15 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // After the second iteration the AdamW state exists and the first evaluation has run; the
     // evaluation after a step and the saves come later (the run's end reports its whole peak).
     let check_at = start.saturating_add(1);
+    // A fresh run that takes no training step (--max-iters 0, Ctrl-C before the first) runs only
+    // the evaluation at start, a window the model predicts on its own. (A resumed run's first
+    // evaluation has the optimizer's state beside it: not that window.)
+    let eval_at_start_predicted = resume.is_none().then(|| trainer_model::simulate(&cfg, &trainer_opts).eval_at_start.bytes);
     if device.is_cpu() && vramfit::mem::installed() {
-        progress.compare_memory_after(check_at, baseline, checked.predicted_peak);
+        progress.compare_memory_after(check_at, baseline, checked.predicted_peak, eval_at_start_predicted);
     } else if let Some(gpu_baseline) = gpu_baseline {
         progress.watch_gpu(&device);
-        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak);
+        progress.compare_memory_after(check_at, gpu_baseline, checked.predicted_peak, eval_at_start_predicted);
     }
     let summary = train::run(
         Run {
@@ -432,7 +437,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             shell_word(&settings.out_dir)
         ));
     } else {
-        lines.push(format!("done: {} iterations, {:.0} tokens/s", summary.iter_num, summary.tokens_per_s));
+        lines.push(format!("done: {}, {:.0} tokens/s", counted(summary.iter_num, "iteration"), summary.tokens_per_s));
     }
     if let Some((_, val)) = summary.last_eval {
         // After Ctrl-C the last evaluation may be far behind the model that was saved.
@@ -461,7 +466,15 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
             "no checkpoint written; {} is the previous run's, kept (--resume continues that run)",
             settings.out_dir.join(checkpoint::FILE_NAME).display()
         )),
-        None => lines.push("no checkpoint written (none is saved at iteration 0)".into()),
+        None => lines.push(match summary.best_val_loss {
+            // Steps ran, and their evaluations saved nothing: only an improvement saves with
+            // always_save_checkpoint off, and the evaluation at iteration 0 set the mark.
+            Some(first) if summary.iter_num > 0 && !settings.always_save_checkpoint => format!(
+                "no checkpoint written: val loss never went below its first value, {first:.4} at iteration 0 (which is never \
+                 saved), and always_save_checkpoint is off"
+            ),
+            _ => "no checkpoint written (none is saved at iteration 0)".into(),
+        }),
     }
     // Every window and save is behind it now: the line the early one could only foretell.
     if let Some(line) = progress.whole_run_memory_line() {
@@ -477,6 +490,28 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
         progress.line(&l);
     }
     Ok(if summary.interrupted { 130 } else { 0 })
+}
+
+/// Sets the thread count before candle starts its thread pools (they read it once): `given`
+/// (--threads, or the environment's), else one thread for the small default model, which is
+/// faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a busy
+/// 2-core machine), else candle's default, every core (as `plan --runtime trainer` plans it).
+fn set_threads(given: Option<u32>, cfg: &Config) {
+    let threads = given.or(is_small_default_model(cfg).then_some(1));
+    // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
+    if let Some(n) = threads {
+        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+}
+
+/// Whether `cfg` trains the small default model's layers, heads, width, block and batch, however
+/// it came to (no flags, flags or a link that name the same, or a checkpoint of it resumed): its
+/// vocabulary is the data's, whichever that is.
+fn is_small_default_model(cfg: &Config) -> bool {
+    let (small, _) = train::small_default();
+    let shape = |c: &Config| (c.n_layer, c.n_head, c.n_embd, c.block_size, c.batch_size);
+    shape(cfg) == shape(&small)
 }
 
 pub fn make_device(arg: Option<DeviceArg>) -> Result<Device, Failure> {
@@ -1049,12 +1084,12 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         describe_vocab(&data.vocab)
     ));
     say(format!(
-        "training: batch {} x block {} x {} micro-steps = {} tokens per iteration, {} iterations, lr {:e}, on {device_name}",
+        "training: batch {} x block {} x {} = {} tokens per iteration, {}, lr {:e}, on {device_name}",
         cfg.batch_size,
         cfg.block_size,
-        cfg.gradient_accumulation_steps,
+        counted(cfg.gradient_accumulation_steps.into(), "micro-step"),
         cfg.tokens_per_iter(),
-        s.max_iters,
+        counted(s.max_iters, "iteration"),
         s.lr.learning_rate
     ));
     match vramfit::train::compute_dtype(cfg, device) {
@@ -1085,8 +1120,12 @@ fn print_header(cfg: &Config, s: &TrainSettings, data: &Dataset, device: &Device
         say(format!("note: PyTorch settings the trainer does not have, not applied: {}", unused.join(", ")));
     }
     if let Some(ckpt) = resume {
-        let lowest = ckpt.meta.lowest_val_loss.or(ckpt.meta.best_val_loss).map_or_else(|| "none yet".to_string(), |l| format!("{l:.4}"));
-        say(format!("resuming from iteration {} (lowest val loss so far {lowest})", ckpt.meta.iter_num));
+        let lowest = ckpt
+            .meta
+            .lowest_val_loss
+            .or(ckpt.meta.best_val_loss)
+            .map_or_else(|| "no val loss measured yet".to_string(), |l| format!("lowest val loss so far {l:.4}"));
+        say(format!("resuming from iteration {} ({lowest})", ckpt.meta.iter_num));
     }
 }
 

@@ -76,3 +76,49 @@ fn kill_at_any_moment_leaves_a_loadable_checkpoint() {
         iters.push(iter);
     }
 }
+
+/// A second Ctrl-C while the first one's save is being written quits at once, saying that the
+/// save was abandoned and the previous checkpoint kept (it exited 130 without a word), and
+/// removes the save's temporary file; the previous checkpoint stays byte for byte.
+#[cfg(unix)]
+#[test]
+#[cfg(debug_assertions)] // the pause hook exists in debug builds only
+fn a_second_ctrl_c_during_a_save_abandons_it() {
+    let dir = scratch("ctrl-c-twice-in-save");
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    let before = std::fs::read(dir.join("ckpt.safetensors")).unwrap();
+    let temp_files =
+        || std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".tmp-")).count();
+    let interrupt = |pid: u32| assert!(std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
+    let mut cmd = vramfit();
+    cmd.args(["train", "--out-dir", dir.to_str().unwrap(), "--resume", "--max-iters", "100000", "--eval-interval", "100000"]);
+    let child =
+        cmd.env("VRAMFIT_TEST_CRASH_IN_CHECKPOINT", "pause-before-rename").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what} within 60 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_for("iterations logged", &|| {
+        std::fs::read_to_string(dir.join("log.jsonl")).unwrap_or_default().matches("\"kind\":\"iter\"").count() >= 3
+    });
+    interrupt(child.id());
+    // The first Ctrl-C's save, paused before its rename.
+    wait_for("the save's temporary file", &|| temp_files() == 1);
+    interrupt(child.id());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let ckpt = dir.join("ckpt.safetensors");
+    assert!(
+        stderr.contains(&format!(
+            "interrupt: quit at once: the save in progress was abandoned; {} is the previous one, kept",
+            ckpt.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(temp_files(), 0, "the abandoned save's temporary file was left");
+    assert_eq!(std::fs::read(&ckpt).unwrap(), before, "the previous checkpoint was replaced");
+}

@@ -266,3 +266,78 @@ fn one_run_at_a_time_per_out_dir() {
     killed.wait().unwrap();
     train_ok(&dir, &["--resume", "--max-iters", "60", "--eval-interval", "2"]);
 }
+
+/// What a run's end says is what happened. A run of no training step: its memory is set beside
+/// the evaluation at start, the one window that ran (it was set beside a training step's
+/// prediction, +158%). One iteration is singular. A run whose val loss never went below its
+/// first value with always_save_checkpoint off says so (it blamed iteration 0).
+#[test]
+fn the_end_of_a_run_says_what_ran() {
+    let out = train_ok(&scratch("end-no-steps"), &["--max-iters", "0"]);
+    let stdout = text(&out.stdout);
+    let memory = stdout.lines().find(|l| l.starts_with("memory: measured peak of the run")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(memory.contains(" for the evaluation at start, all that ran: no training step did ("), "{memory}");
+    assert!(stdout.contains("done: 0 iterations,") && stdout.contains("no checkpoint written (none is saved at iteration 0)"), "{stdout}");
+
+    let out = train_ok(&scratch("end-one-step"), &["--max-iters", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("x 1 micro-step = ") && stdout.contains(" tokens per iteration, 1 iteration, lr "), "{stdout}");
+    assert!(stdout.contains("done: 1 iteration,"), "{stdout}");
+    let memory = stdout.lines().find(|l| l.starts_with("memory: measured peak of the run")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(memory.contains(", predicted ") && !memory.contains("evaluation at start"), "{memory}");
+
+    // A val split of one window and a learning rate of 0: every evaluation scores the same
+    // model on the same sequence, so none goes below the first.
+    let dir = scratch("end-never-improved");
+    let data = dir.join("text.txt");
+    std::fs::write(&data, "abcdefghij".repeat(17)).unwrap();
+    let out = train_ok(
+        &dir.join("out"),
+        &["--data", data.to_str().unwrap(), "--max-iters", "2", "--learning-rate", "0", "--always-save-checkpoint", "false"],
+    );
+    let stdout = text(&out.stdout);
+    let vals: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step ")).filter_map(|l| l.split("val loss ").nth(1)).collect();
+    assert!(vals.len() == 2 && vals[0] == vals[1], "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "no checkpoint written: val loss never went below its first value, {} at iteration 0 (which is never saved), and \
+             always_save_checkpoint is off",
+            vals[0]
+        )),
+        "{stdout}"
+    );
+}
+
+/// A save says why it was made: "best val loss so far" only below every val loss measured;
+/// with always_save_checkpoint, below the last save's (train.py's best_val_loss) is not that
+/// (it was labelled "best val loss").
+#[test]
+fn a_save_says_truthfully_why_it_was_made() {
+    let dir = scratch("save-reason");
+    let last_reason = || log_records(&dir, "checkpoint").last().map(|r| r["why"].as_str().unwrap().to_string()).unwrap();
+    train_ok(&dir, &["--max-iters", "2", "--eval-interval", "2"]);
+    assert_eq!(last_reason(), "best val loss so far");
+    // The last save's val loss far above anything, the lowest measured far below.
+    let doctor = || {
+        let path = dir.join("ckpt.safetensors");
+        let mut doctored = vramfit::checkpoint::load(&path, &candle_core::Device::Cpu).unwrap();
+        (doctored.meta.best_val_loss, doctored.meta.lowest_val_loss) = (Some(100.0), Some(0.001));
+        vramfit::checkpoint::save(&path, &doctored).unwrap();
+    };
+    doctor();
+    let out = train_ok(&dir, &["--resume", "--max-iters", "4", "--eval-interval", "2"]);
+    assert_eq!(last_reason(), "always_save_checkpoint");
+    assert!(text(&out.stdout).contains("(always_save_checkpoint)"), "{}", text(&out.stdout));
+    doctor();
+    train_ok(&dir, &["--resume", "--max-iters", "6", "--eval-interval", "2", "--always-save-checkpoint", "false"]);
+    assert_eq!(last_reason(), "val loss below the last save's");
+    // A checkpoint of no evaluation yet (Ctrl-C in the first one) resumes saying so (it read
+    // "lowest val loss so far none yet"), and its first save is the best so far.
+    let path = dir.join("ckpt.safetensors");
+    let mut doctored = vramfit::checkpoint::load(&path, &candle_core::Device::Cpu).unwrap();
+    (doctored.meta.best_val_loss, doctored.meta.lowest_val_loss) = (None, None);
+    vramfit::checkpoint::save(&path, &doctored).unwrap();
+    let out = train_ok(&dir, &["--resume", "--max-iters", "8", "--eval-interval", "2"]);
+    assert!(text(&out.stdout).contains("resuming from iteration 6 (no val loss measured yet)"), "{}", text(&out.stdout));
+    assert_eq!(last_reason(), "best val loss so far");
+}

@@ -280,12 +280,17 @@ fn unreadable_config_file_settings() {
 #[test]
 fn preflight_refuses_what_does_not_fit() {
     let dir = scratch("preflight-refuses").join("out");
-    // The small default model needs more than 1 MiB, and still does with any one memory saver:
-    // none is offered as a fix (activation checkpointing was, for merely lowering the peak).
+    // The small default model needs more than 1 MiB, and still does with any one memory saver
+    // or a micro-batch of 1: none is offered as a fix (activation checkpointing was, for merely
+    // lowering the peak), and the one that comes closest is named.
     let line = one_error_line(&run(&["train", "--out-dir", dir.to_str().unwrap(), "--max-memory-mib", "1"]));
     assert_has(
         &line,
-        &["this run needs", "1.0 MiB is available", "no single fix fits (the closest, --activation-checkpointing true, still needs"],
+        &[
+            "this run needs",
+            "1.0 MiB is available",
+            "no single fix fits (the closest, --batch-size 1 --gradient-accumulation-steps 16, still needs",
+        ],
     );
     assert!(!line.contains("fixes:"), "{line}");
     assert!(!dir.exists(), "a refused run created its out_dir");

@@ -323,3 +323,32 @@ fn a_resumed_runs_measured_peak_is_the_runs_own() {
     let resumed = measured(&ok(&["--resume", "--max-iters", "8"]));
     assert!((resumed - fresh).abs() <= 0.05 * fresh, "fresh {fresh} MiB, resumed {resumed} MiB");
 }
+
+/// A resumed run gets the threads its model gets in a fresh run: one for the small default
+/// model, every core for another (a resume names no model flags, so it always counted as the
+/// small default and dropped to one thread), and so does a link naming the small default's shape.
+#[test]
+fn a_resumed_run_gets_the_threads_of_its_model() {
+    let threads_of = |out_dir: &std::path::Path, args: &[&str]| {
+        let out = vramfit()
+            .args(["train", "--out-dir", out_dir.to_str().unwrap(), "--eval-iters", "1"])
+            .args(args)
+            .env_remove("CANDLE_NUM_THREADS")
+            .env_remove("RAYON_NUM_THREADS")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        stdout.split(" on cpu (").nth(1).and_then(|s| s.split(')').next()).map(str::to_string).unwrap_or_else(|| panic!("{stdout}"))
+    };
+    let sized = scratch("resume-threads-sized");
+    let fresh = threads_of(&sized, &["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--max-iters", "1"]);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(fresh, format!("{cores} thread{}", if cores == 1 { "" } else { "s" }), "a model sized by flags");
+    assert_eq!(threads_of(&sized, &["--resume", "--max-iters", "2"]), fresh, "its resumed run");
+    let small = scratch("resume-threads-small");
+    assert_eq!(threads_of(&small, &["--max-iters", "1"]), "1 thread", "the small default model");
+    assert_eq!(threads_of(&small, &["--resume", "--max-iters", "2"]), "1 thread", "its resumed run");
+    let linked = scratch("resume-threads-link");
+    assert_eq!(threads_of(&linked, &["--link", "?v=1&L=2&C=64&H=4&T=64&B=16", "--max-iters", "1"]), "1 thread", "the same model by a link");
+}
