@@ -2003,7 +2003,7 @@ fn cpu_notes(cfg: &Config, opts: &TrainerOptions) -> Vec<String> {
         .to_string()];
     if pool_slabs_not_made_bound(opts) > 0 {
         notes.push(format!(
-            "~ with 2 or more threads: every window is an upper bound, by up to one gemm buffer per pool thread but one \
+            "~ with 2 or more threads: every window may over-count, by up to one gemm buffer per pool thread but one \
              ({:.1} MiB each). A pool thread makes its buffer when rayon first hands it part of a product: early in a run, and \
              in a small run on a busy CPU even at its second step, one pool thread may have run them all. The model counts \
              every pool thread's from the first product split. Measured on 90 random runs at 2 and 4 threads: one to three \

@@ -535,8 +535,8 @@ fn write_trainer(out: &mut String, plan: &vramfit_core::trainer_model::TrainerPl
         eval_chunks,
         py_bool(o.grad_clip),
     )?;
-    // Each window with whether its peak is an estimate: with a thread pool, every window is an
-    // upper bound (a pool thread's gemm buffer may not exist yet; see the notes).
+    // Each window with whether its peak is an estimate: with a thread pool, every window may
+    // over-count (a pool thread's gemm buffer may not exist yet; see the notes).
     let pool = vramfit_core::trainer_model::pool_slabs_not_made_bound(o) > 0;
     let windows = [
         ("training step", &plan.train, pool),
@@ -705,7 +705,7 @@ mod tests {
             assert_eq!(line("first iteration").contains('~'), threads >= 2, "{text}");
             assert_eq!(line("eval ").contains('~'), threads >= 2, "{text}");
             assert_eq!(line("training step").contains('~'), threads >= 2, "{text}");
-            // The need is the highest window's, so it is an upper bound too with a pool.
+            // The need is the highest window's, so it may over-count too with a pool.
             assert_eq!(line("Fits:").contains('~'), threads >= 2, "{text}");
             for unmarked in ["Parameters", "Saved activations"] {
                 assert!(!line(unmarked).contains('~'), "{unmarked:?} marked in {text}");
