@@ -64,10 +64,12 @@ pub enum Command {
     /// Train the model for real (CPU, or CUDA when built with --features cuda).
     #[command(allow_negative_numbers = true, args_override_self = true)]
     #[command(after_help = "With no --config and no --link, a small character model (2 layers, 4 heads, 64 wide, context 64, \
-        batch 16, 600 iterations, about 10 s) trains on the built-in corpus, and vocab_size is the data's. A --link sets the model \
-        and batch it carries over nanoGPT's model defaults (vocab_size still the data's unless the link has V) and keeps this \
-        run's training schedule. With --config, settings come from nanoGPT's defaults, then the file, then --link, then the \
-        flags; the [default: ...] of a training setting names both. The model flags' [default: ...] are nanoGPT's, which apply with --config or --link. With --resume the checkpoint's settings replace all \
+        batch 16, no gradient accumulation, eval_iters 20, 600 iterations, about 10 s) trains on the built-in corpus, and \
+        vocab_size is the data's. A --link sets the model and batch it carries over nanoGPT's model defaults (vocab_size still \
+        the data's unless the link has V) and keeps this run's training schedule, and its accumulation (1) and eval_iters (20) \
+        where the link leaves them out. With --config, settings come from nanoGPT's defaults, then the file, then --link, then \
+        the flags; the [default: ...] of a training setting names both. The model flags' [default: ...] (gradient-accumulation-steps \
+        and eval-iters among them) are nanoGPT's, which apply with --config, and with --link for the model settings it leaves out. With --resume the checkpoint's settings replace all \
         of those; flags may still change the training ones (not the model's shape). CPU threads: --threads, else \
         CANDLE_NUM_THREADS / RAYON_NUM_THREADS, else one for the small default model (its 2 layers, 4 heads, 64 wide, block 64 and batch 16, however they are set, a resumed run's included) and all cores otherwise.")]
     Train(Box<TrainArgs>),
@@ -110,7 +112,7 @@ pub struct TrainArgs {
     #[arg(long = "auto-fit", alias = "auto_fit")]
     pub auto_fit: bool,
     /// Memory the pre-flight may plan for, in MiB: at most what the machine has available (a
-    /// larger value is capped, with a note) [default: what the machine has available].
+    /// larger value, up to 4194304, is capped to it with a note) [default: what the machine has available].
     #[arg(long = "max-memory-mib", alias = "max_memory_mib", value_name = "MIB", value_parser = parse_memory_limit)]
     pub max_memory_mib: Option<u64>,
     /// Optimizer steps to take [default: 600; with --config: 600000].
