@@ -262,7 +262,8 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
         let (usable_est, needed_est) = (card_est.usable, card_est.nvidia_smi);
         let verdict = match (fit.fits, fit.bf16_unsupported) {
             (true, _) => "fits",
-            (false, true) => "does NOT fit: bf16 is not supported before Ampere (use --dtype float16)",
+            // Recent PyTorch emulates bf16 there (slowly, with kernels not modelled here).
+            (false, true) => "not planned: no bf16 hardware before Ampere (recent PyTorch emulates it, slowly; use --dtype float16)",
             (false, false) => "does NOT fit",
         };
         let margin = if fit.headroom_bytes >= 0 { "headroom" } else { "short by" };

@@ -581,7 +581,9 @@ impl Verdict {
 pub fn verdict(plan: &Plan) -> Verdict {
     let card = &plan.cards[0];
     let title = if card.bf16_unsupported {
-        format!("Cannot run: {} has no bfloat16 (needs an Ampere or newer card)", card.gpu_name)
+        // No bf16 hardware before Ampere: recent PyTorch emulates it (torch.cuda.is_bf16_supported()
+        // says yes there, so train.py's default picks it), slowly and with kernels not modelled.
+        format!("Not planned: the {} has no bfloat16 hardware (recent PyTorch emulates it, slowly); float16 runs natively", card.gpu_name)
     } else if card.fits {
         "Fits".to_string()
     } else {
@@ -642,7 +644,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
     // A run the model sees stop after a few steps must not read as a plain "Fits" at a glance.
     let title = if later.is_some() { "Fits the first two steps".to_string() } else { title };
     let short = if card.bf16_unsupported {
-        format!("Cannot run: no bfloat16 on the {}", card.gpu_name)
+        format!("Not planned: no bfloat16 hardware on the {}", card.gpu_name)
     } else {
         let close = if card.close_call { ", a close call" } else { "" };
         format!("{title} · {bare_margin}{close}")
@@ -1066,7 +1068,7 @@ mod tests {
         let t4 = compute(&LinkState { gpu: "t4".into(), ..state(Config { batch_size: 1, ..Config::default() }) }).unwrap();
         let v = verdict(&t4.plan);
         assert!(v.title.contains("bfloat16"));
-        assert_eq!(v.short, format!("Cannot run: no bfloat16 on the {}", t4.plan.cards[0].gpu_name));
+        assert_eq!(v.short, format!("Not planned: no bfloat16 hardware on the {}", t4.plan.cards[0].gpu_name));
         assert!(v.margin.starts_with("memory alone: ") && v.margin.ends_with("dtype float16 runs on this card"), "{}", v.margin);
         // GPT-2 124M as train.py runs it (compile on, an estimate within 5%) on the 12 GB card
         // leaves under 5% of its need: a close call; batch 1 is far from one.
