@@ -132,7 +132,9 @@ pub struct Config {
     /// train.py's `eval_only`: one `estimate_loss` at iteration 0, then exit (nanoGPT's
     /// `config/eval_gpt2*.py`). Only the eval at start runs, so only it decides the fit; the
     /// other windows are still simulated, as what training the same config would need.
-    #[serde(default)]
+    // Left out when false: a config (a checkpoint's, a plan's JSON) reads as before it existed,
+    // also to an older vramfit, whose reader refuses unknown fields.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub eval_only: bool,
 }
 

@@ -1077,9 +1077,11 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     if let Some(note) = vramfit_only_note(&cfg, &set_on) {
         file_notes.push(note);
     }
-    // A made-up name whose value a later line read was used, not ignored.
+    // A made-up name whose value a later line read (before the name was assigned again) was
+    // used, not ignored.
     for (name, line) in &made_up {
-        if reads.borrow().iter().any(|(read, at)| read == name && at > line) {
+        let reassigned = made_up.iter().filter(|(n, at)| n == name && at > line).map(|(_, at)| *at).min().unwrap_or(usize::MAX);
+        if reads.borrow().iter().any(|(read, at)| read == name && at > line && *at <= reassigned) {
             let said = format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows");
             notices.retain(|n| *n != said);
         }
@@ -3091,11 +3093,16 @@ weight_decay = 1e-1
         assert!(f.notices[1].starts_with("line 3: ignored wandb_run_name: cannot read"), "{}", f.notices[1]);
         // foo is not nanoGPT's, but line 7 uses its value: not ignored. One nothing reads is.
         assert!(!f.notices.iter().any(|n| n.contains("ignored foo")), "{:#?}", f.notices);
-        let unused = parse("foo = 3\nn_layer = 4\nbar = 1\nn_head = bar\nbar = 2\n").unwrap();
+        let unused = parse("foo = 3\nn_layer = 4\nbar = 1\nn_head = bar\nbar = 2\nbaz = 1\nbaz = 2\nn_embd = baz * 384\n").unwrap();
         let ignored: Vec<&String> = unused.notices.iter().filter(|n| n.contains(": ignored ")).collect();
+        // baz's first value is never read: the line after it assigns it again.
         assert_eq!(
             ignored,
-            ["line 1: ignored foo: not a nanoGPT setting vramfit knows", "line 5: ignored bar: not a nanoGPT setting vramfit knows"]
+            [
+                "line 1: ignored foo: not a nanoGPT setting vramfit knows",
+                "line 5: ignored bar: not a nanoGPT setting vramfit knows",
+                "line 6: ignored baz: not a nanoGPT setting vramfit knows"
+            ]
         );
         assert_eq!(f.get("out_dir"), Some(&Value::Str("out".into())));
         assert_eq!(f.get("wandb_run_name"), None);

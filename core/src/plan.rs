@@ -219,7 +219,12 @@ impl Plan {
         if let Some(need) = later.expandable_fix_bytes {
             fixes.push(fix(EXPANDABLE_TITLE.into(), EXPANDABLE_COST.into(), Config { expandable_segments: true, ..cfg.clone() }, need));
         }
-        let lasting = self.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size.zip(l.needed_bytes));
+        // The batch below the largest that keeps fitting; where the largest itself keeps
+        // fitting (no such entry), the largest, at its simulated need.
+        let lasting = match &self.largest_lasting_micro_batch {
+            Some(l) => l.batch_size.zip(l.needed_bytes),
+            None => self.largest_micro_batch.zip(self.largest_micro_batch_needs.map(|n| n.training_bytes.max(n.eval_bytes))),
+        };
         if let Some((b, need)) = lasting.filter(|(b, _)| *b != cfg.batch_size) {
             let above = if b > cfg.batch_size { " (near the card the need rises and falls with the batch)" } else { "" };
             let cost = format!(
@@ -461,6 +466,11 @@ pub fn batch_needs(cfg: &Config, gpu: &Gpu) -> Option<BatchNeeds> {
 impl BatchNeeds {
     fn of(sim: &Simulation, gpu: &Gpu) -> BatchNeeds {
         let smi = |p: &Peak| window(p, gpu).nvidia_smi_bytes;
+        if sim.eval_only {
+            // No training runs: both are the one eval's, so curves through them show the run.
+            let eval = smi(&sim.eval_at_start);
+            return BatchNeeds { training_bytes: eval, eval_bytes: eval };
+        }
         BatchNeeds { training_bytes: smi(&sim.train).max(smi(&sim.first_iter)), eval_bytes: smi(&sim.eval).max(smi(&sim.eval_at_start)) }
     }
 }
@@ -1415,8 +1425,9 @@ fn fixes_by_rank(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64, larges
 fn fixes_bf16_unsupported(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u64) -> Vec<(u8, Fix)> {
     let available = gpu.usable_bytes.saturating_sub(other_usage);
 
-    // bf16 cannot run on this card at all: fp16 autocast (same memory) is part of every fix,
-    // since a fix that keeps bf16 fixes nothing; each title says so.
+    // No bf16 hardware on this card (PyTorch emulates it, slowly, with kernels not modelled):
+    // fp16 autocast (same memory) is part of every fix, since a fix that keeps bf16 is not
+    // planned either; each title says so.
     let fp16 = Config { dtype: Dtype::Float16, ..cfg.clone() };
     let need = need_exact(&fp16, gpu).unwrap_or(current);
     let dtype_fix = Fix {
@@ -1595,9 +1606,9 @@ fn fix_step(work: &mut FixWork, step: u8) {
             };
         }
         3 if cfg.eval_only => {
-            // An eval-only run evaluates in batches of batch_size: the largest that fits, and
-            // the eval_iters that average as many sequences.
-            if let Some((b, need)) = largest.filter(|(b, _)| *b < cfg.batch_size) {
+            // An eval-only run evaluates in batches of batch_size (unless it sets an eval batch,
+            // step 4's): the largest that fits, and the eval_iters that average as many.
+            if let Some((b, need)) = largest.filter(|(b, _)| *b < cfg.batch_size && cfg.eval_batch_size.is_none()) {
                 let as_many = (cfg.eval_iters as u64 * cfg.batch_size as u64).div_ceil(b as u64);
                 push(
                     rank::EVAL_SLOWER,
@@ -1683,8 +1694,9 @@ fn fix_step(work: &mut FixWork, step: u8) {
                 push(rank, split_title(&c), split_cost(&c), c, Some(need));
             }
         }
-        // An eval-only run's eval batch is its batch_size (step 3), which stock train.py takes.
-        4 if !cfg.eval_only => {
+        // An eval-only run's eval batch is its batch_size (step 3), which stock train.py takes,
+        // unless it sets one of its own.
+        4 if !cfg.eval_only || cfg.eval_batch_size.is_some() => {
             // 3. A smaller eval batch (when evaluation is what does not fit).
             // The need is far from monotone in the eval batch: an eval batch near the training one
             // reuses the blocks training left cached, a smaller one needs blocks of new sizes, so
@@ -2185,6 +2197,15 @@ mod tests {
         let fixes = plan(&request(too_big.clone())).unwrap().fixes.unwrap();
         assert_eq!(fixes[0].title, format!("batch_size = {largest}"), "{fixes:#?}");
         assert!(fixes[0].fits && fixes[0].stock_nanogpt && fixes[0].config == Config { batch_size: largest, ..too_big.clone() });
+        // With an eval batch of its own (vramfit's setting), that is what evaluates: its fix.
+        let own_eval = Config { batch_size: 16, eval_batch_size: Some(largest * 2), ..too_big.clone() };
+        let fixes_own = plan(&request(own_eval)).unwrap().fixes.unwrap();
+        assert!(fixes_own.iter().any(|f| f.title.starts_with("eval_batch_size = ") && f.fits), "{fixes_own:#?}");
+        assert!(!fixes_own.iter().any(|f| f.title.starts_with("batch_size = ")), "{fixes_own:#?}");
+        // Its batch chart's needs are the eval's, not training's.
+        let needs = evals.largest_micro_batch_needs.unwrap();
+        assert_eq!((needs.training_bytes, needs.eval_bytes), (needs.eval_bytes, needs.eval_bytes));
+        assert!(needs.eval_bytes <= card.available_bytes);
         assert!(
             fixes.iter().all(|f| f.config.gradient_accumulation_steps == too_big.gradient_accumulation_steps
                 && f.config.eval_batch_size.is_none()
@@ -2224,13 +2245,22 @@ mod tests {
             compile: false,
             ..Config::default()
         };
-        let p = plan(&PlanRequest { other_usage_bytes: 1000 << 20, ..req(not_monotone) }).unwrap();
+        let p = plan(&PlanRequest { other_usage_bytes: 1000 << 20, ..req(not_monotone.clone()) }).unwrap();
         let lasting = p.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size).expect("the case");
         assert!(p.later_past_card().is_some() && lasting > 33 && p.own_lasting_batch().is_none(), "{:?}", p.largest_lasting_micro_batch);
         let fixes = p.later_fixes();
         let batch = fixes.iter().find(|f| f.title == format!("batch_size = {lasting}")).expect("offered");
         assert!(batch.cost.ends_with("(near the card the need rises and falls with the batch)"), "{}", batch.cost);
         let fixed = plan(&PlanRequest { with_fixes: false, other_usage_bytes: 1000 << 20, ..req(batch.config.clone()) }).unwrap();
+        assert!(fixed.cards[0].fits && fixed.later_past_card().is_none(), "{:?}", fixed.later);
+        // Where the largest that fits keeps fitting itself (no batch below it is named), it is
+        // the fix (review: 1,200 MiB held, batch 33 runs out, 35 keeps fitting).
+        let p = plan(&PlanRequest { other_usage_bytes: 1200 << 20, ..req(not_monotone) }).unwrap();
+        assert!(p.later_past_card().is_some() && p.largest_lasting_micro_batch.is_none(), "the case: {:?}", p.largest_lasting_micro_batch);
+        let largest = p.largest_micro_batch.unwrap();
+        let batch = p.later_fixes().into_iter().find(|f| f.title.starts_with("batch_size = ")).expect("the largest offered");
+        assert_eq!(batch.config.batch_size, largest);
+        let fixed = plan(&PlanRequest { with_fixes: false, other_usage_bytes: 1200 << 20, ..req(batch.config.clone()) }).unwrap();
         assert!(fixed.cards[0].fits && fixed.later_past_card().is_none(), "{:?}", fixed.later);
         assert!(plan(&req(Config { batch_size: 8, ..cfg })).unwrap().later_fixes().is_empty(), "nothing to keep");
     }

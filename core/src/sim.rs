@@ -217,7 +217,7 @@ pub struct Simulation {
     pub eval_at_start: Peak,
     /// The config's `eval_only`: train.py runs `eval_at_start` alone and exits; the other
     /// windows are what training the same config would need.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub eval_only: bool,
 }
 

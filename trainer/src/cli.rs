@@ -257,7 +257,17 @@ fn parse_tokenizer(s: &str) -> Result<vramfit::data::Tokenizer, String> {
     vramfit::data::Tokenizer::parse(s).ok_or_else(|| "expected char or gpt2".into())
 }
 
+/// A flag where a number goes (`--learning-rate --max-iters 5`): the float flags take values
+/// that start with `-` (for `-1e-3`), so the next flag would reach their parser as a value.
+fn not_a_flag(s: &str) -> Result<(), String> {
+    match s.trim_start().starts_with("--") {
+        true => Err("a value is required here (the next flag came instead)".into()),
+        false => Ok(()),
+    }
+}
+
 fn parse_non_negative(s: &str) -> Result<f64, String> {
+    not_a_flag(s)?;
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
         _ => Err("expected a finite number >= 0".into()),
@@ -294,6 +304,7 @@ fn parse_u32_in(s: &str, min: u32, max: u32) -> Result<u32, String> {
 
 /// A number, its range left to core's validation.
 fn parse_number(s: &str) -> Result<f64, String> {
+    not_a_flag(s)?;
     s.trim().parse::<f64>().map_err(|_| "expected a number".into())
 }
 
@@ -306,6 +317,7 @@ fn parse_positive(s: &str) -> Result<u64, String> {
 }
 
 fn parse_beta(s: &str) -> Result<f64, String> {
+    not_a_flag(s)?;
     match s.trim().parse::<f64>() {
         Ok(x) if (0.0..1.0).contains(&x) => Ok(x),
         _ => Err("expected a number in [0, 1)".into()),
@@ -313,6 +325,7 @@ fn parse_beta(s: &str) -> Result<f64, String> {
 }
 
 fn parse_temperature(s: &str) -> Result<f64, String> {
+    not_a_flag(s)?;
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err("expected a finite number > 0".into()),
@@ -560,6 +573,7 @@ pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
 /// `plan --grad-clip`: on or off, spelled as for `train` too (`1.0` on, `0` off), so a train
 /// command's flags plan as they are.
 fn parse_clip_on(s: &str) -> Result<bool, String> {
+    not_a_flag(s)?;
     parse_bool(s).or_else(|_| parse_non_negative(s).map(|norm| norm > 0.0)).map_err(|_| "expected true, false or a norm >= 0".into())
 }
 
@@ -744,6 +758,18 @@ mod tests {
         let parsed = Cli::try_parse_from(["vramfit", "plan", "--dropout", "-1e-3", "--n-layer", "2"]).expect("parses");
         let Command::Plan(args) = parsed.command else { panic!("not plan") };
         assert_eq!((args.run.dropout, args.run.n_layer), (Some(-1e-3), Some(2)));
+        // A flag where the value should be is said to be one (review: "invalid value
+        // '--max-iters'" read as if --max-iters were wrong).
+        for (command, flag, rest) in [
+            ("train", "--learning-rate", &["--max-iters", "5"][..]),
+            ("plan", "--dropout", &["--n-layer", "2"][..]),
+            ("plan", "--grad-clip", &["--n-layer", "2"][..]),
+            ("sample", "--temperature", &["--top-k=5", "--seed", "5"][..]),
+        ] {
+            let args = [&["vramfit", command, flag][..], rest].concat();
+            let line = error_line(&Cli::try_parse_from(args).expect_err("refused"));
+            assert!(line.contains("a value is required here (the next flag came instead)"), "{command} {flag}: {line}");
+        }
     }
 
     /// A value with a line break in it is quoted escaped, and the reason after it is kept.

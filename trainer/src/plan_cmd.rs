@@ -44,6 +44,13 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
             inputs.notices.retain(|n| !n.contains("eval_only = True: train.py"));
         }
     }
+    // `train` refuses it (it has no evaluate-only mode): the trainer's plan would be of a
+    // training run, under a note saying the eval at start decides.
+    if inputs.config.eval_only && args.runtime == Some(Runtime::Trainer) {
+        return Err("eval_only: vramfit train has no evaluate-only mode, so --runtime trainer has nothing to plan; \
+                    plan it for PyTorch (without --runtime trainer) or drop eval_only"
+            .to_string());
+    }
     crate::print_input_notes(&inputs.notices);
     for note in training_only_notes(&args.training_only, args.runtime.unwrap_or(Runtime::Pytorch)) {
         crate::print_note(&note);
@@ -325,7 +332,7 @@ fn training_only_notes(taken: &[(String, String)], runtime: Runtime) -> Vec<Stri
             }
             // --runtime trainer plans a CUDA run with it (`run_trainer`).
             "device" if runtime == Runtime::Trainer && value.starts_with("cuda") => {}
-            "eval_only" if value == "true" || value == "1" => {
+            "eval_only" if crate::cli::parse_bool(&value).unwrap_or(false) => {
                 notes.push(format!("{flag}: train.py evaluates once and exits, so the plan's fit is the eval at start's"))
             }
             // Undoes a file's eval_only (the configurator applies the command line last).
@@ -407,10 +414,14 @@ fn run_trainer(args: &PlanArgs, inputs: &inputs::Inputs) -> Result<String, Strin
     if args.card.other_usage_mib.is_some() {
         crate::print_note("--other-usage-mib does not apply to --runtime trainer (--max-memory-mib sets the memory to plan for)");
     }
-    // As `train` takes them (without its one thread for the small default model).
+    // As `train` takes them: its one thread for the small default model's shape included.
     let threads = match args.threads {
         Some(n) => n as usize,
-        None => crate::cli::threads_from_env()?.map_or_else(candle_core::utils::get_num_threads, |n| n as usize),
+        None => match crate::cli::threads_from_env()? {
+            Some(n) => n as usize,
+            None if crate::train_cmd::is_small_default_model(&inputs.config) => 1,
+            None => candle_core::utils::get_num_threads(),
+        },
     };
     let opts = TrainerOptions {
         chunked_loss: args.chunked_loss.unwrap_or(false),

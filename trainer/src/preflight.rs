@@ -185,9 +185,10 @@ pub fn preflight(cfg: &Config, opts: &TrainerOptions, available: u64, auto_fit: 
         // or the smallest micro-batch, which auto_fit tried and found too large (it often needs
         // the least: a run of batch 64 that needs 35 MiB with checkpointing needed 5.6 at batch 1).
         let mut closest: Vec<(String, u64)> = savers.iter().map(|(flags, n)| (flags.to_string(), *n)).collect();
-        if cfg.batch_size > 1 {
-            let sequences = u64::from(cfg.batch_size) * u64::from(cfg.gradient_accumulation_steps.max(1));
-            let accumulation = u32::try_from(sequences).unwrap_or(u32::MAX);
+        let sequences = u64::from(cfg.batch_size) * u64::from(cfg.gradient_accumulation_steps.max(1));
+        // Only an accumulation the config takes (a suggestion it would refuse helps nobody).
+        if cfg.batch_size > 1 && sequences <= u64::from(vramfit_core::config::MAX_ACCUM) {
+            let accumulation = sequences as u32;
             let one = Config { batch_size: 1, gradient_accumulation_steps: accumulation, ..cfg.clone() };
             let one_need = trainer_model::peak_bytes(&trainer_model::simulate(&one, opts));
             closest.push((format!("--batch-size 1 --gradient-accumulation-steps {accumulation}"), one_need));

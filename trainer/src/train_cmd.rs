@@ -495,7 +495,7 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
 /// Sets the thread count before candle starts its thread pools (they read it once): `given`
 /// (--threads, or the environment's), else one thread for the small default model, which is
 /// faster on one thread than on two (candle's pool spins; measured 20k vs 9k tokens/s on a busy
-/// 2-core machine), else candle's default, every core (as `plan --runtime trainer` plans it).
+/// 2-core machine), else candle's default, every core (`plan --runtime trainer` plans the same).
 fn set_threads(given: Option<u32>, cfg: &Config) {
     let threads = given.or(is_small_default_model(cfg).then_some(1));
     // Both variables are set to the count chosen: candle's matmuls read only RAYON_NUM_THREADS.
@@ -508,7 +508,7 @@ fn set_threads(given: Option<u32>, cfg: &Config) {
 /// Whether `cfg` trains the small default model's layers, heads, width, block and batch, however
 /// it came to (no flags, flags or a link that name the same, or a checkpoint of it resumed): its
 /// vocabulary is the data's, whichever that is.
-fn is_small_default_model(cfg: &Config) -> bool {
+pub fn is_small_default_model(cfg: &Config) -> bool {
     let (small, _) = train::small_default();
     let shape = |c: &Config| (c.n_layer, c.n_head, c.n_embd, c.block_size, c.batch_size);
     shape(cfg) == shape(&small)
@@ -612,6 +612,9 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
             "train.py would stop; vramfit plans",
             "(train.py reads it there)",
             "train.py takes vocab_size from data/",
+            // vramfit's own settings, which `train` reads (and says of expandable_segments).
+            "which stock train.py does not read",
+            "expandable_segments = True: planned as",
         ]
         .iter()
         .any(|said| n.contains(said))

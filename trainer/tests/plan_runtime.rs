@@ -269,3 +269,29 @@ fn the_trainer_plan_says_meta_pkl_is_not_its_vocabulary() {
         assert!(stderr.contains(&expected) && !stderr.contains("cannot read"), "{stderr}");
     }
 }
+
+/// `plan --runtime trainer` takes the threads as `train` does, its one thread for the small
+/// default model's shape included however it is given (review: it planned every core for the
+/// shape `train` runs on one, so their gemm buffers differed); eval_only, which `train` refuses,
+/// is refused here too.
+#[test]
+fn the_trainer_plan_takes_trains_threads_and_refuses_eval_only() {
+    let small_default = ["--n-layer", "2", "--n-head", "4", "--n-embd", "64", "--block-size", "64", "--batch-size", "16"];
+    let run = |extra: &[&str]| {
+        let args = [&["plan", "--runtime", "trainer", "--max-memory-mib", "100000"][..], &small_default, extra].concat();
+        Command::new(env!("CARGO_BIN_EXE_vramfit"))
+            .args(&args)
+            .env_remove("CANDLE_NUM_THREADS")
+            .env_remove("RAYON_NUM_THREADS")
+            .output()
+            .expect("the binary runs")
+    };
+    let out = run(&[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(", 1 matmul thread(s)"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run(&["--threads", "2"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(", 2 matmul thread(s)"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run(&["--eval_only=True"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!((out.status.code(), stderr.lines().count()), (Some(2), 1), "{stderr}");
+    assert!(stderr.contains("no evaluate-only mode"), "{stderr}");
+}

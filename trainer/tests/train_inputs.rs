@@ -460,6 +460,22 @@ fn config_settings_train_py_would_not_train_with_are_refused() {
     assert!(!out_dir.exists(), "a refused run created its out_dir");
 }
 
+/// A config file's vramfit-only settings are `train`'s own: plan's note that stock train.py does
+/// not read them (review: `train --config` printed it) is not `train`'s to say.
+#[test]
+fn train_does_not_say_plans_note_on_vramfit_settings() {
+    let dir = scratch("vramfit-settings");
+    let file = dir.join("config.py");
+    let shape = "n_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 16\nbatch_size = 4\neval_iters = 2\nmax_iters = 2\n";
+    std::fs::write(&file, format!("{shape}eval_batch_size = 2\nactivation_checkpointing = True\n")).unwrap();
+    let out_dir = dir.join("out");
+    let out = run_within(&["train", "--config", file.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()], 120);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("stock train.py does not read"), "{}", text(&out.stderr));
+    let plan = run_within(&["plan", file.to_str().unwrap(), "--no-fixes"], 60);
+    assert!(text(&plan.stderr).contains("stock train.py does not read"), "plan says it: {}", text(&plan.stderr));
+}
+
 /// Runs the binary, failing the test (instead of hanging it) if it is still running after `secs`.
 fn run_within(args: &[&str], secs: u64) -> std::process::Output {
     use std::process::Stdio;

@@ -291,7 +291,7 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         // The largest batch that fits, and (thin: the allocator model's estimate) the one below
         // it that keeps fitting after a few steps; labels below the plot's top.
         let fit_label = series.largest_fit.map(|lf| {
-            // The verdict says the card cannot run the dtype; the marker must not read as a go.
+            // The verdict says the card has no hardware for the dtype; the marker must not read as a go.
             let label = if series.dtype_unsupported {
                 format!("largest that fits memory: {lf} (no bf16 here)")
             } else {

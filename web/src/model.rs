@@ -267,7 +267,8 @@ pub struct BatchSeries {
     pub current: (u32, u64),
     /// The largest micro-batch that fits (the plan's exact search).
     pub largest_fit: Option<u32>,
-    /// The card cannot run the config's dtype (bf16 before Ampere): what fits is memory only.
+    /// The card has no hardware for the config's dtype (bf16 before Ampere; PyTorch emulates it,
+    /// slowly, with kernels not modelled): what fits is memory only.
     pub dtype_unsupported: bool,
     /// Where the largest that fits runs out of memory a few steps later by the allocator model:
     /// the largest below it that keeps fitting (the plan's estimate).
@@ -317,6 +318,10 @@ pub fn batch_samples(current: u32, max: u32) -> Vec<u32> {
 /// exact need at small batches (GPT-2 1.5B: 42 GiB drawn against 25 GiB at batch 1).
 fn fast_windows(cfg: &Config, gpu: &Gpu) -> (u64, u64) {
     let s = plan::simulate_fast_on(cfg, gpu);
+    if cfg.eval_only {
+        // The one eval is all that runs (core's `BatchNeeds` says the same).
+        return (s.eval_at_start.bytes, s.eval_at_start.bytes);
+    }
     (s.train.bytes.max(s.first_iter.bytes), s.eval.bytes.max(s.eval_at_start.bytes).max(s.first_iter.bytes))
 }
 
@@ -353,10 +358,14 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     let ctx = gpu.context_bytes;
     let ratio = |exact: u64, fast: u64| exact.saturating_sub(ctx) as f64 / fast.max(1) as f64;
     let current = cfg.batch_size;
-    let exact_now = (
-        plan.train.nvidia_smi_bytes.max(plan.first_iter.nvidia_smi_bytes),
-        plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes),
-    );
+    let exact_now = if cfg.eval_only {
+        (plan.eval_at_start.nvidia_smi_bytes, plan.eval_at_start.nvidia_smi_bytes)
+    } else {
+        (
+            plan.train.nvidia_smi_bytes.max(plan.first_iter.nvidia_smi_bytes),
+            plan.eval.nvidia_smi_bytes.max(plan.eval_at_start.nvidia_smi_bytes),
+        )
+    };
     let mut known: Vec<(u32, (u64, u64))> = vec![(current, exact_now)];
     // The plan's search simulated the largest batch exactly: its needs come with it.
     if let (Some(lf), Some(needs)) = (plan.largest_micro_batch.filter(|lf| *lf != current), plan.largest_micro_batch_needs) {
@@ -542,7 +551,7 @@ pub fn windows(plan: &Plan) -> [(&'static str, &'static str, &WindowReport); 4] 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub fits: bool,
-    /// "Fits", "Fits the first two steps" (see `later`), "Does not fit" or why it cannot run.
+    /// "Fits", "Fits the first two steps" (see `later`), "Does not fit" or why it is not planned.
     pub title: String,
     /// "1.20 GiB headroom", "0.51 GiB short" or "4 MiB headroom" (see [`format_margin`]).
     pub margin: String,
@@ -602,7 +611,7 @@ pub fn verdict(plan: &Plan) -> Verdict {
         margin = format!("{margin} (a close call: under {:.0}% of the need; Accuracy below)", error * 100.0);
     }
     if card.bf16_unsupported {
-        // The memory figure alone would read as "fits" under a "cannot run" title.
+        // The memory figure alone would read as "fits" under a "not planned" title.
         margin = format!("memory alone: {margin}; dtype float16 runs on this card");
     }
     let detail = format!(
@@ -1056,6 +1065,9 @@ mod tests {
         assert!(verdict(&small.plan).margin.ends_with("headroom"));
         // An eval-only run (nanoGPT's eval_gpt2*.py) fits by the eval at start alone, and says so.
         let eval_only = compute(&state(Config { batch_size: 16, compile: false, eval_only: true, ..Config::default() })).unwrap();
+        // Its batch chart is the eval's: the current point on the curve, below the card.
+        let now = eval_only.series.points.iter().find(|p| p.0 == 16).unwrap();
+        assert_eq!((now.1, now.2), (eval_only.plan.cards[0].needed_bytes, eval_only.plan.cards[0].needed_bytes));
         let v = verdict(&eval_only.plan);
         assert!(
             v.fits
