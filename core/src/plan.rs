@@ -1434,7 +1434,11 @@ fn fixes_bf16_unsupported(cfg: &Config, gpu: &Gpu, other_usage: u64, current: u6
         title: format!("dtype = 'float16' ({} has no bf16)", gpu.name),
         // The tensors are bf16's sizes; the need is fp16's own simulation, whose reserve can
         // differ (where the allocator places them).
-        cost: "fp16 needs loss scaling (nanoGPT's GradScaler does it); its tensors take what bf16's would".into(),
+        cost: if cfg.eval_only {
+            "fp16 in place of bf16 (an evaluation needs no loss scaling); its tensors take what bf16's would".into()
+        } else {
+            "fp16 needs loss scaling (nanoGPT's GradScaler does it); its tensors take what bf16's would".into()
+        },
         needed_bytes: need,
         fits: need <= available,
         config: fp16.clone(),
@@ -1825,18 +1829,21 @@ fn fix_step(work: &mut FixWork, step: u8) {
                     Some(e) if e > t => format!(", eval_block_size = {t}"),
                     _ => String::new(),
                 };
-                push(
-                    rank::SHORTER_CONTEXT,
-                    format!("block_size = {t}{eval}"),
+                // An eval-only run trains nothing: what changes is the context its loss is measured on.
+                let cost = if cfg.eval_only {
+                    format!(
+                        "the loss is measured on {t} tokens of context instead of {} (not comparable with the full context's)",
+                        cfg.block_size
+                    )
+                } else {
                     format!(
                         "the model sees {t} tokens of context instead of {}, and an iteration trains on {} tokens instead of {}",
                         cfg.block_size,
                         params::thousands(tokens * t as u64),
                         params::thousands(cfg.tokens_per_iter())
-                    ),
-                    shorter(t),
-                    need,
-                );
+                    )
+                };
+                push(rank::SHORTER_CONTEXT, format!("block_size = {t}{eval}"), cost, shorter(t), need);
             }
         }
         11 => {

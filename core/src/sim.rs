@@ -3924,13 +3924,20 @@ pub fn exact_events(cfg: &Config, target: &Target) -> Vec<AllocEvent> {
 }
 
 /// The live-memory curve of one steady-state training iteration followed by one
-/// `estimate_loss`, one point per allocation or free (for charts).
+/// `estimate_loss`, one point per allocation or free (for charts); of an eval-only run, its one
+/// `estimate_loss`, the eval at start.
 pub fn timeline(cfg: &Config, target: &Target) -> Vec<TimelinePoint> {
     let mut points = Vec::new();
     {
         let mut run = Run::new(cfg, *target, None);
         run.fold = false;
         run.init();
+        if cfg.eval_only {
+            run.mem.attach_timeline(&mut points);
+            run.estimate_loss();
+            drop(run);
+            return points;
+        }
         run.estimate_loss();
         run.iteration();
         run.estimate_loss();

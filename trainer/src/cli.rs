@@ -166,6 +166,10 @@ pub struct TrainArgs {
     /// Seed of the initialisation, the batches and dropout [default: 1337].
     #[arg(long, value_name = "N", value_parser = parse_count)]
     pub seed: Option<u64>,
+    /// train.py's eval_only, which `train` has no mode for: a true value is refused with why
+    /// (clap called it unknown and suggested --eval_interval); false is what `train` does.
+    #[arg(long = "eval-only", alias = "eval_only", hide = true, value_name = "BOOL", value_parser = refuse_eval_only)]
+    pub eval_only: Option<bool>,
     /// Cross-entropy in chunks of rows, never holding all B*T*V logits: true or false [default: false].
     #[arg(long = "chunked-loss", alias = "chunked_loss", value_name = "BOOL", value_parser = parse_bool, action = clap::ArgAction::Set)]
     pub chunked_loss: Option<bool>,
@@ -314,6 +318,13 @@ fn parse_count(s: &str) -> Result<u64, String> {
 
 fn parse_positive(s: &str) -> Result<u64, String> {
     parse_whole(s, 1)
+}
+
+fn refuse_eval_only(s: &str) -> Result<bool, String> {
+    match parse_bool(s)? {
+        true => Err("vramfit train has no evaluate-only mode (`vramfit plan --eval_only=True` plans train.py's)".into()),
+        false => Ok(false),
+    }
 }
 
 fn parse_beta(s: &str) -> Result<f64, String> {
@@ -770,6 +781,18 @@ mod tests {
             let line = error_line(&Cli::try_parse_from(args).expect_err("refused"));
             assert!(line.contains("a value is required here (the next flag came instead)"), "{command} {flag}: {line}");
         }
+    }
+
+    /// train.py's --eval_only on a `train` command line says why it is refused (clap called it
+    /// unknown and suggested --eval_interval); a false one is what train does anyway.
+    #[test]
+    fn train_says_it_has_no_evaluate_only_mode() {
+        for spelling in [&["--eval_only=True"][..], &["--eval-only", "true"][..]] {
+            let args = [&["vramfit", "train"][..], spelling].concat();
+            let line = error_line(&Cli::try_parse_from(args).expect_err("refused"));
+            assert!(line.contains("vramfit train has no evaluate-only mode"), "{line}");
+        }
+        assert!(Cli::try_parse_from(["vramfit", "train", "--eval_only=False"]).is_ok());
     }
 
     /// A value with a line break in it is quoted escaped, and the reason after it is kept.

@@ -358,6 +358,13 @@ fn write_fit(out: &mut String, plan: &Plan, inputs: &Inputs, est: &Estimates) ->
                 writeln!(out, "  largest micro-batch that fits {}: none, even batch_size 1 does not fit{eval_held}", first.gpu)?
             }
         }
+        // The config's own batch runs out later, and the largest that fits does not: say so, as
+        // the Fixes line offers it.
+        if let (Some(_), None, Some(b)) = (plan.later_past_card(), &plan.largest_lasting_micro_batch, plan.largest_micro_batch) {
+            if b != plan.config.batch_size {
+                writeln!(out, "  after a few steps (the allocator model, an estimate): batch_size {b} keeps fitting")?;
+            }
+        }
         if let (Some(lasting), Some(b)) = (&plan.largest_lasting_micro_batch, plan.largest_micro_batch) {
             let keeps = match (lasting.batch_size, lasting.needed_bytes) {
                 (Some(k), Some(need)) if lasting.frees_cached_blocks => format!(

@@ -1597,3 +1597,41 @@ fn a_very_long_value_is_quoted_by_its_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.len() < 600 && stderr.contains("characters]"), "{} bytes", stderr.len());
 }
+
+/// A run whose own batch runs out a few steps in, where the largest that fits keeps fitting:
+/// the report says that batch keeps fitting, and its Fixes line offers it (QA: it was offered
+/// without a word on why).
+#[test]
+fn the_largest_that_keeps_fitting_is_said_and_offered() {
+    let args = [
+        "plan",
+        "--n-layer",
+        "3",
+        "--n-head",
+        "12",
+        "--n-embd",
+        "1152",
+        "--block-size",
+        "256",
+        "--batch-size",
+        "33",
+        "--gradient-accumulation-steps",
+        "14",
+        "--attention",
+        "manual",
+        "--compile",
+        "false",
+        "--other-usage-mib",
+        "1200",
+    ];
+    let json = plan_json(&args[1..]);
+    let largest = json["largest_micro_batch"].as_u64().expect("a batch fits");
+    assert!(json["largest_lasting_micro_batch"].is_null() && largest != 33, "the case: {json}");
+    let out = vramfit(&args);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!("after a few steps (the allocator model, an estimate): batch_size {largest} keeps fitting")),
+        "{report}"
+    );
+    assert!(report.contains(&format!("--batch-size {largest} (see the notes)")), "{report}");
+}

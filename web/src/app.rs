@@ -1386,6 +1386,7 @@ pub fn App() -> impl IntoView {
                         <h2>"Peak against batch size"</h2>
                         <p class="chart-caption">
                             "Training and eval need for each micro-batch size, the capacity, where you are, and the largest batch that fits. Simulated block by block, as the verdict is, at the current batch and at the largest that fits; in between, the fast model scaled to them (an estimate). "
+                            {move || state.with(|s| s.config.eval_only).then_some("eval_only: one curve, the eval at start's need (nothing trains). ")}
                             {batch_chart_estimate}
                         </p>
                         <div class="chart" id="chart-batch" tabindex="0" role="img" aria-label="Memory need against batch size" node_ref=chart_batch></div>
@@ -1404,6 +1405,7 @@ pub fn App() -> impl IntoView {
                         <h2>"Memory over one iteration"</h2>
                         <p class="chart-caption">
                             "Live tensor memory (each tensor rounded as the allocator rounds it, without placing blocks: within 1% of the allocated peak; no cached reserve) through one steady training iteration (with gradient accumulation, its first two micro-steps: the later ones repeat the second) and the estimate_loss after it (its first two eval batches: the later ones repeat the second). The line is the room the card leaves for them once the CUDA context and the allocator's overhead at the peak are taken out, so the gap at the peak is the verdict's headroom or shortfall. "
+                            {move || state.with(|s| s.config.eval_only).then_some("eval_only: the eval at start alone, the one window that runs. ")}
                             {chart_estimate}
                         </p>
                         <div class="chart" id="chart-timeline" tabindex="0" role="img" aria-label="Live memory over one training iteration and an estimate_loss" node_ref=chart_timeline></div>

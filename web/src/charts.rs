@@ -206,7 +206,9 @@ fn y_top(max_value: u64, capacity: u64) -> f64 {
 pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str) -> Result<String, Err> {
     let windows: [(&str, &WindowReport); 4] =
         [("train", &plan.train), ("eval", &plan.eval), ("first step", &plan.first_iter), ("eval at start", &plan.eval_at_start)];
-    let tallest = windows.iter().map(|(_, w)| w.nvidia_smi_bytes).max().unwrap_or(0);
+    // An eval-only run goes through the eval at start alone: the other slots say so, barless.
+    let runs = |name: &str| !plan.config.eval_only || name == "eval at start";
+    let tallest = windows.iter().filter(|(name, _)| runs(name)).map(|(_, w)| w.nvidia_smi_bytes).max().unwrap_or(0);
     let ymax = y_top(tallest, available);
     let mut out = String::new();
     {
@@ -221,6 +223,12 @@ pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str)
         y_axis(&root, &mut chart, -0.5, 3.5, ymax)?;
         for (i, (name, w)) in windows.iter().enumerate() {
             let x = i as f64;
+            if !runs(name) {
+                let (px, bottom) = chart.backend_coord(&(x, 0.0));
+                root.draw(&Text::new(format!("{name}: not run"), (px, bottom + 6), font(13.0).pos(Pos::new(HPos::Center, VPos::Top))))
+                    .map_err(err)?;
+                continue;
+            }
             let mut base = 0u64;
             let mut rects = Vec::new();
             for s in Segment::all() {
@@ -247,10 +255,6 @@ pub fn breakdown_svg(plan: &Plan, available: u64, context: u64, card_name: &str)
     }
     Ok(out)
 }
-
-/// Where the batch chart's curve legend starts in the row above the plot: room for "training"
-/// and "eval" with their swatches before the right margin.
-const CURVES_LEGEND_X: i32 = (WIDTH - MARGIN_RIGHT) as i32 - 160;
 
 /// Chart 2: the process's need against the micro-batch size for training and eval, the
 /// capacity line, the current point and the largest batch that fits.
@@ -335,9 +339,15 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
             above = Some(label_top);
             root.draw(&Text::new(label, (px + dx, label_top), font(12.0).color(&FITS).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
         }
-        chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2))).map_err(err)?;
+        // An eval-only run trains nothing: its one curve is the eval's.
+        if !series.eval_only {
+            chart
+                .draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.1))), TRAIN.stroke_width(2)))
+                .map_err(err)?;
+        }
         chart.draw_series(LineSeries::new(series.points.iter().map(|p| (p.0 as f64, clamp(p.2))), EVAL.stroke_width(2))).map_err(err)?;
-        capacity_line(&root, &mut chart, x0, x1, available as f64 / GIB, &format!("available {} GiB", format_gib(available)))?;
+        let capacity_label = format!("available {} GiB", format_gib(available));
+        capacity_line(&root, &mut chart, x0, x1, available as f64 / GIB, &capacity_label)?;
         let (cb, cn) = series.current;
         chart.draw_series(std::iter::once(Circle::new((cb as f64, clamp(cn)), 5, INK.filled()))).map_err(err)?;
         let (px, py) = chart.backend_coord(&(cb as f64, clamp(cn)));
@@ -348,12 +358,20 @@ pub fn batch_svg(series: &BatchSeries, available: u64) -> Result<String, Err> {
         let now = format!("now: {cb}");
         // Rightwards where leftwards would reach the y axis's labels (a point near batch 1);
         // 7 pixels a character is the label font's widest.
-        let leftwards = px - 8 - 7 * now.len() as i32 >= MARGIN_LEFT as i32;
+        // Leftwards it also ran through the largest's line where the batch sits just past it
+        // (batch 13 or 14, largest 12): rightwards then, clear of it.
+        let now_width = 7 * now.len() as i32;
+        let crosses_largest = fit_px.is_some_and(|f| (px - 8 - now_width..=px).contains(&f));
+        let leftwards = px - 8 - now_width >= MARGIN_LEFT as i32 && !crosses_largest;
         let (anchor, x) = if leftwards { (HPos::Right, px - 8) } else { (HPos::Left, px + 8) };
         root.draw(&Text::new(now, (x, label_top), font(12.0).pos(Pos::new(anchor, VPos::Top)))).map_err(err)?;
-        // Legend for the two curves, at the right of the row above the plot (the capacity's is
-        // at its left): inside the plot the largest batch's line ran through it.
-        for (name, color, x) in [("training", TRAIN, CURVES_LEGEND_X), ("eval", EVAL, CURVES_LEGEND_X + 90)] {
+        // Legend for the two curves, in the row above the plot right after the capacity's (at
+        // 7 pixels a character, the font's widest): inside the plot the largest batch's line ran
+        // through it, and at the row's right end a phone showed it only once scrolled to.
+        let start = MARGIN_LEFT as i32 + 10 + 24 + 7 * capacity_label.chars().count() as i32 + 24;
+        let curves: &[(&str, RGBColor, i32)] =
+            if series.eval_only { &[("eval", EVAL, start)] } else { &[("training", TRAIN, start), ("eval", EVAL, start + 90)] };
+        for &(name, color, x) in curves {
             let y = 11;
             root.draw(&PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))).map_err(err)?;
             root.draw(&Text::new(name, (x + 24, y), font(12.0).pos(Pos::new(HPos::Left, VPos::Center)))).map_err(err)?;
@@ -388,12 +406,15 @@ pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
         let (_, bottom) = chart.backend_coord(&(0.0, 0.0));
         let (train_mid, _) = chart.backend_coord(&(es / 2.0, 0.0));
         let (eval_mid, _) = chart.backend_coord(&((es + n) / 2.0, 0.0));
-        root.draw(&Text::new(
-            "one training iteration",
-            (train_mid, bottom + 6),
-            font(13.0).color(&TRAIN).pos(Pos::new(HPos::Center, VPos::Top)),
-        ))
-        .map_err(err)?;
+        // An eval-only run's curve is its one eval (no training iteration to name).
+        if !t.train.is_empty() {
+            root.draw(&Text::new(
+                "one training iteration",
+                (train_mid, bottom + 6),
+                font(13.0).color(&TRAIN).pos(Pos::new(HPos::Center, VPos::Top)),
+            ))
+            .map_err(err)?;
+        }
         if t.eval_start < t.events {
             root.draw(&Text::new("eval batch", (eval_mid, bottom + 6), font(13.0).color(&EVAL).pos(Pos::new(HPos::Center, VPos::Top))))
                 .map_err(err)?;
@@ -541,6 +562,21 @@ mod tests {
                 assert!(!(span.0..span.1).contains(&fit_x), "{below} below, max {max:?}: {span:?} across {fit_x}");
                 assert!(span.0 >= 0.0 && span.1 <= WIDTH as f64, "{below} below, max {max:?}: {span:?} off the chart");
             }
+        }
+        // Just past the largest that fits, "now" runs rightwards, clear of the largest's line
+        // (QA: at batch 13 and 14, the README's dip, the line struck through it).
+        for b in [13, 14] {
+            let c = compute(&state_at_batch(b)).unwrap();
+            assert!(c.series.largest_fit.is_some_and(|lf| lf < b && b - lf <= 2), "the case: {:?}", c.series.largest_fit);
+            let svg = batch_svg(&c.series, c.available()).unwrap();
+            let fit_x = polylines_in(&svg, FITS).into_iter().find(|l| l.len() == 2).map(|l| l[0].0).unwrap();
+            let now = format!("now: {b}\n");
+            let text = svg
+                .match_indices("<text ")
+                .map(|(i, _)| &svg[i..i + svg[i..].find("</text>").unwrap()])
+                .find(|t| t.contains(&now))
+                .unwrap();
+            assert!(text.contains("text-anchor=\"start\"") && attr(text, "x") > fit_x, "{text} / line at {fit_x}");
         }
         // At batch 1 the "now" label runs rightwards, clear of the y axis's labels.
         let one = compute(&state_at_batch(1)).unwrap();

@@ -276,6 +276,8 @@ pub struct BatchSeries {
     /// Whether that one keeps running only because PyTorch frees its cached blocks once its
     /// reserve passes the card (the plan's estimate too).
     pub lasting_frees_cached_blocks: bool,
+    /// An eval-only run: both needs are its eval's, drawn as one curve.
+    pub eval_only: bool,
 }
 
 impl BatchSeries {
@@ -346,6 +348,9 @@ impl Calibration {
     }
 }
 
+/// The widest batch axis the batch chart draws (past it, about 40 samples would be far apart).
+const MAX_CHART_BATCH: u32 = 1024;
+
 /// Within what share of the card a need is near its edge, where [`batch_series`] simulates the
 /// batches beside the current one exactly as well (1/10: within 10%).
 const NEAR_EDGE: u64 = 10;
@@ -368,7 +373,10 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     };
     let mut known: Vec<(u32, (u64, u64))> = vec![(current, exact_now)];
     // The plan's search simulated the largest batch exactly: its needs come with it.
-    if let (Some(lf), Some(needs)) = (plan.largest_micro_batch.filter(|lf| *lf != current), plan.largest_micro_batch_needs) {
+    // A largest past the chart's widest axis (65,536, the most vramfit plans, where an eval-only
+    // run's own eval batch makes every batch fit) is not drawn: it stretched the axis to it.
+    let largest_drawn = plan.largest_micro_batch.filter(|lf| *lf <= MAX_CHART_BATCH.max(current));
+    if let (Some(lf), Some(needs)) = (largest_drawn.filter(|lf| *lf != current), plan.largest_micro_batch_needs) {
         // In batch order.
         known.insert(usize::from(lf > current), (lf, (needs.training_bytes, needs.eval_bytes)));
     }
@@ -397,7 +405,7 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
             })
             .collect(),
     };
-    let max = (current * 2).max(plan.largest_micro_batch.unwrap_or(0) * 3 / 2).clamp(16, 1024);
+    let max = (current * 2).max(largest_drawn.unwrap_or(0) * 3 / 2).clamp(16, MAX_CHART_BATCH);
     let mut samples = batch_samples(current, max);
     for (b, _) in &known {
         if !samples.contains(b) {
@@ -420,10 +428,11 @@ pub fn batch_series(cfg: &Config, gpu: &Gpu, plan: &Plan) -> BatchSeries {
     BatchSeries {
         points,
         current: (current, plan.cards[0].needed_bytes),
-        largest_fit: plan.largest_micro_batch,
+        largest_fit: largest_drawn,
         dtype_unsupported: plan.cards[0].bf16_unsupported,
         lasting: plan.largest_lasting_micro_batch.as_ref().and_then(|l| l.batch_size),
         lasting_frees_cached_blocks: plan.largest_lasting_micro_batch.as_ref().is_some_and(|l| l.frees_cached_blocks),
+        eval_only: cfg.eval_only,
     }
 }
 
@@ -1065,9 +1074,25 @@ mod tests {
         assert!(verdict(&small.plan).margin.ends_with("headroom"));
         // An eval-only run (nanoGPT's eval_gpt2*.py) fits by the eval at start alone, and says so.
         let eval_only = compute(&state(Config { batch_size: 16, compile: false, eval_only: true, ..Config::default() })).unwrap();
-        // Its batch chart is the eval's: the current point on the curve, below the card.
+        // Its batch chart is the eval's: the current point on the curve, below the card, one
+        // curve drawn; its timeline is the eval at start alone, and the room under its line is
+        // the card less the context and reserve, as for a training run (QA: it was the whole card).
         let now = eval_only.series.points.iter().find(|p| p.0 == 16).unwrap();
         assert_eq!((now.1, now.2), (eval_only.plan.cards[0].needed_bytes, eval_only.plan.cards[0].needed_bytes));
+        let svg = crate::charts::batch_svg(&eval_only.series, eval_only.available()).unwrap();
+        assert!(!svg.contains(">training<") && !svg.contains("\ntraining\n"), "one curve, the eval's");
+        assert!(eval_only.timeline.train.is_empty() && !eval_only.timeline.eval.is_empty());
+        // (The timeline's tensors are rounded without placing blocks: within 1% of the allocated peak.)
+        let allocated = eval_only.plan.eval_at_start.peak_allocated_bytes;
+        assert!(eval_only.timeline.peak.1.abs_diff(allocated) * 100 < allocated, "{} vs {allocated}", eval_only.timeline.peak.1);
+        assert!(eval_only.tensor_room() + eval_only.gpu.context_bytes <= eval_only.available(), "the context is taken off");
+        let bars = crate::charts::breakdown_svg(&eval_only.plan, eval_only.available(), eval_only.gpu.context_bytes, "card").unwrap();
+        assert!(bars.contains("train: not run") && bars.contains("first step: not run"), "{bars}");
+        // With its own eval batch every batch size fits it: the largest is vramfit's limit, past
+        // the chart, which keeps its usual axis (QA: it stretched to 65,536).
+        let own_eval = compute(&state(Config { batch_size: 60, eval_batch_size: Some(40), eval_only: true, ..Config::default() })).unwrap();
+        assert_eq!(own_eval.plan.largest_micro_batch, Some(vramfit_core::config::MAX_BATCH));
+        assert!(own_eval.series.largest_fit.is_none() && own_eval.series.points.iter().all(|p| p.0 <= 1024));
         let v = verdict(&eval_only.plan);
         assert!(
             v.fits
