@@ -126,6 +126,12 @@ pub fn nice_step(max: f64, target: f64) -> f64 {
 
 /// A tick value without trailing zeros ("0.5", "2", "12.5").
 fn tick_label(v: f64) -> String {
+    // Seven characters fit left of the axis: from a million GiB on, in millions ("1.5M"; QA saw
+    // "1,000,000" cut to ",000,000").
+    if v >= 1e6 {
+        let m = format!("{:.2}", v / 1e6);
+        return format!("{}M", m.trim_end_matches('0').trim_end_matches('.'));
+    }
     if v >= 1000.0 && v.fract() == 0.0 {
         // Grouped as the page's text groups GiB figures ("800,000").
         return vramfit_core::params::thousands(v as u64);
@@ -685,6 +691,10 @@ mod tests {
             assert!(markers.iter().flatten().all(|(_, y)| *y >= MARGIN_TOP as f64), "{markers:?}");
         }
         assert_eq!(tick_label(800_000.0), "800,000");
+        assert_eq!(
+            (tick_label(1_000_000.0), tick_label(2_500_000.0), tick_label(12_340_000.0)),
+            ("1M".into(), "2.5M".into(), "12.34M".into())
+        );
         assert_eq!(tick_label(2.5), "2.5");
     }
 
