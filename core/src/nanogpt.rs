@@ -549,13 +549,9 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // reach). Only the line: quoting that line's reason would nest a chain of such names
     // (x1 = x0, x2 = x1, ...) into messages that grow with the square of the file.
     let mut unread: BTreeMap<String, usize> = BTreeMap::new();
-    // Names later lines read, with the line reading them: a name the file made up is not
-    // "ignored" where a later line uses its value (`tokens_per_iter = 2**19`, then
-    // `gradient_accumulation_steps = tokens_per_iter // ...`).
-    // By name, the lines in order (indexed: a file of 100,000 such lines took 44 s scanned).
-    let reads: std::cell::RefCell<BTreeMap<String, Vec<usize>>> = std::cell::RefCell::new(BTreeMap::new());
-    // Names the file made up, with their line (said to be ignored unless a later line reads them).
-    let mut made_up: Vec<(String, usize)> = Vec::new();
+    // Names the file made up: a value of one a later line reads was used, not "ignored"
+    // (`tokens_per_iter = 2**19`, then `gradient_accumulation_steps = tokens_per_iter // ...`).
+    let made_up: std::cell::RefCell<MadeUp> = std::cell::RefCell::default();
     // Names a block vramfit does not run may have set (an `if`'s body, a loop's target, an
     // import, a `del`), with the line: their value is not known from there on, so a later
     // line that reads one cannot be read either (it once kept the value from before the block).
@@ -804,7 +800,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // A line of a body that runs for sure (its first level: not a nested block's)
                 // raises what its values raise, before it binds anything.
                 if body_runs && levels.len() == 2 {
-                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line));
+                    let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, &made_up);
                     if let Some((e, why)) = certain_error_in(code.trim_start(), &lookup, &set_in_block, &unread) {
                         notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
                     }
@@ -841,7 +837,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // after conditions that were all false: a name nothing defines there is Python's
                 // NameError, where train.py stops.
                 if let Some((keyword, condition)) = header_condition(code).filter(|(k, _)| *k != "elif" || chain_before) {
-                    match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line))) {
+                    match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, &made_up)) {
                         Ok(v) => {
                             if_chain_false = keyword != "while" && !v.is_truthy();
                             body_runs = keyword != "while" && v.is_truthy();
@@ -862,7 +858,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 if let Some(body) = conditional_body(code).filter(|_| body_runs) {
                     let mut bound = set_in_block.clone();
                     for statement in top_level_statements(body) {
-                        let lookup = |n: &str| name_value(n, &env, &cfg, &bound, &unread, (&reads, line));
+                        let lookup = |n: &str| name_value(n, &env, &cfg, &bound, &unread, &made_up);
                         if let Some((e, why)) = certain_error_in(statement, &lookup, &bound, &unread) {
                             notices.push(format!("line {line}: `{}`: {e} ({why}): {TRAIN_PY_WOULD_STOP}", excerpt(code.trim())));
                             break;
@@ -874,7 +870,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                 // AssertionError; one that holds needs no notice (nothing was skipped).
                 let mut assertion_holds = false;
                 if let Some(condition) = assert_condition(code) {
-                    let stops = match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line))) {
+                    let stops = match evaluate(condition, &|n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, &made_up)) {
                         Ok(v) if v.is_truthy() => {
                             assertion_holds = true;
                             None
@@ -939,7 +935,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
             let values: Vec<Result<Value, String>> = {
                 // train.py's globals, and vramfit's own settings once the file has set them
                 // (before that, Python has no such name).
-                let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, (&reads, line));
+                let lookup = |n: &str| name_value(n, &env, &cfg, &set_in_block, &unread, &made_up);
                 let unread_named = |e: String| {
                     let name = e.strip_prefix("unknown name ");
                     match (name.and_then(|n| set_in_block.get_key_value(n)), name.and_then(|n| unread.get_key_value(n))) {
@@ -993,7 +989,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
                             }
                         } else {
                             notices.push(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
-                            made_up.push((name.to_string(), line));
+                            made_up.borrow_mut().assigned_at.insert(name.to_string(), line);
                         }
                         env.insert(name.to_string(), value);
                     }
@@ -1078,22 +1074,13 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     if let Some(note) = vramfit_only_note(&cfg, &set_on) {
         file_notes.push(note);
     }
-    // A made-up name whose value a later line read (before the name was assigned again) was
-    // used, not ignored.
-    let reads = reads.into_inner();
-    let mut assigned: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (name, line) in &made_up {
-        assigned.entry(name.as_str()).or_default().push(*line);
-    }
-    let mut used = std::collections::BTreeSet::new();
-    for (name, line) in &made_up {
-        let lines = &assigned[name.as_str()];
-        let reassigned = lines.get(lines.partition_point(|l| l <= line)).copied().unwrap_or(usize::MAX);
-        let read = reads.get(name).and_then(|at| at.get(at.partition_point(|l| l <= line)));
-        if read.is_some_and(|at| *at <= reassigned) {
-            used.insert(format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"));
-        }
-    }
+    // A made-up name's value some later line read was used, not ignored.
+    let used: std::collections::BTreeSet<String> = made_up
+        .into_inner()
+        .read
+        .into_iter()
+        .map(|(line, name)| format!("line {line}: ignored {name}: not a nanoGPT setting vramfit knows"))
+        .collect();
     if !used.is_empty() {
         notices.retain(|n| !used.contains(n));
     }
@@ -1646,6 +1633,16 @@ fn is_python_builtin(name: &str) -> bool {
     PYTHON_BUILTINS.split(' ').any(|b| b == name)
 }
 
+/// The names a config file made up (no setting of train.py's or vramfit's): where each was last
+/// assigned, and which of those assignments a later line read (a value read was used, so its
+/// "ignored" notice is dropped). A read finds the assignment before its own line's, as Python
+/// evaluates the value before it binds the name.
+#[derive(Default)]
+struct MadeUp {
+    assigned_at: BTreeMap<String, usize>,
+    read: std::collections::BTreeSet<(usize, String)>,
+}
+
 /// What a name holds for an expression the reader evaluates: what the file assigned it, else
 /// train.py's global (a modelled setting's value so far, an unmodelled one's default); nothing
 /// for a name a statement vramfit does not run may have set, for one whose last value could
@@ -1657,20 +1654,16 @@ fn name_value(
     cfg: &Config,
     set_in_block: &BTreeMap<String, usize>,
     unread: &BTreeMap<String, usize>,
-    (reads, line): (&std::cell::RefCell<BTreeMap<String, Vec<usize>>>, usize),
+    made_up: &std::cell::RefCell<MadeUp>,
 ) -> Option<Value> {
-    let mut reads = reads.borrow_mut();
-    match reads.get_mut(n) {
-        Some(lines) if lines.last() == Some(&line) => {}
-        Some(lines) => lines.push(line),
-        None => {
-            reads.insert(n.to_string(), vec![line]);
-        }
-    }
-    drop(reads);
     if set_in_block.contains_key(n) || unread.contains_key(n) {
         return None;
     }
+    let mut made_up = made_up.borrow_mut();
+    if let Some(&line) = made_up.assigned_at.get(n) {
+        made_up.read.insert((line, n.to_string()));
+    }
+    drop(made_up);
     env.get(n).cloned().or_else(|| (!VRAMFIT_ONLY.contains(&n)).then(|| config_value(cfg, n).or_else(|| train_py_default(n))).flatten())
 }
 
