@@ -686,10 +686,37 @@ pub fn parse() -> Parsed {
             Parsed::Exit(2)
         }
         Err(err) => {
-            crate::print_error(&error_line(&err));
+            crate::print_error(&swallowed_flag(&args).unwrap_or_else(|| error_line(&err)));
             Parsed::Exit(2)
         }
     }
+}
+
+/// A number flag followed by another flag (`sample --temperature --seed 5`): the number flags
+/// take values that start with `-` (see `not_a_flag`), so `--seed` became the temperature and
+/// clap's complaint was about the `5` left over ("unexpected argument '5'"), not the missing
+/// number. Said as clap says it when the flag's parser sees the next flag.
+fn swallowed_flag(args: &[OsString]) -> Option<String> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let command = cli.find_subcommand(args.get(1)?.to_str()?)?;
+    args.get(2..)?.windows(2).find_map(|pair| {
+        let name = pair[0].to_str()?.strip_prefix("--").filter(|n| !n.contains('='))?;
+        let next = pair[1].to_str().filter(|n| n.trim_start().starts_with("--"))?;
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|aliases| aliases.contains(&name)))?;
+        // The prompt's text may start with `--`: `forgotten_prompt` speaks of it.
+        if !arg.is_allow_hyphen_values_set() || arg.get_id() == "prompt" {
+            return None;
+        }
+        let long = arg.get_long()?;
+        let value_name = arg.get_value_names().and_then(|names| names.first()).map_or("VALUE", |n| n.as_str());
+        Some(format!(
+            "invalid value '{}' for '--{long} <{value_name}>': a value is required here (the next flag came instead)",
+            vramfit_core::shown_input(next, usize::MAX)
+        ))
+    })
 }
 
 /// Which argument is not UTF-8, for clap's "invalid UTF-8 was detected in one or more
@@ -780,6 +807,29 @@ mod tests {
             let args = [&["vramfit", command, flag][..], rest].concat();
             let line = error_line(&Cli::try_parse_from(args).expect_err("refused"));
             assert!(line.contains("a value is required here (the next flag came instead)"), "{command} {flag}: {line}");
+        }
+        // With the next flag's value after it, clap's own complaint is about that value
+        // ("unexpected argument '5' found" where no positional argument takes it): the line
+        // names the number flag instead (QA).
+        for (command, flag, rest) in [
+            ("sample", "--temperature", &["--seed", "5"][..]),
+            ("sample", "--temperature", &["--top_k", "5"][..]),
+            ("plan", "--dropout", &["--n-layer", "2"][..]),
+            ("train", "--min_lr", &["--max-iters", "5"][..]),
+        ] {
+            let args: Vec<OsString> = [&["vramfit", command, flag][..], rest].concat().into_iter().map(OsString::from).collect();
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?} parses");
+            let line = swallowed_flag(&args).unwrap_or_default();
+            assert!(
+                line.contains(&format!("invalid value '{}'", rest[0])) && line.contains("the next flag came instead"),
+                "{args:?}: {line}"
+            );
+        }
+        // A flag after a flag that takes no hyphen values, or after the prompt, is left to clap
+        // and to `forgotten_prompt`.
+        for argv in [&["vramfit", "sample", "--seed", "--top-k", "5"][..], &["vramfit", "sample", "--start", "--seed", "5"]] {
+            let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
+            assert_eq!(swallowed_flag(&args), None, "{argv:?}");
         }
     }
 
