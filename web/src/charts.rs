@@ -433,7 +433,11 @@ pub fn timeline_svg(t: &Timeline, room: u64) -> Result<String, Err> {
             0.0,
             n,
             gib(room),
-            &format!("room for tensors {} GiB: available less context and allocator reserve", format_gib(room)),
+            &match room {
+                // "room for tensors 0.00 GiB" read as a rounding; say what took it.
+                0 => "no room for tensors: the CUDA context and allocator reserve take all the card offers".to_string(),
+                _ => format!("room for tensors {} GiB: available less context and allocator reserve", format_gib(room)),
+            },
         )?;
         let (pi, pb, phase, _) = &t.peak;
         chart.draw_series(std::iter::once(Circle::new((*pi as f64, gib(*pb)), 5, INK.filled()))).map_err(err)?;
@@ -713,6 +717,18 @@ mod tests {
         let min_y = train[0].iter().chain(&polylines_in(&svg, EVAL)[0]).map(|p| p.1).fold(f64::MAX, f64::min);
         assert!((min_y - y_of(c.timeline.peak.1 as f64 / GIB, ymax)).abs() <= 1.0);
         assert!(svg.contains(&format!("peak {:.2} GiB", c.timeline.peak.1 as f64 / GIB)));
+        assert!(svg.contains(&format!("room for tensors {:.2} GiB", room as f64 / GIB)) && room > 0);
+    }
+
+    /// A card the CUDA context alone fills (a custom 0.5 GiB one) leaves no room: the caption
+    /// says so instead of "room for tensors 0.00 GiB".
+    #[test]
+    fn timeline_chart_says_when_the_card_leaves_no_room() {
+        let state = vramfit_core::link::decode_strict("v=1&gpu=custom-0.5").unwrap();
+        let c = compute(&state).unwrap();
+        assert_eq!(c.tensor_room(), 0);
+        let svg = timeline_svg(&c.timeline, c.tensor_room()).unwrap();
+        assert!(svg.contains("no room for tensors") && !svg.contains("room for tensors 0.00"), "{svg}");
     }
 
     #[test]
