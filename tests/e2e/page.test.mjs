@@ -266,6 +266,32 @@ test('a dragged slider leaves the link of where it stopped in the address bar', 
   }
 });
 
+test('arrow keys on a slider step from the value itself, not from where the thumb was rounded', async () => {
+  // QA: a block of 1000 shows its thumb at 2^10 and the right arrow gave 2048; n_layer 200 from a
+  // link went to 95 on the left arrow; an eval context of 768 under a block of 768 went to 256.
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  const press = async (query, slider, key, box, want, inLink) => {
+    await page.goto(server.url + '?v=1&' + query);
+    await waitForCharts(page);
+    await page.locator(`input[name=${slider}]`).focus();
+    await page.keyboard.press(key);
+    await page.waitForFunction(([b, w]) => document.querySelector(`input[name=${b}]`).value === w, [box, want], { timeout: 5000 }).catch(() => {});
+    assert.equal(await page.locator(`input[name=${box}]`).inputValue(), want, `${query} ${slider} ${key}`);
+    assert.match(await settledSearch(page), inLink, `${query} ${slider} ${key}`);
+  };
+  await press('T=1000', 'block_size-slider', 'ArrowRight', 'block_size', '1024', /&T=1024&/);
+  await press('T=700', 'block_size-slider', 'ArrowLeft', 'block_size', '512', /&T=512&/);
+  await press('L=200', 'n_layer-slider', 'ArrowLeft', 'n_layer', '96', /&L=96&/);
+  await press('T=768', 'eval_block_size-slider', 'ArrowLeft', 'eval_block_size', '512', /&ET=512&/);
+  await press('drop=0.13', 'dropout-slider', 'ArrowRight', 'dropout', '0.15', /&drop=0\.15&/);
+  // On a step, a step as the browser takes it.
+  await press('B=8', 'batch_size-slider', 'ArrowUp', 'batch_size', '9', /&B=9&/);
+  await page.close();
+  assert.deepEqual(errors, []);
+});
+
 test('copying where the browser offers no clipboard (http on a LAN address) says it failed', async () => {
   const page = await browser.newPage();
   const errors = [];

@@ -120,6 +120,19 @@ enum Slider {
     EvalBlock,
 }
 
+/// Which way an arrow key moves a slider (up or right: up), if the key is an arrow key without
+/// a modifier (the browser's own steps are kept for Home, End and the page keys).
+fn arrow_key_direction(ev: &leptos::ev::KeyboardEvent) -> Option<bool> {
+    if ev.alt_key() || ev.ctrl_key() || ev.meta_key() || ev.shift_key() {
+        return None;
+    }
+    match ev.key().as_str() {
+        "ArrowUp" | "ArrowRight" => Some(true),
+        "ArrowDown" | "ArrowLeft" => Some(false),
+        _ => None,
+    }
+}
+
 /// Rounds `v` to the nearest power of two's exponent.
 fn log2_round(v: u32) -> u32 {
     let v = v.max(1) as f64;
@@ -284,6 +297,22 @@ fn number_control(
         // context and back gets the eval context back, where it was silently dropped.
         started.with_value(|start| try_edit(signals, label, &v.to_string(), &start.state.config, |s| set(s, v)));
     };
+    // Arrow keys step from the value itself (see `model::slider_key_step`), as a slide does.
+    let on_slider_key = move |ev: leptos::ev::KeyboardEvent| {
+        let Some(up) = arrow_key_direction(&ev) else { return };
+        ev.prevent_default();
+        let (min, max, step) = slider_bounds();
+        let v = state.with_untracked(get);
+        let to = match slider {
+            Slider::Pow2 { .. } | Slider::EvalBlock => {
+                model::slider_key_step((v.max(1) as f64).log2(), min as f64, max as f64, 1.0, up).map(|p| 1u32 << (p.round() as u32).min(30))
+            }
+            _ => model::slider_key_step(v as f64, min as f64, max as f64, step.max(1) as f64, up).map(|p| p.round() as u32),
+        };
+        if let Some(to) = to {
+            started.with_value(|start| try_edit(signals, label, &to.to_string(), &start.state.config, |s| set(s, to)));
+        }
+    };
     let on_type = move |ev: leptos::ev::Event| {
         editing.set(true);
         let text = event_target_value(&ev);
@@ -326,6 +355,7 @@ fn number_control(
                 on:focus=move |_| remember()
                 on:pointerdown=move |_| remember()
                 on:input=on_slide
+                on:keydown=on_slider_key
             />
             <input
                 type="number"
@@ -1176,6 +1206,15 @@ pub fn App() -> impl IntoView {
                                 aria-valuetext=move || state.with(|s| link::dropout_text(s.config.dropout))
                                 on:input=move |ev| {
                                     if let Ok(p) = event_target_value(&ev).parse::<f64>() {
+                                        state.update(|s| s.config.dropout = (p * 100.0).round() / 100.0);
+                                    }
+                                }
+                                // From the value itself: 0.13 goes to 0.15, not 0.2 (see `model::slider_key_step`).
+                                on:keydown=move |ev| {
+                                    let Some(up) = arrow_key_direction(&ev) else { return };
+                                    ev.prevent_default();
+                                    let now = state.with_untracked(|s| s.config.dropout);
+                                    if let Some(p) = model::slider_key_step(now, 0.0, 0.9, 0.05, up) {
                                         state.update(|s| s.config.dropout = (p * 100.0).round() / 100.0);
                                     }
                                 }

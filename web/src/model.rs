@@ -206,6 +206,24 @@ pub fn followed(started: &Config, after: &Config) -> Option<String> {
     })
 }
 
+/// Where an arrow key moves a slider whose steps are `first`, `first + step`, ... up to `last`
+/// (positions: a power-of-two slider's are exponents): to the next step above the value itself
+/// (`up`) or below it, not one step from where the thumb was rounded to. A browser rounds a
+/// block of 1000 to 2^10 and its right arrow gave 2048; a dropout of 0.13 went to 0.2; and a
+/// value past the track's end (n_layer 200 from a link) went to one step below the end (95),
+/// where the end itself (96) is the nearest the track holds. `None`: no step that way.
+pub fn slider_key_step(position: f64, first: f64, last: f64, step: f64, up: bool) -> Option<f64> {
+    // Steps within a millionth of one count as on it (a power of two's log2, a float step).
+    const ON_STEP: f64 = 1e-6;
+    let steps = ((last - first) / step + ON_STEP).floor().max(0.0);
+    let q = (position - first) / step;
+    let k = match up {
+        true => ((q + ON_STEP).floor() + 1.0).max(0.0),
+        false => ((q - ON_STEP).ceil() - 1.0).min(steps),
+    };
+    (0.0..=steps).contains(&k).then(|| first + k * step)
+}
+
 /// What a number box holds, read as a whole number up to `max`, or why it is not one (the
 /// page shows `label: "text" <why>`). A browser's number box reports text it cannot read as a
 /// number ("abc") as empty.
@@ -730,6 +748,44 @@ pub fn describe(cfg: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Arrow keys go to the next step from the value itself (QA: a block of 1000 went to 2048,
+    /// a dropout of 0.13 to 0.2, n_layer 200 to 95, an eval context of 768 under a block of
+    /// 768 to 256).
+    #[test]
+    fn arrow_keys_step_from_the_value_not_the_rounded_thumb() {
+        let pow2 = |v: f64, first: f64, last: f64, up| slider_key_step(v.log2(), first, last, 1.0, up).map(f64::exp2);
+        assert_eq!(pow2(1000.0, 4.0, 14.0, true), Some(1024.0));
+        assert_eq!(pow2(700.0, 4.0, 14.0, false), Some(512.0));
+        assert_eq!(pow2(1024.0, 4.0, 14.0, true), Some(2048.0));
+        assert_eq!(pow2(1024.0, 4.0, 14.0, false), Some(512.0));
+        // The eval context's track ends at the largest power of two within the block (512 for 768).
+        assert_eq!(pow2(768.0, 4.0, 9.0, false), Some(512.0));
+        assert_eq!(pow2(768.0, 4.0, 9.0, true), None);
+        // Past the ends: the end the track holds, or nothing further out.
+        assert_eq!(slider_key_step(200.0, 1.0, 96.0, 1.0, false), Some(96.0));
+        assert_eq!(slider_key_step(200.0, 1.0, 96.0, 1.0, true), None);
+        assert_eq!(slider_key_step(96.0, 1.0, 96.0, 1.0, true), None);
+        assert_eq!(slider_key_step(1.0, 1.0, 96.0, 1.0, false), None);
+        assert_eq!(pow2(2.0, 4.0, 14.0, true), Some(16.0));
+        assert_eq!(pow2(2.0, 4.0, 14.0, false), None);
+        assert_eq!(pow2(100_000.0, 4.0, 14.0, false), Some(16384.0));
+        // A track whose step does not divide it ends at its last step (other MiB: 0..4096 by 64).
+        assert_eq!(slider_key_step(100.0, 0.0, 4096.0, 64.0, true), Some(128.0));
+        assert_eq!(slider_key_step(100.0, 0.0, 4096.0, 64.0, false), Some(64.0));
+        assert_eq!(slider_key_step(10_000.0, 0.0, 4100.0, 64.0, false), Some(4096.0));
+        // n_embd's track: multiples of the head count.
+        assert_eq!(slider_key_step(100.0, 12.0, 4092.0, 12.0, true), Some(108.0));
+        // Dropout, 0 to 0.9 by 0.05, with float steps.
+        let drop = |v: f64, up| slider_key_step(v, 0.0, 0.9, 0.05, up).map(|p| (p * 100.0).round() / 100.0);
+        assert_eq!(drop(0.13, true), Some(0.15));
+        assert_eq!(drop(0.13, false), Some(0.1));
+        assert_eq!(drop(0.15, true), Some(0.2));
+        assert_eq!(drop(0.15, false), Some(0.1));
+        assert_eq!(drop(0.9, true), None);
+        assert_eq!(drop(0.95, false), Some(0.9));
+        assert_eq!(drop(0.0, false), None);
+    }
 
     /// A refused box's notice quotes its text, or says what the box held where it has none to
     /// give: a number box reports "" for text it cannot read ("abc", "1e").
