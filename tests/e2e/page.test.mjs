@@ -47,7 +47,7 @@ async function textWhenMatching(page, selector, re) {
  */
 async function settledSearch(page) {
   await page
-    .waitForFunction(() => location.href === document.querySelector('#share-url')?.value, null, { timeout: 5000 })
+    .waitForFunction(() => location.href.split('#')[0] === document.querySelector('#share-url')?.value, null, { timeout: 5000 })
     .catch(() => {});
   return page.evaluate(() => location.search);
 }
@@ -290,6 +290,34 @@ test('arrow keys on a slider step from the value itself, not from where the thum
   await press('B=8', 'batch_size-slider', 'ArrowUp', 'batch_size', '9', /&B=9&/);
   await page.close();
   assert.deepEqual(errors, []);
+});
+
+test('a link to the Accuracy section opens there and keeps its anchor', async () => {
+  // QA: the live link rewrote the address without `#accuracy`, and the page stayed at the top.
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  await page.goto(server.url + '?v=1&L=6#accuracy');
+  await waitForCharts(page);
+  await page.waitForFunction(() => window.scrollY > 0, null, { timeout: 5000 }).catch(() => {});
+  // At the section's top, or as far down as the page goes (the section is its last).
+  const where = await page.evaluate(() => ({
+    top: document.querySelector('#accuracy').getBoundingClientRect().top,
+    atBottom: window.scrollY + window.innerHeight >= document.documentElement.scrollHeight - 2,
+    scrollY: window.scrollY,
+  }));
+  assert.ok(where.scrollY > 0 && where.top >= -2 && (where.top < 50 || where.atBottom), JSON.stringify(where));
+  assert.equal(await page.evaluate(() => location.hash), '#accuracy');
+  assert.match(await page.evaluate(() => location.search), /^\?v=1&L=6&/);
+  // An edit's link keeps it; the shared link does not carry it.
+  await page.locator('input[name=n_layer]').fill('5');
+  assert.match(await settledSearch(page), /&L=5&/);
+  assert.equal(await page.evaluate(() => location.hash), '#accuracy');
+  assert.ok(!(await page.locator('#share-url').inputValue()).includes('#'));
+  // Settings after `#` are no anchor: the notice names them and the address drops them.
+  await page.goto(server.url + '?v=1#L=6');
+  await waitForCharts(page);
+  assert.match(await textWhenMatching(page, '.notice', /ignored #L=6/), /ignored #L=6/);
+  assert.equal(await page.evaluate(() => location.hash), '');
+  await page.close();
 });
 
 test('copying where the browser offers no clipboard (http on a LAN address) says it failed', async () => {

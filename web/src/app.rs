@@ -68,9 +68,22 @@ const LINK_DELAY: Duration = Duration::from_millis(200);
 /// Replaces the current history entry's query (no new entry per slider move).
 fn replace_query(query: &str) {
     if let Some(history) = web_sys::window().and_then(|w| w.history().ok()) {
-        // Keeps the path; a failure (e.g. a sandboxed frame) only loses the live link.
-        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(query));
+        // Keeps the path, and an anchor (`#accuracy`: the link was written without it, so a
+        // link to the Accuracy section opened at the top); a failure (e.g. a sandboxed frame)
+        // only loses the live link.
+        let anchor = page_anchor().map(|(hash, _)| hash).unwrap_or_default();
+        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("{query}{anchor}")));
     }
+}
+
+/// The address's `#fragment` (with its `#`) when it names an element of the page, with that
+/// element; settings after `#` name none (the link's notice speaks of those).
+fn page_anchor() -> Option<(String, web_sys::Element)> {
+    let window = web_sys::window()?;
+    let hash = window.location().hash().ok()?;
+    let id = hash.strip_prefix('#').filter(|id| !id.is_empty())?;
+    let element = window.document()?.get_element_by_id(id)?;
+    Some((hash, element))
 }
 
 /// A performance mark the benchmark reads (no-op without `window.performance`).
@@ -828,6 +841,19 @@ pub fn App() -> impl IntoView {
         }
         if ran.is_none() {
             replace_query(&query);
+            // The browser went to the anchor before the page above it was built: once the
+            // charts are drawn (their effect runs after this one), go again; what grows above
+            // it later (the fixes) is the browser's scroll anchoring's to make up for.
+            if page_anchor().is_some() {
+                set_timeout(
+                    || {
+                        if let Some((_, element)) = page_anchor() {
+                            element.scroll_into_view();
+                        }
+                    },
+                    Duration::ZERO,
+                );
+            }
         } else {
             pending_link.set_value(set_timeout_with_handle(move || replace_query(&query), LINK_DELAY).ok());
         }
@@ -973,6 +999,16 @@ pub fn App() -> impl IntoView {
     let status_of = move |which: &'static str| move || copy_status.with(|(w, m)| if w == which { m.clone() } else { String::new() });
     let import_text = RwSignal::new(String::new());
     let import_result = RwSignal::new(None::<Result<Vec<String>, String>>);
+    // An import's result is about the state it made: once the state moves on (a preset, a
+    // slider, Back), "Imported." and its notes are gone, as a refusal is once the text is edited.
+    let imported = StoredValue::new(None::<LinkState>);
+    Effect::new(move |_| {
+        let now_imported = state.with(|s| imported.with_value(|i| i.as_ref() == Some(s)));
+        if !now_imported && import_result.with_untracked(|r| matches!(r, Some(Ok(_)))) {
+            imported.set_value(None);
+            import_result.set(None);
+        }
+    });
 
     let model_id = move || state.with(|s| model::preset_of(&s.config)).unwrap_or("custom");
 
@@ -1615,7 +1651,17 @@ pub fn App() -> impl IntoView {
                         <span class="copy-status" role="status">{status_of("config")}</span>
                         <h3>"Import a nanoGPT config"</h3>
                         <label for="import-config">"Paste a config/train_*.py file (read over train.py's defaults; the card stays):"</label>
-                        <textarea id="import-config" rows="8" prop:value=move || import_text.get() on:input=move |ev| import_text.set(event_target_value(&ev))></textarea>
+                        <textarea
+                            id="import-config"
+                            rows="8"
+                            prop:value=move || import_text.get()
+                            on:input=move |ev| {
+                                import_text.set(event_target_value(&ev));
+                                if import_result.with_untracked(|r| matches!(r, Some(Err(_)))) {
+                                    import_result.set(None);
+                                }
+                            }
+                        ></textarea>
                         <button
                             type="button"
                             id="import-button"
@@ -1623,8 +1669,9 @@ pub fn App() -> impl IntoView {
                                 let text = import_text.get_untracked();
                                 match share::import_config(&text, &state.get_untracked()) {
                                     Ok((s, notices)) => {
-                                        state.set(s);
+                                        imported.set_value(Some(s.clone()));
                                         import_result.set(Some(Ok(notices)));
+                                        state.set(s);
                                     }
                                     Err(e) => import_result.set(Some(Err(e))),
                                 }

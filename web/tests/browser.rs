@@ -550,13 +550,22 @@ async fn import_and_export_round_trip_and_import_errors_are_visible() {
     import.set_value("n_layer = 6\nn_head = 6\nn_embd = 384\nbatch_size = 64\nblock_size = 256\n");
     dispatch(&import, "input");
     settle().await;
+    // The refusal was of the text before the edit (QA: it stayed until the next Import).
+    assert!(!page.has(".import-error"));
     button.click();
     settle().await;
     assert!(!page.has(".import-error"));
+    assert!(page.text(".import-ok").starts_with("Imported."));
     let exported: web_sys::HtmlTextAreaElement = page.el("#export-config").dyn_into().unwrap();
     assert!(exported.value().contains("n_layer = 6\n") && exported.value().contains("batch_size = 64\n"));
     assert!(query().await.contains("&L=6&H=6&C=384&T=256&"), "{}", query().await);
     assert!(page.text("#train-command-link").starts_with("vramfit train --link 'v=1&L=6&"));
+    // "Imported." and its notes are about the imported state: gone once the state moves on
+    // (QA: an import's note that the model was GPT-2's stayed after a preset replaced it).
+    let bias: HtmlInputElement = page.el("input[name=bias]").dyn_into().unwrap();
+    bias.click();
+    settle().await;
+    assert!(!page.has(".import-ok"));
 }
 
 #[wasm_bindgen_test]
