@@ -4,7 +4,7 @@
 //! (`--n_layer=12`), so a nanoGPT command line can be pasted as it is.
 
 use clap::error::ErrorKind;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use vramfit_core::nanogpt::TRAIN_PY_UNMODELLED;
@@ -492,6 +492,11 @@ pub struct RunArgs {
     /// over the config file (see [`FILE_LEVEL`]).
     #[arg(skip)]
     pub file_settings: Vec<(String, String)>,
+    /// The settings whose flags all come before a config file given as train.py takes it
+    /// (`--batch_size=4 config/x.py`): train.py's configurator runs its arguments in order, so
+    /// the file's own lines replace those (`inputs::resolve` reads the file over them).
+    #[arg(skip)]
+    pub before_file: Vec<&'static str>,
     /// A vramfit page link (full URL or just its query) to apply over the config file.
     #[arg(long, value_name = "URL")]
     pub link: Option<String>,
@@ -650,16 +655,22 @@ pub fn parse() -> Parsed {
         crate::print_error(&message);
         return Parsed::Exit(2);
     }
-    match Cli::try_parse_from(&args) {
-        Ok(mut cli) => {
+    let parsed = Cli::command().try_get_matches_from(&args).and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    match parsed {
+        Ok((mut cli, matches)) => {
+            let before_file = matches.subcommand().map(|(_, sub)| settings_before_file(sub)).unwrap_or_default();
             match &mut cli.command {
                 Command::Plan(plan) => {
+                    plan.run.before_file = before_file;
                     plan.run.take_positional_config();
                     let (file_level, rest) = training_only.into_iter().partition(|(name, _)| FILE_LEVEL.contains(&name.as_str()));
                     plan.run.file_settings = file_level;
                     plan.training_only = rest;
                 }
-                Command::Train(train) => train.run.take_positional_config(),
+                Command::Train(train) => {
+                    train.run.before_file = before_file;
+                    train.run.take_positional_config();
+                }
                 Command::Sample(_) => {}
             }
             Parsed::Run(cli)
@@ -686,10 +697,36 @@ pub fn parse() -> Parsed {
             Parsed::Exit(2)
         }
         Err(err) => {
-            crate::print_error(&swallowed_flag(&args).unwrap_or_else(|| error_line(&err)));
+            let line = swallowed_flag(&args).or_else(|| second_config_file(&args, &err)).unwrap_or_else(|| error_line(&err));
+            crate::print_error(&line);
             Parsed::Exit(2)
         }
     }
+}
+
+/// The settings (`inputs::SETTINGS`) whose flags all come before the config file given as
+/// train.py takes it, if one is (see `RunArgs::before_file`).
+fn settings_before_file(sub: &clap::ArgMatches) -> Vec<&'static str> {
+    let Some(file_at) = sub.index_of("config_file") else { return Vec::new() };
+    crate::inputs::SETTINGS.iter().copied().filter(|&id| sub.indices_of(id).is_some_and(|mut at| at.all(|at| at < file_at))).collect()
+}
+
+/// `plan a.py b.py`: train.py runs each config file in turn; vramfit reads one, and clap's
+/// "unexpected argument 'b.py'" did not say why.
+fn second_config_file(args: &[OsString], err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let command = args.get(1)?.to_str()?;
+    if err.kind() != ErrorKind::UnknownArgument || !matches!(command, "plan" | "train") {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else { return None };
+    if arg.starts_with('-') || !arg.ends_with(".py") {
+        return None;
+    }
+    Some(format!(
+        "unexpected argument '{}': vramfit {command} reads one config file (train.py would run each in turn): put its lines at the end of the first file, or give them as flags",
+        vramfit_core::shown_input(arg, usize::MAX)
+    ))
 }
 
 /// A number flag followed by another flag (`sample --temperature --seed 5`): the number flags
@@ -825,6 +862,13 @@ mod tests {
                 "{args:?}: {line}"
             );
         }
+        // A second config file is said to be one.
+        let args: Vec<OsString> = ["vramfit", "plan", "a.py", "b.py"].iter().map(OsString::from).collect();
+        let err = Cli::try_parse_from(&args).expect_err("refused");
+        let line = second_config_file(&args, &err).unwrap_or_default();
+        assert!(line.starts_with("unexpected argument 'b.py': vramfit plan reads one config file"), "{line}");
+        let args: Vec<OsString> = ["vramfit", "plan", "a.py", "b.txt"].iter().map(OsString::from).collect();
+        assert_eq!(second_config_file(&args, &Cli::try_parse_from(&args).expect_err("refused")), None);
         // A flag after a flag that takes no hyphen values, or after the prompt, is left to clap
         // and to `forgotten_prompt`.
         for argv in [&["vramfit", "sample", "--seed", "--top-k", "5"][..], &["vramfit", "sample", "--start", "--seed", "5"]] {

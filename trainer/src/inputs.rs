@@ -92,10 +92,22 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
             text.push('\n');
             text.push_str(&command_line);
         }
+        // Flags before a file given as train.py takes it are run before it, as train.py's
+        // configurator runs its arguments in order: the file reads over them.
+        apply_flags_where(&mut state.config, run, |name| run.before_file.contains(&name));
         // What would refuse the file only for its final values waits for the link and flags,
         // which train.py would apply on top (its command-line overrides).
         let (file, deferred) =
             nanogpt::parse_config_file_deferring(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
+        for &name in &run.before_file {
+            let (flag, file_value) = (python_setting(&state.config, name), python_setting(&file.config, name));
+            if flag != file_value {
+                notices.push(format!(
+                    "{shown}: {name} = {file_value} replaces --{name}={}, given before the file (train.py runs its arguments in order)",
+                    flag.trim_matches('\'')
+                ));
+            }
+        }
         (file_errors, file_shown) = (deferred, shown.to_string());
         if let (false, Some((line, text))) = (file.recognised, &file.first_statement) {
             // Prose, a log, a data file: not a config file that sets nothing but the wrong file.
@@ -159,7 +171,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_sets = read.decoded.given.clone();
         link_read = Some(read);
     }
-    apply_flags(&mut state.config, run);
+    apply_flags_where(&mut state.config, run, |name| !run.before_file.contains(&name));
     // The file's block past a checkpoint's positions is not the run's once the link or a flag
     // replaces it (train.py applies its command line on top); the final block is checked below.
     if flag_sets(run, "block_size") || link_read.as_ref().is_some_and(|read| read.decoded.sets("block_size")) {
@@ -268,7 +280,44 @@ fn check_over_link(state: &LinkState, run: &RunArgs, read: &link::Deferred) -> R
 }
 
 /// Whether an explicit flag set the setting of this (nanoGPT) name.
+/// The config's settings a flag can set, by their nanoGPT names (clap's ids for the flags).
+pub const SETTINGS: [&str; 18] = [
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "vocab_size",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "eval_iters",
+    "eval_batch_size",
+    "eval_block_size",
+    "dropout",
+    "bias",
+    "dtype",
+    "attention",
+    "compile",
+    "activation_checkpointing",
+    "optimizer",
+    "expandable_segments",
+];
+
+/// A setting of `cfg` by its nanoGPT name, as Python writes it (as a note quotes it).
+fn python_setting(cfg: &Config, name: &str) -> String {
+    match serde_json::to_value(cfg).ok().and_then(|v| v.get(name).cloned()) {
+        Some(serde_json::Value::String(s)) => format!("'{s}'"),
+        Some(serde_json::Value::Bool(b)) => (if b { "True" } else { "False" }).to_string(),
+        Some(serde_json::Value::Null) | None => "None".to_string(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// Whether a flag after the config file sets `setting` (one before it is the file's base).
 fn flag_sets(run: &RunArgs, setting: &str) -> bool {
+    !run.before_file.contains(&setting) && flag_given(run, setting)
+}
+
+fn flag_given(run: &RunArgs, setting: &str) -> bool {
     match setting {
         "n_layer" => run.n_layer.is_some(),
         "n_head" => run.n_head.is_some(),
@@ -320,31 +369,49 @@ pub fn replaced_by_checkpoint(
 
 /// Explicit flags override whatever the file and the link said.
 pub fn apply_flags(cfg: &mut Config, run: &RunArgs) {
-    fn set<T: Copy>(slot: &mut T, flag: Option<T>) {
-        if let Some(v) = flag {
+    apply_flags_where(cfg, run, |_| true);
+}
+
+/// [`apply_flags`] for the settings `this` takes (by their names in [`SETTINGS`]).
+fn apply_flags_where(cfg: &mut Config, run: &RunArgs, this: impl Fn(&str) -> bool) {
+    let set = |slot: &mut _, flag, name: &str| {
+        if let (Some(v), true) = (flag, this(name)) {
             *slot = v;
         }
+    };
+    set(&mut cfg.n_layer, run.n_layer, "n_layer");
+    set(&mut cfg.n_head, run.n_head, "n_head");
+    set(&mut cfg.n_embd, run.n_embd, "n_embd");
+    set(&mut cfg.block_size, run.block_size, "block_size");
+    set(&mut cfg.vocab_size, run.vocab_size, "vocab_size");
+    set(&mut cfg.batch_size, run.batch_size, "batch_size");
+    set(&mut cfg.gradient_accumulation_steps, run.gradient_accumulation_steps, "gradient_accumulation_steps");
+    set(&mut cfg.eval_iters, run.eval_iters, "eval_iters");
+    let set_bool = |slot: &mut bool, flag, name: &str| {
+        if let (Some(v), true) = (flag, this(name)) {
+            *slot = v;
+        }
+    };
+    set_bool(&mut cfg.bias, run.bias, "bias");
+    set_bool(&mut cfg.compile, run.compile, "compile");
+    set_bool(&mut cfg.activation_checkpointing, run.activation_checkpointing, "activation_checkpointing");
+    set_bool(&mut cfg.expandable_segments, run.expandable_segments, "expandable_segments");
+    if let (Some(v), true) = (run.dropout, this("dropout")) {
+        cfg.dropout = v;
     }
-    set(&mut cfg.n_layer, run.n_layer);
-    set(&mut cfg.n_head, run.n_head);
-    set(&mut cfg.n_embd, run.n_embd);
-    set(&mut cfg.block_size, run.block_size);
-    set(&mut cfg.vocab_size, run.vocab_size);
-    set(&mut cfg.bias, run.bias);
-    set(&mut cfg.dropout, run.dropout);
-    set(&mut cfg.batch_size, run.batch_size);
-    set(&mut cfg.gradient_accumulation_steps, run.gradient_accumulation_steps);
-    set(&mut cfg.eval_iters, run.eval_iters);
-    set(&mut cfg.dtype, run.dtype);
-    set(&mut cfg.attention, run.attention);
-    set(&mut cfg.compile, run.compile);
-    set(&mut cfg.activation_checkpointing, run.activation_checkpointing);
-    set(&mut cfg.optimizer, run.optimizer);
-    set(&mut cfg.expandable_segments, run.expandable_segments);
-    if run.eval_batch_size.is_some() {
+    if let (Some(v), true) = (run.dtype, this("dtype")) {
+        cfg.dtype = v;
+    }
+    if let (Some(v), true) = (run.attention, this("attention")) {
+        cfg.attention = v;
+    }
+    if let (Some(v), true) = (run.optimizer, this("optimizer")) {
+        cfg.optimizer = v;
+    }
+    if let (Some(_), true) = (run.eval_batch_size, this("eval_batch_size")) {
         cfg.eval_batch_size = run.eval_batch_size;
     }
-    if run.eval_block_size.is_some() {
+    if let (Some(_), true) = (run.eval_block_size, this("eval_block_size")) {
         cfg.eval_block_size = run.eval_block_size;
     }
 }

@@ -1184,6 +1184,41 @@ fn a_config_file_is_checked_with_what_comes_after_it() {
     assert!(err.contains("two_bad.py: line 2: n_head: "), "{err}");
 }
 
+/// A nanoGPT command line runs its arguments in order (train.py's configurator): a config file
+/// given as train.py takes it replaces the flags before it that it sets, with a note, and reads
+/// over them; flags after it, and any flag with `--config FILE`, win (QA: `--n_layer=3 n5.py`
+/// planned 3 layers where train.py builds 5).
+#[test]
+fn flags_before_a_config_file_given_as_train_py_takes_it_are_run_before_it() {
+    let file = temp_file("order_n5.py", "n_layer = 5\nbatch_size = 8\nn_embd = n_embd * 2\n");
+    let file = file.to_str().unwrap();
+    let config = |args: &[&str]| plan_json(args)["config"].clone();
+    let c = config(&["--n_layer=3", "--n-embd", "64", "--n_head=4", file]);
+    assert_eq!(
+        (c["n_layer"].as_u64(), c["n_embd"].as_u64(), c["n_head"].as_u64(), c["batch_size"].as_u64()),
+        (Some(5), Some(128), Some(4), Some(8))
+    );
+    let c = config(&[file, "--n_layer=3", "--n-embd", "96"]);
+    assert_eq!((c["n_layer"].as_u64(), c["n_embd"].as_u64()), (Some(3), Some(96)));
+    // Given before and after: the last one is after the file.
+    assert_eq!(config(&["--n_layer=3", file, "--n_layer=2"])["n_layer"], 2);
+    assert_eq!(config(&["--n_layer=3", "--config", file])["n_layer"], 3);
+    let out = vramfit(&["plan", "--no-fixes", "--n_layer=3", "--n_head=4", "--dtype=float16", file]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("order_n5.py: n_layer = 5 replaces --n_layer=3, given before the file (train.py runs its arguments in order)"),
+        "{stderr}"
+    );
+    // The file does not set n_head or dtype: nothing replaced them.
+    assert!(!stderr.contains("--n_head") && !stderr.contains("--dtype"), "{stderr}");
+    // A bad value before the file that the file replaces is not the run's, and one the file
+    // sets after a good flag is.
+    assert_eq!(config(&["--batch_size=0", file])["batch_size"], 8);
+    let bad = temp_file("order_bad.py", "n_layer = 2000\n");
+    let err = assert_one_error_line(&["plan", "--n_layer=3", bad.to_str().unwrap()]);
+    assert!(err.contains("order_bad.py: line 1: n_layer: 2000 is larger"), "{err}");
+}
+
 /// A training setting the file sets to a value that cannot be read stops `train` with the reason.
 #[test]
 fn an_unreadable_training_setting_is_refused_with_its_reason() {

@@ -317,9 +317,8 @@ fn number_control(
         let (min, max, step) = slider_bounds();
         let v = state.with_untracked(get);
         let to = match slider {
-            Slider::Pow2 { .. } | Slider::EvalBlock => {
-                model::slider_key_step((v.max(1) as f64).log2(), min as f64, max as f64, 1.0, up).map(|p| 1u32 << (p.round() as u32).min(30))
-            }
+            Slider::Pow2 { .. } | Slider::EvalBlock => model::slider_key_step((v.max(1) as f64).log2(), min as f64, max as f64, 1.0, up)
+                .map(|p| 1u32 << (p.round() as u32).min(30)),
             _ => model::slider_key_step(v as f64, min as f64, max as f64, step.max(1) as f64, up).map(|p| p.round() as u32),
         };
         if let Some(to) = to {

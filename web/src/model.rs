@@ -221,7 +221,7 @@ pub fn slider_key_step(position: f64, first: f64, last: f64, step: f64, up: bool
         true => ((q + ON_STEP).floor() + 1.0).max(0.0),
         false => ((q - ON_STEP).ceil() - 1.0).min(steps),
     };
-    (0.0..=steps).contains(&k).then(|| first + k * step)
+    (0.0..=steps).contains(&k).then_some(first + k * step)
 }
 
 /// What a number box holds, read as a whole number up to `max`, or why it is not one (the
