@@ -374,7 +374,7 @@ fn apply_dataset_vocab(
 }
 
 /// The modelled settings, under nanoGPT's names (and vramfit's for the ones nanoGPT lacks).
-const MODELLED: [&str; 18] = [
+pub const MODELLED: [&str; 18] = [
     "n_layer",
     "n_head",
     "n_embd",
@@ -396,7 +396,7 @@ const MODELLED: [&str; 18] = [
 ];
 
 /// A modelled setting's current value, so expressions can refer to it (`eval_iters = batch_size * 2`).
-fn config_value(cfg: &Config, name: &str) -> Option<Value> {
+pub fn config_value(cfg: &Config, name: &str) -> Option<Value> {
     let int = |n: u32| Some(Value::Int(n as i64));
     let opt = |n: Option<u32>| Some(n.map_or(Value::None, |n| Value::Int(n as i64)));
     match name {

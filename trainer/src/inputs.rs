@@ -281,35 +281,11 @@ fn check_over_link(state: &LinkState, run: &RunArgs, read: &link::Deferred) -> R
 
 /// Whether an explicit flag set the setting of this (nanoGPT) name.
 /// The config's settings a flag can set, by their nanoGPT names (clap's ids for the flags).
-pub const SETTINGS: [&str; 18] = [
-    "n_layer",
-    "n_head",
-    "n_embd",
-    "block_size",
-    "vocab_size",
-    "batch_size",
-    "gradient_accumulation_steps",
-    "eval_iters",
-    "eval_batch_size",
-    "eval_block_size",
-    "dropout",
-    "bias",
-    "dtype",
-    "attention",
-    "compile",
-    "activation_checkpointing",
-    "optimizer",
-    "expandable_segments",
-];
+pub const SETTINGS: [&str; 18] = nanogpt::MODELLED;
 
 /// A setting of `cfg` by its nanoGPT name, as Python writes it (as a note quotes it).
 fn python_setting(cfg: &Config, name: &str) -> String {
-    match serde_json::to_value(cfg).ok().and_then(|v| v.get(name).cloned()) {
-        Some(serde_json::Value::String(s)) => format!("'{s}'"),
-        Some(serde_json::Value::Bool(b)) => (if b { "True" } else { "False" }).to_string(),
-        Some(serde_json::Value::Null) | None => "None".to_string(),
-        Some(v) => v.to_string(),
-    }
+    nanogpt::config_value(cfg, name).map_or_else(|| "None".to_string(), |v| v.to_string())
 }
 
 /// Whether a flag after the config file sets `setting` (one before it is the file's base).
@@ -374,44 +350,27 @@ pub fn apply_flags(cfg: &mut Config, run: &RunArgs) {
 
 /// [`apply_flags`] for the settings `this` takes (by their names in [`SETTINGS`]).
 fn apply_flags_where(cfg: &mut Config, run: &RunArgs, this: impl Fn(&str) -> bool) {
-    let set = |slot: &mut _, flag, name: &str| {
-        if let (Some(v), true) = (flag, this(name)) {
+    fn set<T>(slot: &mut T, flag: Option<T>, take: bool) {
+        if let (Some(v), true) = (flag, take) {
             *slot = v;
         }
-    };
-    set(&mut cfg.n_layer, run.n_layer, "n_layer");
-    set(&mut cfg.n_head, run.n_head, "n_head");
-    set(&mut cfg.n_embd, run.n_embd, "n_embd");
-    set(&mut cfg.block_size, run.block_size, "block_size");
-    set(&mut cfg.vocab_size, run.vocab_size, "vocab_size");
-    set(&mut cfg.batch_size, run.batch_size, "batch_size");
-    set(&mut cfg.gradient_accumulation_steps, run.gradient_accumulation_steps, "gradient_accumulation_steps");
-    set(&mut cfg.eval_iters, run.eval_iters, "eval_iters");
-    let set_bool = |slot: &mut bool, flag, name: &str| {
-        if let (Some(v), true) = (flag, this(name)) {
-            *slot = v;
-        }
-    };
-    set_bool(&mut cfg.bias, run.bias, "bias");
-    set_bool(&mut cfg.compile, run.compile, "compile");
-    set_bool(&mut cfg.activation_checkpointing, run.activation_checkpointing, "activation_checkpointing");
-    set_bool(&mut cfg.expandable_segments, run.expandable_segments, "expandable_segments");
-    if let (Some(v), true) = (run.dropout, this("dropout")) {
-        cfg.dropout = v;
     }
-    if let (Some(v), true) = (run.dtype, this("dtype")) {
-        cfg.dtype = v;
-    }
-    if let (Some(v), true) = (run.attention, this("attention")) {
-        cfg.attention = v;
-    }
-    if let (Some(v), true) = (run.optimizer, this("optimizer")) {
-        cfg.optimizer = v;
-    }
-    if let (Some(_), true) = (run.eval_batch_size, this("eval_batch_size")) {
-        cfg.eval_batch_size = run.eval_batch_size;
-    }
-    if let (Some(_), true) = (run.eval_block_size, this("eval_block_size")) {
-        cfg.eval_block_size = run.eval_block_size;
-    }
+    set(&mut cfg.n_layer, run.n_layer, this("n_layer"));
+    set(&mut cfg.n_head, run.n_head, this("n_head"));
+    set(&mut cfg.n_embd, run.n_embd, this("n_embd"));
+    set(&mut cfg.block_size, run.block_size, this("block_size"));
+    set(&mut cfg.vocab_size, run.vocab_size, this("vocab_size"));
+    set(&mut cfg.bias, run.bias, this("bias"));
+    set(&mut cfg.dropout, run.dropout, this("dropout"));
+    set(&mut cfg.batch_size, run.batch_size, this("batch_size"));
+    set(&mut cfg.gradient_accumulation_steps, run.gradient_accumulation_steps, this("gradient_accumulation_steps"));
+    set(&mut cfg.eval_iters, run.eval_iters, this("eval_iters"));
+    set(&mut cfg.eval_batch_size, run.eval_batch_size.map(Some), this("eval_batch_size"));
+    set(&mut cfg.eval_block_size, run.eval_block_size.map(Some), this("eval_block_size"));
+    set(&mut cfg.dtype, run.dtype, this("dtype"));
+    set(&mut cfg.attention, run.attention, this("attention"));
+    set(&mut cfg.compile, run.compile, this("compile"));
+    set(&mut cfg.activation_checkpointing, run.activation_checkpointing, this("activation_checkpointing"));
+    set(&mut cfg.optimizer, run.optimizer, this("optimizer"));
+    set(&mut cfg.expandable_segments, run.expandable_segments, this("expandable_segments"));
 }
