@@ -343,8 +343,18 @@ fn apply_dataset_vocab(
     notices: &mut Vec<String>,
     set_on: &[(&'static str, usize)],
 ) -> Option<String> {
-    let Some((_, Value::Str(dataset))) = extra.iter().find(|(k, _)| k == "dataset") else {
-        return None;
+    let dataset = match extra.iter().find(|(k, _)| k == "dataset") {
+        Some((_, Value::Str(dataset))) => dataset,
+        Some((_, other)) => {
+            // train.py joins it into a path (`os.path.join('data', dataset)`) whatever else is
+            // set: anything but a string stops it there.
+            notices.push(format!(
+                "dataset = {} is not a data set's name such as 'openwebtext': {TRAIN_PY_WOULD_STOP}",
+                excerpt(&other.to_string())
+            ));
+            return None;
+        }
+        None => return None,
     };
     let from_checkpoint = extra.iter().any(|(k, v)| k == "init_from" && *v != Value::Str("scratch".into()));
     if from_checkpoint || set_on.iter().any(|(k, _)| *k == "vocab_size") {
@@ -3082,6 +3092,14 @@ weight_decay = 1e-1
         );
         let f = parse("init_from = 5\n").unwrap();
         assert!(f.notices.iter().any(|n| n.starts_with("init_from = 5 is not a name")), "{:#?}", f.notices);
+        // So is a dataset that is not a name (train.py's os.path.join stops on it), even where a
+        // checkpoint gives the vocabulary; a name is not.
+        for text in ["dataset = 5\n", "dataset = None\ninit_from = 'gpt2'\n"] {
+            let f = parse(text).unwrap();
+            assert!(f.notices.iter().any(|n| n.starts_with("dataset = ") && n.contains(TRAIN_PY_WOULD_STOP)), "{text}: {:#?}", f.notices);
+        }
+        let f = parse("dataset = 'openwebtext'\n").unwrap();
+        assert!(!f.notices.iter().any(|n| n.contains(TRAIN_PY_WOULD_STOP)), "{:#?}", f.notices);
     }
 
     /// train.py looks dtype up in a dict of three names: the spellings vramfit's flags take
