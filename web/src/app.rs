@@ -754,6 +754,14 @@ fn card_controls(signals: Signals) -> impl IntoView {
                         if text.trim() != shown {
                             custom_typed.set_value(String::new());
                             event_target::<web_sys::HtmlInputElement>(&ev).set_value(&shown);
+                            // Rounded, not just written another way: say so (QA: 12.345 became
+                            // 12.35 without a word).
+                            if text.trim().parse::<f64>().ok() != shown.parse::<f64>().ok() {
+                                input_error.set(Some(format!(
+                                    "custom capacity: \"{}\" is planned as {shown} GiB (a card's size is kept to a hundredth of a GiB)",
+                                    text.trim()
+                                )));
+                            }
                         }
                     }
                     custom_started.set_value(EditStart::now(signals));

@@ -513,6 +513,9 @@ async fn a_custom_card_follows_its_box_as_it_is_typed() {
     dispatch(&input, "change");
     settle().await;
     assert_eq!((gpu().await, input.value()), ("custom-12.35".to_string(), "12.35".to_string()));
+    // The rounding is said (QA: it was silent).
+    let notice = page.text(".input-error");
+    assert!(notice.contains("custom capacity: \"12.345\" is planned as 12.35 GiB"), "{notice}");
     // Left holding a size it did not take ("1e9" passes through a 1 GiB card on the way): back
     // to the card from before the edit, and said so, as every number box does.
     page.type_keys("custom_gib", "1e9").await;
