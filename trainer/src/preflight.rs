@@ -323,7 +323,9 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MeasuredSpan {
     /// The first two iterations: before the evaluation after a step (which may be the run's
-    /// peak) and before any save; beside the run's predicted peak.
+    /// peak) and before any save; beside the prediction of the windows they ran (a fresh run's
+    /// evaluation at start, first iteration and a training step), not the run's peak: where
+    /// the evaluation after a step is the peak, that read up to 11.9% over (QA).
     FirstTwoIterations { predicted: u64 },
     /// The whole run, every window and save behind it; beside the run's predicted peak.
     WholeRun { predicted: u64 },
@@ -353,7 +355,7 @@ pub fn measured_line(measured: u64, span: MeasuredSpan, on_gpu: bool) -> String 
             let (measured, predicted, err) = beside(predicted);
             format!(
                 "memory: measured peak of the first two iterations ({source}; before the eval after a step and the saves) \
-                 {measured}, predicted for the run {predicted} ({err})"
+                 {measured}, predicted for them {predicted} ({err})"
             )
         }
         MeasuredSpan::WholeRun { predicted } => {
@@ -620,7 +622,7 @@ mod tests {
         );
         let early = measured_line(100 << 20, MeasuredSpan::FirstTwoIterations { predicted: 103 << 20 }, false);
         assert!(early.starts_with("memory: measured peak of the first two iterations ("), "{early}");
-        assert!(early.contains("; before the eval after a step and the saves) 100.0 MiB, predicted for the run 103.0 MiB"), "{early}");
+        assert!(early.contains("; before the eval after a step and the saves) 100.0 MiB, predicted for them 103.0 MiB"), "{early}");
         let on_gpu = measured_line(100 << 20, MeasuredSpan::WholeRun { predicted: 103 << 20 }, true);
         assert!(on_gpu.contains("(the run's tensors in the CUDA pool from") && !on_gpu.contains("heap"), "{on_gpu}");
         // Sizes that round alike at one decimal get more, so they never read equal beside an error.

@@ -198,10 +198,19 @@ pub fn memory() -> Option<(u64, u64)> {
 struct MemoryCheck {
     iter: u64,
     baseline: u64,
-    predicted: u64,
+    predicted: MemoryPrediction,
+}
+
+/// What a run's measured peaks are set beside.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryPrediction {
+    /// The run's predicted peak (its highest window).
+    pub run: u64,
+    /// The highest of the windows its first two iterations run (see `MeasuredSpan::FirstTwoIterations`).
+    pub first_two: u64,
     /// The evaluation at start's own prediction, for a run that takes no training step (`None`
     /// where the run's first evaluation is not that window: a resumed run's).
-    eval_at_start_predicted: Option<u64>,
+    pub eval_at_start: Option<u64>,
 }
 
 fn mib(bytes: u64) -> String {
@@ -345,8 +354,8 @@ impl Progress {
     /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or with
     /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction;
     /// `eval_at_start_predicted`: see [`MemoryCheck`].
-    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: u64, eval_at_start_predicted: Option<u64>) {
-        self.memory_check = Some(MemoryCheck { iter, baseline, predicted, eval_at_start_predicted });
+    pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: MemoryPrediction) {
+        self.memory_check = Some(MemoryCheck { iter, baseline, predicted });
     }
 
     /// The memory line for the whole run, at its end (where a memory check was asked for).
@@ -358,10 +367,10 @@ impl Progress {
             Some(_) => self.pool().map(|b| b.used_high),
         }?;
         let span = if self.steps_run > 0 {
-            MeasuredSpan::WholeRun { predicted: check.predicted }
+            MeasuredSpan::WholeRun { predicted: check.predicted.run }
         } else {
             // A partial evaluation (Ctrl-C) is no window the model predicts.
-            MeasuredSpan::NoTrainingStep { eval_at_start_predicted: check.eval_at_start_predicted.filter(|_| self.evaluations_run > 0) }
+            MeasuredSpan::NoTrainingStep { eval_at_start_predicted: check.predicted.eval_at_start.filter(|_| self.evaluations_run > 0) }
         };
         Some(crate::preflight::measured_line(peak.saturating_sub(check.baseline), span, self.gpu.is_some()))
     }
@@ -381,7 +390,7 @@ impl Progress {
                 Some(_) => pool.map(|b| b.used_high),
             };
             if let Some(peak) = peak {
-                let span = crate::preflight::MeasuredSpan::FirstTwoIterations { predicted: check.predicted };
+                let span = crate::preflight::MeasuredSpan::FirstTwoIterations { predicted: check.predicted.first_two };
                 let line = crate::preflight::measured_line(peak.saturating_sub(check.baseline), span, self.gpu.is_some());
                 self.line(&line);
             }

@@ -290,6 +290,31 @@ fn auto_fit_shrinks_the_micro_batch() {
     assert!(meta.config.batch_size as u64 * meta.config.gradient_accumulation_steps as u64 >= 64);
 }
 
+/// The line after the first two iterations sets them beside the prediction of the windows they
+/// ran, not the run's peak: with an eval batch larger than the training one, the evaluation after
+/// a step is the run's peak, and the line read up to 11.9% over (QA).
+#[test]
+fn the_first_two_iterations_are_set_beside_their_own_windows() {
+    let dir = scratch("first-two-windows");
+    let out = train_ok(&dir, &["--max-iters", "2", "--eval-iters", "2", "--eval-batch-size", "64", "--threads", "1"]);
+    let stdout = text(&out.stdout);
+    let figures = |start: &str, predicted_word: &str| -> (f64, f64) {
+        let line = stdout.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start:?} in {stdout}"));
+        let number_before = |marker: &str| -> f64 {
+            let head = &line[..line.find(marker).unwrap_or_else(|| panic!("{marker:?} not in {line}"))];
+            head.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no figure before {marker:?} in {line}"))
+        };
+        (number_before(&format!(" MiB, {predicted_word}")), number_before(" MiB ("))
+    };
+    let (early_measured, early_predicted) = figures("memory: measured peak of the first two iterations", "predicted for them");
+    let (run_measured, run_predicted) = figures("memory: measured peak of the run", "predicted");
+    // The eval after a step is the run's peak, above what the first two iterations ran.
+    assert!(run_predicted > early_predicted * 1.01 && run_measured > early_measured * 1.01, "{stdout}");
+    for (measured, predicted) in [(early_measured, early_predicted), (run_measured, run_predicted)] {
+        assert!(((predicted - measured) / measured).abs() <= 0.03, "{measured} against {predicted}: {stdout}");
+    }
+}
+
 /// A tiny model's measured peak is the model's, not the data's bookkeeping: the unigram
 /// entropy's counting buffer (1.4 MiB against a 0.8 MiB prediction) was counted as the run's.
 /// The figure is the whole run's, reported at its end (evaluations after steps and the saves
