@@ -119,6 +119,10 @@ pub struct ConfigFile {
     /// and a notice says so; a reader that can open the file (`vramfit plan`) reads it instead.
     #[serde(default)]
     pub vocab_from_dataset: Option<String>,
+    /// The modelled settings the file assigns (a GPT-2 checkpoint's shape may replace the
+    /// value), by their names in [`MODELLED`].
+    #[serde(skip)]
+    pub sets: Vec<&'static str>,
 }
 
 impl ConfigFile {
@@ -1074,6 +1078,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
     // What changes the model or the run as a whole comes before the notes on single lines:
     // readers show the first few of a long list.
     let mut file_notes = Vec::new();
+    let assigned: Vec<&'static str> = set_on.iter().map(|&(k, _)| k).collect();
     apply_init_from(&mut cfg, &extra, &mut file_notes, &mut set_on);
     // train.py tests `if iter_num == 0 and eval_only`: any true value.
     if extra.iter().any(|(k, v)| k == "eval_only" && v.is_truthy()) {
@@ -1128,6 +1133,7 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         recognised,
         first_statement,
         sets_modelled,
+        sets: assigned,
         vocab_from_dataset,
     };
     Ok((file, deferred))

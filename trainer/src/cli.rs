@@ -478,8 +478,10 @@ pub struct CardArgs {
     pub other_usage_mib: Option<u64>,
 }
 
-/// Where a run's settings come from. Precedence: defaults < --config < --link < flags.
-#[derive(Debug, Args)]
+/// Where a run's settings come from. Precedence: defaults < --config < --link < flags (a flag
+/// before a config file given as train.py takes it is the file's base where the file sets it:
+/// see `before_file`).
+#[derive(Clone, Debug, Args)]
 pub struct RunArgs {
     /// A nanoGPT config file (config/train_*.py) to start from.
     #[arg(long, value_name = "FILE")]
@@ -494,7 +496,8 @@ pub struct RunArgs {
     pub file_settings: Vec<(String, String)>,
     /// The settings whose flags all come before a config file given as train.py takes it
     /// (`--batch_size=4 config/x.py`): train.py's configurator runs its arguments in order, so
-    /// the file's own lines replace those (`inputs::resolve` reads the file over them).
+    /// the file's own lines replace those it sets (`inputs::resolve` reads the file over them;
+    /// `Inputs::flags_replaced_by_file` names them).
     #[arg(skip)]
     pub before_file: Vec<&'static str>,
     /// A vramfit page link (full URL or just its query) to apply over the config file.
@@ -570,6 +573,36 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// These flags with the settings named (nanoGPT's names) taken out: what the command line
+    /// still says once a config file after them replaced those.
+    pub fn without(&self, settings: &[&str]) -> RunArgs {
+        let mut run = self.clone();
+        for &setting in settings {
+            match setting {
+                "n_layer" => run.n_layer = None,
+                "n_head" => run.n_head = None,
+                "n_embd" => run.n_embd = None,
+                "block_size" => run.block_size = None,
+                "vocab_size" => run.vocab_size = None,
+                "batch_size" => run.batch_size = None,
+                "gradient_accumulation_steps" => run.gradient_accumulation_steps = None,
+                "eval_iters" => run.eval_iters = None,
+                "eval_batch_size" => run.eval_batch_size = None,
+                "eval_block_size" => run.eval_block_size = None,
+                "dropout" => run.dropout = None,
+                "bias" => run.bias = None,
+                "dtype" => run.dtype = None,
+                "attention" => run.attention = None,
+                "compile" => run.compile = None,
+                "activation_checkpointing" => run.activation_checkpointing = None,
+                "optimizer" => run.optimizer = None,
+                "expandable_segments" => run.expandable_segments = None,
+                _ => {}
+            }
+        }
+        run
+    }
+
     /// Moves a config file given without `--config` to `config`, where everything reads it.
     fn take_positional_config(&mut self) {
         if self.config.is_none() {
@@ -658,7 +691,12 @@ pub fn parse() -> Parsed {
     let parsed = Cli::command().try_get_matches_from(&args).and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
     match parsed {
         Ok((mut cli, matches)) => {
-            let before_file = matches.subcommand().map(|(_, sub)| settings_before_file(sub)).unwrap_or_default();
+            // Only `plan` and `train` take a config file (asking `sample`'s matches about one
+            // is a panic in debug builds).
+            let before_file = match matches.subcommand() {
+                Some(("plan" | "train", sub)) => settings_before_file(sub),
+                _ => Vec::new(),
+            };
             match &mut cli.command {
                 Command::Plan(plan) => {
                     plan.run.before_file = before_file;
@@ -697,7 +735,7 @@ pub fn parse() -> Parsed {
             Parsed::Exit(2)
         }
         Err(err) => {
-            let line = swallowed_flag(&args).or_else(|| second_config_file(&args, &err)).unwrap_or_else(|| error_line(&err));
+            let line = swallowed_flag(&args, &err).or_else(|| second_config_file(&args, &err)).unwrap_or_else(|| error_line(&err));
             crate::print_error(&line);
             Parsed::Exit(2)
         }
@@ -732,14 +770,22 @@ fn second_config_file(args: &[OsString], err: &clap::Error) -> Option<String> {
 /// A number flag followed by another flag (`sample --temperature --seed 5`): the number flags
 /// take values that start with `-` (see `not_a_flag`), so `--seed` became the temperature and
 /// clap's complaint was about the `5` left over ("unexpected argument '5'"), not the missing
-/// number. Said as clap says it when the flag's parser sees the next flag.
-fn swallowed_flag(args: &[OsString]) -> Option<String> {
-    use clap::CommandFactory;
+/// number. Said as clap says it when the flag's parser sees the next flag, where clap's
+/// complaint is about the argument after those two (another complaint is clap's to make).
+fn swallowed_flag(args: &[OsString], err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(unexpected)) = err.get(ContextKind::InvalidArg).filter(|_| err.kind() == ErrorKind::UnknownArgument)
+    else {
+        return None;
+    };
     let cli = Cli::command();
     let command = cli.find_subcommand(args.get(1)?.to_str()?)?;
-    args.get(2..)?.windows(2).find_map(|pair| {
-        let name = pair[0].to_str()?.strip_prefix("--").filter(|n| !n.contains('='))?;
-        let next = pair[1].to_str().filter(|n| n.trim_start().starts_with("--"))?;
+    args.get(2..)?.windows(3).find_map(|triple| {
+        if triple[2].to_str() != Some(unexpected.as_str()) {
+            return None;
+        }
+        let name = triple[0].to_str()?.strip_prefix("--").filter(|n| !n.contains('='))?;
+        let next = triple[1].to_str().filter(|n| n.trim_start().starts_with("--"))?;
         let arg = command
             .get_arguments()
             .find(|a| a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|aliases| aliases.contains(&name)))?;
@@ -855,8 +901,9 @@ mod tests {
             ("train", "--min_lr", &["--max-iters", "5"][..]),
         ] {
             let args: Vec<OsString> = [&["vramfit", command, flag][..], rest].concat().into_iter().map(OsString::from).collect();
-            assert!(Cli::try_parse_from(&args).is_err(), "{args:?} parses");
-            let line = swallowed_flag(&args).unwrap_or_default();
+            let err = Cli::try_parse_from(&args).expect_err("refused");
+            // What `parse` prints.
+            let line = swallowed_flag(&args, &err).unwrap_or_else(|| error_line(&err));
             assert!(
                 line.contains(&format!("invalid value '{}'", rest[0])) && line.contains("the next flag came instead"),
                 "{args:?}: {line}"
@@ -871,9 +918,15 @@ mod tests {
         assert_eq!(second_config_file(&args, &Cli::try_parse_from(&args).expect_err("refused")), None);
         // A flag after a flag that takes no hyphen values, or after the prompt, is left to clap
         // and to `forgotten_prompt`.
-        for argv in [&["vramfit", "sample", "--seed", "--top-k", "5"][..], &["vramfit", "sample", "--start", "--seed", "5"]] {
+        // So is an earlier complaint of clap's own (an unknown flag before them).
+        for argv in [
+            &["vramfit", "sample", "--seed", "--top-k", "5"][..],
+            &["vramfit", "sample", "--start", "--seed", "5"],
+            &["vramfit", "sample", "--bogus", "1", "--temperature", "--seed", "5"],
+        ] {
             let args: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            assert_eq!(swallowed_flag(&args), None, "{argv:?}");
+            let err = Cli::try_parse_from(&args).expect_err("refused");
+            assert_eq!(swallowed_flag(&args, &err), None, "{argv:?}");
         }
     }
 

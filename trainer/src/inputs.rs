@@ -1,6 +1,9 @@
 //! Turning flags, a config file and a link into one validated run description.
 //!
-//! Precedence, lowest first: nanoGPT's defaults, `--config FILE`, `--link`, explicit flags.
+//! Precedence, lowest first: nanoGPT's defaults, `--config FILE`, `--link`, explicit flags. A
+//! config file given as train.py takes it (no `--config`) is run where it stands among the
+//! flags, as train.py's configurator runs its arguments: it reads over the flags before it and
+//! replaces those it sets.
 //! `plan` and `train` read their settings this way (`train` starts from a small model when given
 //! neither a config file nor a link; see `train_cmd`).
 
@@ -37,6 +40,10 @@ pub struct Inputs {
     /// the command line's `dataset`, which set no vocab_size): see
     /// [`nanogpt::ConfigFile::vocab_from_dataset`].
     pub vocab_from_dataset: Option<String>,
+    /// Flags given before a config file (as train.py takes it) that the file sets: train.py
+    /// takes the file's values, and so does the plan; `RunArgs::without` them is what the
+    /// command line still says.
+    pub flags_replaced_by_file: Vec<&'static str>,
 }
 
 impl Inputs {
@@ -77,6 +84,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
     let mut file_shown = String::new();
     // `--dataset=X` / `--init_from=Y` from a pasted train.py command line, as config lines.
     let command_line: String = run.file_settings.iter().map(|(name, value)| format!("{name} = {}\n", python_string(value))).collect();
+    // Flags before the config file that it sets (see `Inputs::flags_replaced_by_file`).
+    let mut replaced: Vec<&'static str> = Vec::new();
 
     if let Some(path) = &run.config {
         let shown = path.display();
@@ -99,7 +108,8 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         // which train.py would apply on top (its command-line overrides).
         let (file, deferred) =
             nanogpt::parse_config_file_deferring(&text, &state.config).map_err(|e| format!("config file {shown}: {e}"))?;
-        for &name in &run.before_file {
+        replaced = run.before_file.iter().copied().filter(|name| file.sets.contains(name)).collect();
+        for &name in &replaced {
             let (flag, file_value) = (python_setting(&state.config, name), python_setting(&file.config, name));
             if flag != file_value {
                 notices.push(format!(
@@ -171,7 +181,17 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_sets = read.decoded.given.clone();
         link_read = Some(read);
     }
-    apply_flags_where(&mut state.config, run, |name| !run.before_file.contains(&name));
+    // From here on, the flags are those the file did not replace (a flag before the file that
+    // it does not set stands, over the link too, as any flag).
+    let kept;
+    let run = match replaced.is_empty() {
+        true => run,
+        false => {
+            kept = run.without(&replaced);
+            &kept
+        }
+    };
+    apply_flags(&mut state.config, run);
     // The file's block past a checkpoint's positions is not the run's once the link or a flag
     // replaces it (train.py applies its command line on top); the final block is checked below.
     if flag_sets(run, "block_size") || link_read.as_ref().is_some_and(|read| read.decoded.sets("block_size")) {
@@ -222,6 +242,7 @@ pub fn resolve(run: &RunArgs, card: &CardArgs) -> Result<Inputs, String> {
         link_sets,
         init_from: state.init_from,
         vocab_from_dataset,
+        flags_replaced_by_file: replaced,
     })
 }
 
@@ -279,7 +300,6 @@ fn check_over_link(state: &LinkState, run: &RunArgs, read: &link::Deferred) -> R
     })
 }
 
-/// Whether an explicit flag set the setting of this (nanoGPT) name.
 /// The config's settings a flag can set, by their nanoGPT names (clap's ids for the flags).
 pub const SETTINGS: [&str; 18] = nanogpt::MODELLED;
 
@@ -288,12 +308,8 @@ fn python_setting(cfg: &Config, name: &str) -> String {
     nanogpt::config_value(cfg, name).map_or_else(|| "None".to_string(), |v| v.to_string())
 }
 
-/// Whether a flag after the config file sets `setting` (one before it is the file's base).
+/// Whether an explicit flag set the setting (by its nanoGPT name).
 fn flag_sets(run: &RunArgs, setting: &str) -> bool {
-    !run.before_file.contains(&setting) && flag_given(run, setting)
-}
-
-fn flag_given(run: &RunArgs, setting: &str) -> bool {
     match setting {
         "n_layer" => run.n_layer.is_some(),
         "n_head" => run.n_head.is_some(),

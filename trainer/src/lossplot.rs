@@ -19,7 +19,8 @@ use std::path::Path;
 /// The SVG's file name inside `out_dir`.
 pub const SVG_FILE: &str = "loss.svg";
 
-/// The most points a series keeps: the chart is 800 pixels wide, so more would not show.
+/// The most points a series keeps (its buckets' and its latest): the chart is 800 pixels wide,
+/// so more would not show.
 pub const MAX_POINTS: usize = 1024;
 
 /// A log line longer than this is no record of ours (ours are under 300 bytes): it is skipped
@@ -40,17 +41,22 @@ pub struct Curves {
 /// its smallest iteration, with that iteration's latest record. Doubling keeps each merged
 /// bucket's smallest iteration, so the result is what that final width would have kept read
 /// in one go, whatever order the records came in.
+/// The latest iteration is kept besides, so the curve reaches the end of the log.
 struct Thinned<T> {
     width: u64,
     buckets: BTreeMap<u64, (u64, T)>,
+    last: Option<(u64, T)>,
 }
 
-impl<T> Thinned<T> {
+impl<T: Copy> Thinned<T> {
     fn new() -> Self {
-        Thinned { width: 1, buckets: BTreeMap::new() }
+        Thinned { width: 1, buckets: BTreeMap::new(), last: None }
     }
 
     fn insert(&mut self, iter: u64, value: T) {
+        if self.last.is_none_or(|(last, _)| iter >= last) {
+            self.last = Some((iter, value));
+        }
         match self.buckets.entry(iter / self.width) {
             Entry::Vacant(e) => {
                 e.insert((iter, value));
@@ -61,7 +67,9 @@ impl<T> Thinned<T> {
             }
             Entry::Occupied(_) => {}
         }
-        if self.buckets.len() > MAX_POINTS {
+        // Doubled until the buckets merge: iterations far apart (an eval every 250) stay one a
+        // bucket until the width passes their spacing.
+        while self.buckets.len() > MAX_POINTS - 1 {
             self.width = self.width.saturating_mul(2);
             let width = self.width;
             // In ascending order, so the first of each new bucket is its smallest iteration.
@@ -72,7 +80,9 @@ impl<T> Thinned<T> {
     }
 
     fn points(self) -> BTreeMap<u64, T> {
-        self.buckets.into_values().collect()
+        let mut points: BTreeMap<u64, T> = self.buckets.into_values().collect();
+        points.extend(self.last);
+        points
     }
 }
 
@@ -242,6 +252,15 @@ mod tests {
         }
         // 201 evals fit whole.
         assert_eq!(c.eval.len(), 201);
+        // The latest iteration is drawn, with its latest record.
+        assert_eq!(c.train.last_key_value(), Some((&last, &0.5)));
+        // Iterations far apart (an eval every 250, 1,030 of them) are thinned too (the width was
+        // doubled once per record, so buckets of sparse iterations did not merge in time).
+        let sparse: String =
+            (0..1030u64).map(|k| format!("{{\"kind\":\"eval\",\"iter\":{},\"train_loss\":2.0,\"val_loss\":3.0}}\n", k * 250)).collect();
+        let e = parse_log(&sparse).eval;
+        assert!(e.len() <= MAX_POINTS && e.len() > MAX_POINTS / 2, "{}", e.len());
+        assert_eq!(e.keys().last(), Some(&(1029 * 250)));
     }
 
     /// What is not a record is skipped without stopping the read: a line too long to be one

@@ -599,6 +599,9 @@ fn resolve_fresh(args: &TrainArgs) -> Result<Fresh, Failure> {
     }
     let no_cards = CardArgs { gpu: Vec::new(), other_usage_mib: None };
     let resolved = inputs::resolve(run, &no_cards).map_err(input)?;
+    // What the command line still says once the config file replaced the flags before it that
+    // it sets (a replaced `--vocab_size` is not an explicit vocabulary).
+    let run = &run.without(&resolved.flags_replaced_by_file);
     if let (Some(name), None) = (&resolved.init_from, &args.weights) {
         // The settings name a GPT-2 checkpoint, whose shape they take; a shape flag on top
         // would train neither that model nor the one the flags describe. (With --weights the

@@ -1203,6 +1203,11 @@ fn flags_before_a_config_file_given_as_train_py_takes_it_are_run_before_it() {
     // Given before and after: the last one is after the file.
     assert_eq!(config(&["--n_layer=3", file, "--n_layer=2"])["n_layer"], 2);
     assert_eq!(config(&["--n_layer=3", "--config", file])["n_layer"], 3);
+    // With a link: a flag before the file that the file does not set stands over the link, as
+    // any flag; one the file sets is the file's, which the link then replaces (review).
+    let link = "v=1&L=6&C=384&H=6&T=256&B=16";
+    let c = config(&["--n_head=4", "--batch_size=4", file, "--link", link]);
+    assert_eq!((c["n_head"].as_u64(), c["batch_size"].as_u64()), (Some(4), Some(16)));
     let out = vramfit(&["plan", "--no-fixes", "--n_layer=3", "--n_head=4", "--dtype=float16", file]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -315,6 +315,24 @@ fn the_first_two_iterations_are_set_beside_their_own_windows() {
     }
 }
 
+/// A flag before a config file that the file sets is the file's, for `train` as for train.py:
+/// a replaced `--vocab_size` is no explicit vocabulary (review: it still made the model's 50
+/// from the file where the data's 32 is the run's).
+#[test]
+fn a_flag_the_config_file_replaces_is_not_the_runs() {
+    let dir = scratch("replaced-flag");
+    let file = dir.join("tv.py");
+    std::fs::write(&file, "vocab_size = 50\nn_layer = 1\nn_head = 1\nn_embd = 16\nblock_size = 8\nmax_iters = 1\neval_iters = 1\n")
+        .unwrap();
+    let out_dir = dir.join("out");
+    let out = run(&["train", "--vocab_size=100", file.to_str().unwrap(), "--threads", "1", "--out-dir", out_dir.to_str().unwrap()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("tv.py: vocab_size = 50 replaces --vocab_size=100, given before the file"), "{stderr}");
+    let model = stdout.lines().find(|l| l.starts_with("model: ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(model.contains(", vocab 32:"), "{model}");
+}
+
 /// A tiny model's measured peak is the model's, not the data's bookkeeping: the unigram
 /// entropy's counting buffer (1.4 MiB against a 0.8 MiB prediction) was counted as the run's.
 /// The figure is the whole run's, reported at its end (evaluations after steps and the saves
