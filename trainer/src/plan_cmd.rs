@@ -259,8 +259,12 @@ fn check_train_py_type(name: &str, value: &str) -> Result<(), String> {
         .then(|| nanogpt::parse_config_file(&format!("{name} = {value}\n"), &vramfit_core::Config::default()).ok())
         .flatten()
         .and_then(|f| f.get(name).cloned());
+    // `--dataset=5` is train.py's int 5 (its AssertionError): only `train`'s own flags need
+    // the leniency, and it has no `--dataset` or `--init_from` (`--out-dir 123` is a name there).
+    let not_a_string =
+        crate::cli::FILE_LEVEL.contains(&name) && (is_python_number_literal(value) || matches!(value.trim(), "True" | "False" | "None"));
     let fits = match (want, &read) {
-        ("str", _) => true,
+        ("str", _) => !not_a_string,
         ("bool", Some(Value::Bool(_))) => true,
         ("bool", _) => crate::cli::parse_bool(value).is_ok(),
         ("int", Some(Value::Int(_))) => true,
@@ -273,6 +277,7 @@ fn check_train_py_type(name: &str, value: &str) -> Result<(), String> {
     let wanted = match want {
         "int" => "an integer",
         "float" => "a number",
+        "str" => "a name (a string)",
         _ => "True or False",
     };
     Err(format!(
@@ -505,6 +510,15 @@ mod tests {
             [("max_iters", "5000"), ("learning_rate", "6e-4"), ("learning_rate", "1"), ("decay_lr", "False"), ("out_dir", "5")]
         {
             assert!(check_train_py_type(name, value).is_ok(), "--{name}={value}");
+        }
+        // train.py's dataset and init_from are names: `--dataset=5` is its int 5, an
+        // AssertionError (`vramfit train` has neither flag, so no leniency is owed).
+        for value in ["5", "-1.5", "True", "None"] {
+            let err = check_train_py_type("dataset", value).unwrap_err();
+            assert!(err.contains("train.py wants a name (a string) here"), "{err}");
+        }
+        for value in ["shakespeare_char", "'5'", "gpt2-xl"] {
+            assert!(check_train_py_type("dataset", value).is_ok() && check_train_py_type("init_from", value).is_ok(), "{value}");
         }
     }
 }
