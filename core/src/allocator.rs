@@ -239,7 +239,10 @@ pub struct CachingAllocator {
     /// Where new segments go, and where the segments are (base and size, in creation order).
     address_space: AddressSpace,
     segment_bases: Vec<(u64, u64)>,
-    /// `expandable_segments:True`: the large pool is one segment that grows in 2 MiB pages,
+    /// `expandable_segments:True`: the large pool is one segment that grows in 2 MiB steps (PyTorch
+    /// maps 20 MiB pages for the large pool, `kLargeBuffer`; 20 MiB steps matched the 8 measured
+    /// configs' reserve better at the median, 0.04% against 0.50%, but worse at the worst window,
+    /// 13.5% against 6.6%, so the steps stay 2 MiB until that is understood),
     /// and its blocks are split whenever 512 bytes or more would be left over.
     expandable: bool,
     /// The large pool's last block (highest address) when expandable.

@@ -1202,6 +1202,17 @@ fn aligned_heads(cfg: &Config, gpu: &Gpu) -> Option<Config> {
     })
 }
 
+/// What a smaller eval batch costs: estimate_loss averages `eval_iters` batches of it per
+/// split, as many as before (nanoGPT's loop runs `eval_iters` batches whatever their size), so
+/// fewer sequences: a noisier estimate, unless eval_iters is raised.
+fn smaller_eval_batches(eval_iters: u32, old: u32, new: u32) -> String {
+    let as_many = (eval_iters as u64 * old as u64).div_ceil(new.max(1) as u64);
+    format!(
+        "estimate_loss averages {eval_iters} batches of {new} sequences instead of {old} per split: a noisier estimate \
+         (eval_iters = {as_many} averages as many)"
+    )
+}
+
 /// Fixes that fit in rank order (stable), then those that do not, the lowest need first (sorted
 /// inserts: a general sort costs the page kilobytes).
 fn ranked(fixes: Vec<(u8, Fix)>) -> Vec<Fix> {
@@ -1543,7 +1554,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
         // The eval batch lowered with it (set above the new micro-batch): estimate_loss slows too.
         match (c.eval_batch_size, cfg.eval_batch_size) {
             (Some(new), Some(old)) if new != old => {
-                format!("{training}; estimate_loss in batches of {new} instead of {old} (more of them, slower)")
+                format!("{training}; {}", smaller_eval_batches(cfg.eval_iters, old, new))
             }
             _ => training,
         }
@@ -1613,15 +1624,10 @@ fn fix_step(work: &mut FixWork, step: u8) {
             // An eval-only run evaluates in batches of batch_size (unless it sets an eval batch,
             // step 4's): the largest that fits, and the eval_iters that average as many.
             if let Some((b, need)) = largest.filter(|(b, _)| *b < cfg.batch_size && cfg.eval_batch_size.is_none()) {
-                let as_many = (cfg.eval_iters as u64 * cfg.batch_size as u64).div_ceil(b as u64);
                 push(
                     rank::EVAL_SLOWER,
                     format!("batch_size = {b}"),
-                    format!(
-                        "estimate_loss averages {} batches of {b} sequences instead of {} per split: a noisier estimate \
-                         (eval_iters = {as_many} averages as many)",
-                        cfg.eval_iters, cfg.batch_size
-                    ),
+                    smaller_eval_batches(cfg.eval_iters, cfg.batch_size, b),
                     Config { batch_size: b, ..cfg.clone() },
                     need,
                 );
@@ -1724,9 +1730,15 @@ fn fix_step(work: &mut FixWork, step: u8) {
                     rank::EVAL_SLOWER,
                     format!("eval_batch_size = {eb}"),
                     if eb == cfg.batch_size {
-                        "estimate_loss runs more, smaller batches: the training batch, as stock train.py does".into()
+                        format!(
+                            "{}: the training batch, as stock train.py does",
+                            smaller_eval_batches(cfg.eval_iters, cfg.eval_batch(), eb)
+                        )
                     } else {
-                        "estimate_loss runs more, smaller batches; train.py needs an eval_batch_size option (vramfit train has one)".into()
+                        format!(
+                            "{}; train.py needs an eval_batch_size option (vramfit train has one)",
+                            smaller_eval_batches(cfg.eval_iters, cfg.eval_batch(), eb)
+                        )
                     },
                     with_eval_batch(eb),
                     need,
@@ -1738,7 +1750,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
             push(
                 rank::RECOMPUTE,
                 "activation checkpointing per block".into(),
-                "about one extra forward per iteration (~30% more compute); train.py needs torch.utils.checkpoint around each \
+                "one extra forward of every block per micro-step (~30% more compute); train.py needs torch.utils.checkpoint around each \
                  block (vramfit train has it)"
                     .into(),
                 Config { activation_checkpointing: true, ..cfg.clone() },
@@ -1751,7 +1763,7 @@ fn fix_step(work: &mut FixWork, step: u8) {
             push(
                 rank::FASTER,
                 format!("dtype = '{}'", dtype.name()),
-                "mixed precision: activations and logits in 16 bits, fp32 master weights".into(),
+                "mixed precision: matmul outputs and logits in 16 bits (the residual stream and layer norms stay fp32), fp32 weights kept; float16 adds GradScaler's loss scaling".into(),
                 Config { dtype, ..cfg.clone() },
                 None,
             );
@@ -1914,14 +1926,18 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
     if cfg.attention == crate::Attention::Flash && gpu.compute_capability < (8, 0) {
         // The measured kernels (cuDNN attention, FlashAttention-2) need sm_80 or newer.
         let detail = if sim::sdpa_runs_math(cfg, &gpu.target()) {
+            let why = if cfg.dtype == Dtype::Bfloat16 {
+                "in bfloat16 (the memory-efficient kernel takes float16 and float32 there, and FlashAttention needs sm_80)".to_string()
+            } else {
+                format!(
+                    "for a head size of {} (the memory-efficient kernel needs a multiple of 8 in float16 there)",
+                    cfg.n_embd / cfg.n_head.max(1)
+                )
+            };
             format!(
-                "scaled_dot_product_attention on {} (sm_{}{}) runs its math path for a head size of {} (the memory-efficient \
-                 kernel needs a multiple of 8 in bfloat16/float16 there), modelled as measured on an H200; the kernels' \
-                 choice on this card was not measured",
-                gpu.id,
-                gpu.compute_capability.0,
-                gpu.compute_capability.1,
-                cfg.n_embd / cfg.n_head.max(1)
+                "scaled_dot_product_attention on {} (sm_{}{}) runs its math path {why}, keeping float32 (B,H,T,T) matrices per layer, \
+                 modelled as measured on an H200; the kernels' choice on this card was not measured",
+                gpu.id, gpu.compute_capability.0, gpu.compute_capability.1
             )
         } else {
             format!(
@@ -2007,8 +2023,9 @@ pub fn notes(cfg: &Config, gpu: &Gpu) -> Vec<Note> {
         figure: "peak_reserved_bytes".into(),
         source: Source::Validated,
         detail: if cfg.expandable_segments {
-            "expandable_segments:True: one large segment growing in 2 MiB pages, simulated block by block and validated against \
-             max_memory_reserved() on an H100"
+            "expandable_segments:True: one large segment grown as it is needed (modelled in 2 MiB steps; PyTorch maps 20 MiB \
+             pages for the large pool), simulated block by block and validated against max_memory_reserved() on an H100 \
+             (8 configs: windows within 6.6%, median 0.5%)"
         } else {
             "the caching allocator's segments, simulated block by block and validated against max_memory_reserved() on an H100 \
              and an H200"
@@ -2333,6 +2350,16 @@ mod tests {
         assert!(estimated("t4", odd).contains(&"peak_allocated_bytes".to_string()));
         let t4_math = plan(&PlanRequest { gpus: vec![Gpu::find("t4").unwrap()], ..req(Config { n_embd: 780, ..eager.clone() }) }).unwrap();
         assert!(t4_math.notes.iter().any(|n| n.source == Source::Estimate && n.detail.contains("math path")), "{:?}", t4_math.notes);
+        // Before sm_80 the memory-efficient kernel takes no bfloat16 (PyTorch's sdp_utils): a
+        // bfloat16 run's head of 64 runs the math path there, a float16 one's that kernel (review).
+        let on_t4 = |cfg: Config| plan(&PlanRequest { gpus: vec![Gpu::find("t4").unwrap()], ..req(cfg) }).unwrap().notes;
+        let bf16 = on_t4(Config { dtype: crate::Dtype::Bfloat16, ..eager.clone() });
+        assert!(bf16.iter().any(|n| n.detail.contains("runs its math path in bfloat16")), "{bf16:?}");
+        let fp16 = on_t4(Config { dtype: crate::Dtype::Float16, ..eager.clone() });
+        assert!(fp16.iter().any(|n| n.detail.contains("runs the memory-efficient kernel")), "{fp16:?}");
+        let t4 = Gpu::find("t4").unwrap().target();
+        assert!(sim::sdpa_runs_math(&Config { dtype: crate::Dtype::Bfloat16, ..eager.clone() }, &t4));
+        assert!(!sim::sdpa_runs_math(&Config { dtype: crate::Dtype::Float16, ..eager.clone() }, &t4));
         // The bias gradients' reduction scratch depends on the card: measured on sm_90 only.
         let biased = Config { bias: true, ..eager.clone() };
         assert!(estimated("h100-80gb", biased.clone()).is_empty());
@@ -2909,7 +2936,11 @@ mod tests {
         assert!(split.fits && split.config.eval_batch_size == Some(split.config.batch_size), "{split:?}");
         assert_eq!(split.config.tokens_per_iter(), cfg.tokens_per_iter());
         assert!(split.title.ends_with(&format!("eval_batch_size = {}", split.config.batch_size)), "{}", split.title);
-        let said = format!("; estimate_loss in batches of {} instead of 48 (more of them, slower)", split.config.batch_size);
+        let b = split.config.batch_size;
+        let said = format!(
+            "; estimate_loss averages 200 batches of {b} sequences instead of 48 per split: a noisier estimate (eval_iters = {} averages as many)",
+            (200 * 48u32).div_ceil(b)
+        );
         assert!(split.cost.ends_with(&said), "{}", split.cost);
         // The eval batch was set already, so lowering it needs no further change to train.py.
         assert!(split.stock_nanogpt, "{split:?}");

@@ -97,9 +97,9 @@ impl Category {
         match self {
             Category::Parameters => "The fp32 weights themselves (4 bytes each), resident for the whole run; they grow with n_layer*n_embd^2 and vocab_size*n_embd.",
             Category::Gradients => "One fp32 gradient per weight; they appear during the first micro-step's backward and stay until zero_grad after the optimizer step, so gradient accumulation keeps them all resident.",
-            Category::OptimizerState => "AdamW's two fp32 moments per weight (8 bytes each), created at the first optimizer step and kept forever; SGD without momentum has none.",
-            Category::SavedActivations => "Tensors each layer keeps from the forward for its backward; they grow with batch_size*block_size*n_embd*n_layer and are freed layer by layer as backward runs.",
-            Category::LogitsAndLoss => "The batch_size*block_size*vocab_size logits and cross-entropy's fp32 copies of them; the Python name `logits` keeps the last ones alive into the next forward and through estimate_loss, so small models with a big vocabulary are dominated by this term.",
+            Category::OptimizerState => "AdamW's two fp32 moments per weight (4 bytes each, 8 per weight), created at the first optimizer step and kept forever; SGD without momentum has none.",
+            Category::SavedActivations => "Tensors each layer keeps from the forward for its backward; they grow with batch_size*block_size*n_embd*n_layer (plus batch_size*n_head*block_size^2*n_layer where attention keeps its T×T matrices: manual attention or SDPA's math path) and are freed layer by layer as backward runs.",
+            Category::LogitsAndLoss => "The batch_size*block_size*vocab_size logits and cross-entropy's log-probabilities (in 16-bit runs one in the compute dtype and an fp32 copy for the loss; compiled runs keep no fp32 copy); the Python name `logits` keeps the last ones alive into the next forward and through estimate_loss, so small models with a big vocabulary are dominated by this term.",
             Category::CastWeights => "Autocast's bf16/fp16 copies of the matmul weights, cached until the forward's `with ctx:` block ends and kept for backward until each layer's gradient is computed.",
             Category::Temporaries => "Short-lived intermediates of the op running at the peak (upcasts, gradient buffers in flight); they vanish when the op finishes.",
             Category::Batch => "The int64 token ids X and Y of the current and the prefetched batch.",
@@ -1339,7 +1339,9 @@ impl Dims {
             (false, true) => !hs.is_multiple_of(4),
             (false, false) => false,
             (true, true) => hs > 256 && !hs.is_multiple_of(8),
-            (true, false) => !hs.is_multiple_of(8),
+            // Before sm_80 the memory-efficient kernel takes float16 and float32 only (PyTorch's
+            // sdp_utils: `less_than_sm80_mem_efficient_dtypes`), so bfloat16 runs the math path.
+            (true, false) => !self.fp16 || !hs.is_multiple_of(8),
         }
     }
 }

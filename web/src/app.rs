@@ -527,7 +527,7 @@ fn verdict_view(c: &Computed, notes_open: RwSignal<bool>) -> impl IntoView {
             {v.later.map(|later| {
                 view! {
                     <p class="verdict-later">
-                        {later} " " {estimate_marker(Some("the allocator model beyond the two measured iterations: an estimate, checked on an H200 (see the notes)".to_string()))}
+                        {later} " " {estimate_marker(Some("the allocator model beyond the two simulated iterations: an estimate, checked on an H200 (see the notes)".to_string()))}
                     </p>
                 }
             })}
@@ -767,7 +767,7 @@ fn card_controls(signals: Signals) -> impl IntoView {
                     custom_started.set_value(EditStart::now(signals));
                 }
             />
-            <small>"Usable memory and CUDA context are estimated for custom cards."</small>
+            <small>"Custom cards are modelled as an Ampere-class card (bf16, flash attention) with an estimated usable memory and CUDA context."</small>
         </div>
         {number_control(
             signals,
@@ -1303,7 +1303,7 @@ pub fn App() -> impl IntoView {
                                     dropout_started.set_value(EditStart::now(signals));
                                 }
                             />
-                            <small>"Dropout masks are kept for backward."</small>
+                            <small>"nn.Dropout keeps a 1-byte mask per element for backward; flash attention's dropout keeps none, manual attention's a B·H·T² one."</small>
                         </div>
                     </fieldset>
                     <fieldset>
@@ -1312,7 +1312,7 @@ pub fn App() -> impl IntoView {
             signals,
                             "gradient_accumulation_steps",
                             "gradient_accumulation_steps",
-                            "Micro-steps per optimizer step: more tokens per iteration, same memory.",
+                            "Micro-steps per optimizer step: more tokens per iteration. From 1 to 2 the fp32 gradients stay resident through the next micro-step's forward; from 2 up, memory stays the same.",
                             Slider::Linear { min: 1, max: 128, step: 1 },
                             config::MAX_ACCUM,
                             |s| s.config.gradient_accumulation_steps,

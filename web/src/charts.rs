@@ -68,7 +68,7 @@ impl Segment {
     pub fn explanation(self) -> &'static str {
         match self {
             Segment::Category(c) => c.explanation(),
-            Segment::Reserve => "Memory PyTorch's caching allocator holds beyond live tensors (rounding and cached free blocks); it never shrinks during the run, so nvidia-smi shows it.",
+            Segment::Reserve => "Memory PyTorch's caching allocator holds beyond live tensors (free parts of its segments, cached free blocks); it shrinks only when an allocation would fail (PyTorch then frees unused cached segments and retries) or on empty_cache(), which train.py never calls; nvidia-smi counts it.",
             Segment::Context => "The CUDA context and loaded kernels of the process: outside PyTorch's counters but on the card for the whole run.",
         }
     }

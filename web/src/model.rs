@@ -696,7 +696,7 @@ pub fn figure_label(figure: &str) -> &str {
         "nvidia_smi_bytes" => "the process in nvidia-smi",
         "usable_bytes" => "what the card offers",
         "workspace" => "cuBLAS workspace",
-        "temporaries" => "CUDA's scratch for bias gradients",
+        "temporaries" => "CUDA kernels' scratch (bias-gradient sums, flash attention's split-KV buffers)",
         other => other,
     }
 }
