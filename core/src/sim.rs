@@ -95,7 +95,7 @@ impl Category {
     /// One plain sentence: what it is, why it lives that long, what makes it grow.
     pub fn explanation(self) -> &'static str {
         match self {
-            Category::Parameters => "The fp32 weights themselves (4 bytes each), resident for the whole run; they grow with n_layer*n_embd^2 and vocab_size*n_embd.",
+            Category::Parameters => "The fp32 weights themselves (4 bytes each), resident for the whole run; they grow with n_layer*n_embd^2 and vocab_size*n_embd (with manual attention each layer's fp32 block_size^2 causal mask counts here too).",
             Category::Gradients => "One fp32 gradient per weight; they appear during the first micro-step's backward and stay until zero_grad after the optimizer step, so gradient accumulation keeps them all resident.",
             Category::OptimizerState => "AdamW's two fp32 moments per weight (4 bytes each, 8 per weight), created at the first optimizer step and kept forever; SGD without momentum has none.",
             Category::SavedActivations => "Tensors each layer keeps from the forward for its backward; they grow with batch_size*block_size*n_embd*n_layer (plus batch_size*n_head*block_size^2*n_layer where attention keeps its T×T matrices: manual attention or SDPA's math path) and are freed layer by layer as backward runs.",
