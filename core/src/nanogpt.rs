@@ -108,11 +108,6 @@ pub struct ConfigFile {
     /// would fail to exec it), where an empty one is only a config that sets nothing.
     #[serde(default)]
     pub first_statement: Option<(usize, String)>,
-    /// Whether the file assigns any setting vramfit models (n_layer, batch_size, dtype...),
-    /// whatever its value: a file of learning rates and paths does not, though it is a
-    /// config file all the same.
-    #[serde(default)]
-    pub sets_modelled: bool,
     /// The dataset whose `data/<dataset>/meta.pkl` train.py takes vocab_size from, where the
     /// file names one, sets no vocab_size and starts from scratch. `config.vocab_size` is then
     /// what vramfit assumes without that file (65 for shakespeare_char, else train.py's 50304),
@@ -120,12 +115,19 @@ pub struct ConfigFile {
     #[serde(default)]
     pub vocab_from_dataset: Option<String>,
     /// The modelled settings the file assigns (a GPT-2 checkpoint's shape may replace the
-    /// value), by their names in [`MODELLED`].
+    /// value), by their names in [`MODELLED`]. (Not serialized: the names are `'static`.)
     #[serde(skip)]
     pub sets: Vec<&'static str>,
 }
 
 impl ConfigFile {
+    /// Whether the file assigns any setting vramfit models (n_layer, batch_size, dtype...),
+    /// whatever its value: a file of learning rates and paths does not, though it is a
+    /// config file all the same.
+    pub fn sets_modelled(&self) -> bool {
+        !self.sets.is_empty()
+    }
+
     /// The value of a recognised unmodelled setting, if the file set it.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.extra.iter().find(|(k, _)| k == name).map(|(_, v)| v)
@@ -1074,7 +1076,6 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         });
     }
     let recognised = !set_on.is_empty() || !extra.is_empty() || !unreadable.is_empty();
-    let sets_modelled = !set_on.is_empty();
     // What changes the model or the run as a whole comes before the notes on single lines:
     // readers show the first few of a long list.
     let mut file_notes = Vec::new();
@@ -1132,7 +1133,6 @@ pub fn parse_config_file_deferring(text: &str, base: &Config) -> Result<(ConfigF
         unreadable_reasons,
         recognised,
         first_statement,
-        sets_modelled,
         sets: assigned,
         vocab_from_dataset,
     };

@@ -160,8 +160,8 @@ fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R, String> 
 /// The header's JSON object, written as it is serialized: each tensor's entry (`dtype`, `shape`,
 /// `data_offsets`, in the order the tensors are written) under its name, the metadata under
 /// `__metadata__`, keys in byte order as a `serde_json::Map` has them (the bytes of files
-/// written before are unchanged). Built as a map of JSON
-/// values first, it was a tiny run's largest allocation during a save (QA).
+/// written before are unchanged). Built as a map of JSON values first, it was a tiny run's
+/// largest allocation during a save (QA).
 struct Header<'a> {
     meta: serde_json::Value,
     tensors: &'a [(String, &'a Tensor)],

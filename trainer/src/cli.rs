@@ -478,6 +478,33 @@ pub struct CardArgs {
     pub other_usage_mib: Option<u64>,
 }
 
+/// Calls `$apply!(field)` for each flag of [`RunArgs`] that sets a modelled setting; the field is
+/// named as the setting is (`inputs::SETTINGS`, clap's id for the flag). The one list that
+/// clearing, testing and applying the flags go through.
+macro_rules! for_each_setting_flag {
+    ($apply:ident) => {
+        $apply!(n_layer);
+        $apply!(n_head);
+        $apply!(n_embd);
+        $apply!(block_size);
+        $apply!(vocab_size);
+        $apply!(bias);
+        $apply!(dropout);
+        $apply!(batch_size);
+        $apply!(gradient_accumulation_steps);
+        $apply!(eval_iters);
+        $apply!(eval_batch_size);
+        $apply!(eval_block_size);
+        $apply!(dtype);
+        $apply!(attention);
+        $apply!(compile);
+        $apply!(activation_checkpointing);
+        $apply!(optimizer);
+        $apply!(expandable_segments);
+    };
+}
+pub(crate) use for_each_setting_flag;
+
 /// Where a run's settings come from. Precedence: defaults < --config < --link < flags (a flag
 /// before a config file given as train.py takes it is the file's base where the file sets it:
 /// see `before_file`).
@@ -577,29 +604,14 @@ impl RunArgs {
     /// still says once a config file after them replaced those.
     pub fn without(&self, settings: &[&str]) -> RunArgs {
         let mut run = self.clone();
-        for &setting in settings {
-            match setting {
-                "n_layer" => run.n_layer = None,
-                "n_head" => run.n_head = None,
-                "n_embd" => run.n_embd = None,
-                "block_size" => run.block_size = None,
-                "vocab_size" => run.vocab_size = None,
-                "batch_size" => run.batch_size = None,
-                "gradient_accumulation_steps" => run.gradient_accumulation_steps = None,
-                "eval_iters" => run.eval_iters = None,
-                "eval_batch_size" => run.eval_batch_size = None,
-                "eval_block_size" => run.eval_block_size = None,
-                "dropout" => run.dropout = None,
-                "bias" => run.bias = None,
-                "dtype" => run.dtype = None,
-                "attention" => run.attention = None,
-                "compile" => run.compile = None,
-                "activation_checkpointing" => run.activation_checkpointing = None,
-                "optimizer" => run.optimizer = None,
-                "expandable_segments" => run.expandable_segments = None,
-                _ => {}
-            }
+        macro_rules! clear {
+            ($field:ident) => {
+                if settings.contains(&stringify!($field)) {
+                    run.$field = None;
+                }
+            };
         }
+        for_each_setting_flag!(clear);
         run
     }
 
@@ -928,6 +940,51 @@ mod tests {
             let err = Cli::try_parse_from(&args).expect_err("refused");
             assert_eq!(swallowed_flag(&args, &err), None, "{argv:?}");
         }
+    }
+
+    /// Every modelled setting (`inputs::SETTINGS`) is a flag with that clap id, found by
+    /// `settings_before_file`, and one of `for_each_setting_flag`'s fields: `without` clears it.
+    #[test]
+    fn every_modelled_setting_is_one_flag_of_the_one_list() {
+        let flags = [
+            "--n_layer=2",
+            "--n_head=1",
+            "--n_embd=16",
+            "--block_size=8",
+            "--vocab_size=10",
+            "--batch_size=2",
+            "--gradient_accumulation_steps=1",
+            "--eval_iters=1",
+            "--eval_batch_size=2",
+            "--eval_block_size=8",
+            "--dropout=0",
+            "--bias=true",
+            "--dtype=float32",
+            "--attention=manual",
+            "--compile=false",
+            "--activation_checkpointing=true",
+            "--optimizer=sgd",
+            "--expandable_segments=true",
+        ];
+        assert_eq!(flags.len(), crate::inputs::SETTINGS.len());
+        let argv = [&["vramfit", "plan"][..], &flags, &["x.py"]].concat();
+        let matches = Cli::command().try_get_matches_from(&argv).expect("parses");
+        let (_, sub) = matches.subcommand().expect("plan");
+        assert_eq!(settings_before_file(sub), crate::inputs::SETTINGS);
+        let Command::Plan(args) = Cli::from_arg_matches(&matches).expect("plan args").command else { panic!("not plan") };
+        let set = |run: &RunArgs| -> Vec<bool> {
+            let mut set = Vec::new();
+            macro_rules! given {
+                ($field:ident) => {
+                    set.push(run.$field.is_some());
+                };
+            }
+            for_each_setting_flag!(given);
+            set
+        };
+        assert!(set(&args.run).iter().all(|&s| s));
+        assert!(set(&args.run.without(&crate::inputs::SETTINGS)).iter().all(|&s| !s));
+        assert_eq!(set(&args.run.without(&["n_head"])).iter().filter(|&&s| !s).count(), 1);
     }
 
     /// train.py's --eval_only on a `train` command line says why it is refused (clap called it

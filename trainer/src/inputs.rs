@@ -310,27 +310,15 @@ fn python_setting(cfg: &Config, name: &str) -> String {
 
 /// Whether an explicit flag set the setting (by its nanoGPT name).
 fn flag_sets(run: &RunArgs, setting: &str) -> bool {
-    match setting {
-        "n_layer" => run.n_layer.is_some(),
-        "n_head" => run.n_head.is_some(),
-        "n_embd" => run.n_embd.is_some(),
-        "block_size" => run.block_size.is_some(),
-        "vocab_size" => run.vocab_size.is_some(),
-        "batch_size" => run.batch_size.is_some(),
-        "gradient_accumulation_steps" => run.gradient_accumulation_steps.is_some(),
-        "eval_iters" => run.eval_iters.is_some(),
-        "eval_batch_size" => run.eval_batch_size.is_some(),
-        "eval_block_size" => run.eval_block_size.is_some(),
-        "dropout" => run.dropout.is_some(),
-        "bias" => run.bias.is_some(),
-        "dtype" => run.dtype.is_some(),
-        "attention" => run.attention.is_some(),
-        "compile" => run.compile.is_some(),
-        "activation_checkpointing" => run.activation_checkpointing.is_some(),
-        "optimizer" => run.optimizer.is_some(),
-        "expandable_segments" => run.expandable_segments.is_some(),
-        _ => false,
+    macro_rules! given {
+        ($field:ident) => {
+            if setting == stringify!($field) {
+                return run.$field.is_some();
+            }
+        };
     }
+    crate::cli::for_each_setting_flag!(given);
+    false
 }
 
 /// What a GPT-2 checkpoint (`init_from = name`) replaced going from `given` to `shaped` (its
@@ -366,27 +354,13 @@ pub fn apply_flags(cfg: &mut Config, run: &RunArgs) {
 
 /// [`apply_flags`] for the settings `this` takes (by their names in [`SETTINGS`]).
 fn apply_flags_where(cfg: &mut Config, run: &RunArgs, this: impl Fn(&str) -> bool) {
-    fn set<T>(slot: &mut T, flag: Option<T>, take: bool) {
-        if let (Some(v), true) = (flag, take) {
-            *slot = v;
-        }
+    // `Into`: the eval batch and context are `Option`s in the config (unset: the training one's).
+    macro_rules! apply {
+        ($field:ident) => {
+            if let (Some(v), true) = (run.$field, this(stringify!($field))) {
+                cfg.$field = v.into();
+            }
+        };
     }
-    set(&mut cfg.n_layer, run.n_layer, this("n_layer"));
-    set(&mut cfg.n_head, run.n_head, this("n_head"));
-    set(&mut cfg.n_embd, run.n_embd, this("n_embd"));
-    set(&mut cfg.block_size, run.block_size, this("block_size"));
-    set(&mut cfg.vocab_size, run.vocab_size, this("vocab_size"));
-    set(&mut cfg.bias, run.bias, this("bias"));
-    set(&mut cfg.dropout, run.dropout, this("dropout"));
-    set(&mut cfg.batch_size, run.batch_size, this("batch_size"));
-    set(&mut cfg.gradient_accumulation_steps, run.gradient_accumulation_steps, this("gradient_accumulation_steps"));
-    set(&mut cfg.eval_iters, run.eval_iters, this("eval_iters"));
-    set(&mut cfg.eval_batch_size, run.eval_batch_size.map(Some), this("eval_batch_size"));
-    set(&mut cfg.eval_block_size, run.eval_block_size.map(Some), this("eval_block_size"));
-    set(&mut cfg.dtype, run.dtype, this("dtype"));
-    set(&mut cfg.attention, run.attention, this("attention"));
-    set(&mut cfg.compile, run.compile, this("compile"));
-    set(&mut cfg.activation_checkpointing, run.activation_checkpointing, this("activation_checkpointing"));
-    set(&mut cfg.optimizer, run.optimizer, this("optimizer"));
-    set(&mut cfg.expandable_segments, run.expandable_segments, this("expandable_segments"));
+    crate::cli::for_each_setting_flag!(apply);
 }

@@ -40,8 +40,8 @@ pub struct Curves {
 /// `width` (doubled whenever there would be more buckets than points), and each bucket keeps
 /// its smallest iteration, with that iteration's latest record. Doubling keeps each merged
 /// bucket's smallest iteration, so the result is what that final width would have kept read
-/// in one go, whatever order the records came in.
-/// The latest iteration is kept besides, so the curve reaches the end of the log.
+/// in one go, whatever order the records came in. The latest iteration is kept besides, so the
+/// curve reaches the end of the log.
 struct Thinned<T> {
     width: u64,
     buckets: BTreeMap<u64, (u64, T)>,

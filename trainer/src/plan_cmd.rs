@@ -168,7 +168,8 @@ fn is_dataset_note(n: &str) -> bool {
 /// otherwise (train.py has no vocab_size setting: the file's would not reach its model).
 fn read_dataset_vocab(inputs: &mut inputs::Inputs, run: &crate::cli::RunArgs) -> Result<(), String> {
     let dataset_note = |n: &String| is_dataset_note(n);
-    let flag_sets_vocab = run.vocab_size.is_some() && !inputs.flags_replaced_by_file.contains(&"vocab_size");
+    // A `--vocab_size` that a config file after it replaced is not the user's (see `RunArgs::without`).
+    let flag_sets_vocab = run.without(&inputs.flags_replaced_by_file).vocab_size.is_some();
     if flag_sets_vocab || inputs.link_sets.contains(&"vocab_size") || inputs.init_from.is_some() {
         inputs.notices.retain(|n| !dataset_note(n));
         return Ok(());

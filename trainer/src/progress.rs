@@ -352,8 +352,8 @@ impl Progress {
     }
 
     /// After iteration `iter`, print the measured peak since `baseline` (heap bytes, or with
-    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the pre-flight's prediction;
-    /// `eval_at_start_predicted`: see [`MemoryCheck`].
+    /// [`Progress::watch_gpu`] the CUDA pool's used bytes) beside the predictions of what ran
+    /// (see [`MemoryPrediction`]).
     pub fn compare_memory_after(&mut self, iter: u64, baseline: u64, predicted: MemoryPrediction) {
         self.memory_check = Some(MemoryCheck { iter, baseline, predicted });
     }

@@ -404,17 +404,15 @@ pub fn run(args: &TrainArgs) -> Result<u8, Failure> {
     // A fresh run that takes no training step (--max-iters 0, Ctrl-C before the first) runs only
     // the evaluation at start, a window the model predicts on its own. (A resumed run's first
     // evaluation has the optimizer's state beside it: not that window.)
-    let sim = trainer_model::simulate(&cfg, &trainer_opts);
-    let eval_at_start_predicted = resume.is_none().then_some(sim.eval_at_start.bytes);
     // What the first two iterations run: a fresh run's evaluation at start, its first iteration
     // (the optimizer's state made) and a training step. (A resumed run's are set beside the
     // run's peak, as its evaluation has the optimizer's state beside it.)
-    let first_two_predicted = match resume {
-        None => [sim.eval_at_start.bytes, sim.first_iter.bytes, sim.train.bytes].into_iter().max().unwrap_or(0),
-        Some(_) => checked.predicted_peak,
+    let fresh = resume.is_none().then(|| trainer_model::simulate(&cfg, &trainer_opts));
+    let predicted = MemoryPrediction {
+        run: checked.predicted_peak,
+        first_two: fresh.as_ref().map_or(checked.predicted_peak, |s| s.eval_at_start.bytes.max(s.first_iter.bytes).max(s.train.bytes)),
+        eval_at_start: fresh.as_ref().map(|s| s.eval_at_start.bytes),
     };
-    let predicted =
-        MemoryPrediction { run: checked.predicted_peak, first_two: first_two_predicted, eval_at_start: eval_at_start_predicted };
     if device.is_cpu() && vramfit::mem::installed() {
         progress.compare_memory_after(check_at, baseline, predicted);
     } else if let Some(gpu_baseline) = gpu_baseline {

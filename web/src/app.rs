@@ -1005,14 +1005,13 @@ pub fn App() -> impl IntoView {
     };
     let status_of = move |which: &'static str| move || copy_status.with(|(w, m)| if w == which { m.clone() } else { String::new() });
     let import_text = RwSignal::new(String::new());
-    let import_result = RwSignal::new(None::<Result<Vec<String>, String>>);
-    // An import's result is about the state it made: once the state moves on (a preset, a
-    // slider, Back), "Imported." and its notes are gone, as a refusal is once the text is edited.
-    let imported = StoredValue::new(None::<LinkState>);
+    // An import's notes with the state it made, or why it was refused.
+    let import_result = RwSignal::new(None::<Result<(Vec<String>, LinkState), String>>);
+    // The result is about the state it made: once the state moves on (a preset, a slider,
+    // Back), "Imported." and its notes are gone, as a refusal is once the text is edited.
     Effect::new(move |_| {
-        let now_imported = state.with(|s| imported.with_value(|i| i.as_ref() == Some(s)));
-        if !now_imported && import_result.with_untracked(|r| matches!(r, Some(Ok(_)))) {
-            imported.set_value(None);
+        let moved_on = state.with(|s| import_result.with_untracked(|r| matches!(r, Some(Ok((_, made))) if made != s)));
+        if moved_on {
             import_result.set(None);
         }
     });
@@ -1676,8 +1675,7 @@ pub fn App() -> impl IntoView {
                                 let text = import_text.get_untracked();
                                 match share::import_config(&text, &state.get_untracked()) {
                                     Ok((s, notices)) => {
-                                        imported.set_value(Some(s.clone()));
-                                        import_result.set(Some(Ok(notices)));
+                                        import_result.set(Some(Ok((notices, s.clone()))));
                                         state.set(s);
                                     }
                                     Err(e) => import_result.set(Some(Err(e))),
@@ -1690,7 +1688,7 @@ pub fn App() -> impl IntoView {
                             import_result
                                 .get()
                                 .map(|r| match r {
-                                    Ok(notices) => {
+                                    Ok((notices, _)) => {
                                         view! {
                                             <div class="import-ok" role="status">
                                                 "Imported."

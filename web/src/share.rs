@@ -130,7 +130,7 @@ pub fn import_config(text: &str, current: &LinkState) -> Result<(LinkState, Vec<
     // A GPT-2 checkpoint (whose shape the reader has given the config) stays the run's start.
     let init_from = nanogpt::pretrained_in(&file.extra).map(str::to_string);
     let mut notices = file.notices.clone();
-    if !file.sets_modelled && file.config == Config::default() && init_from.is_none() && file.config != current.config {
+    if !file.sets_modelled() && file.config == Config::default() && init_from.is_none() && file.config != current.config {
         // A file of learning rates and paths replaces the page's config all the same, as
         // train.py runs it: say so, since nothing on the page names what the file set.
         notices.insert(
